@@ -1,0 +1,30 @@
+#include "cli/commands.h"
+
+#include <cstdio>
+#include <exception>
+
+namespace kvasir::cli {
+
+int main(int argc, char** argv) {
+  CLI::App app{"kvasir: LLM inference engine"};
+  app.require_subcommand(1);
+  Handler handler;
+  register_run(app, handler);
+  register_inspect(app, handler);
+  register_logits(app, handler);
+  register_tokenizer_commands(app, handler);
+  register_chat_template(app, handler);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    return handler ? handler() : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace kvasir::cli

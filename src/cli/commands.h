@@ -1,0 +1,20 @@
+// The kvasir subcommands. Each cmd_*.cpp registers one or more subcommands on the app;
+// a handler returns the process exit code (0 ok, 1 error with a message on stderr).
+#pragma once
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace kvasir::cli {
+
+// Subcommand handlers run after parsing; they set the exit code here.
+using Handler = std::function<int()>;
+
+void register_inspect(CLI::App& app, Handler& handler);
+void register_run(CLI::App& app, Handler& handler);
+void register_logits(CLI::App& app, Handler& handler);
+void register_tokenizer_commands(CLI::App& app, Handler& handler);  // tokenize, detokenize
+void register_chat_template(CLI::App& app, Handler& handler);
+
+int main(int argc, char** argv);
+
+}  // namespace kvasir::cli

@@ -1,0 +1,106 @@
+// GGUF v3 writer: metadata in insertion order, tensors padded to the alignment.
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include "format/gguf.h"
+
+namespace kvasir::gguf {
+namespace {
+
+class Out {
+ public:
+  template <typename T>
+  void put(T v) {
+    const auto* p = reinterpret_cast<const uint8_t*>(&v);
+    buf.insert(buf.end(), p, p + sizeof(T));
+  }
+  void put_string(const std::string& s) {
+    put<uint64_t>(s.size());
+    buf.insert(buf.end(), s.begin(), s.end());
+  }
+  void pad_to(uint64_t alignment) {
+    while (buf.size() % alignment) buf.push_back(0);
+  }
+  void put_value(const Value& v) {
+    switch (v.type) {
+      case ValueType::U8: put<uint8_t>(uint8_t(v.u)); break;
+      case ValueType::I8: put<int8_t>(int8_t(v.i)); break;
+      case ValueType::U16: put<uint16_t>(uint16_t(v.u)); break;
+      case ValueType::I16: put<int16_t>(int16_t(v.i)); break;
+      case ValueType::U32: put<uint32_t>(uint32_t(v.u)); break;
+      case ValueType::I32: put<int32_t>(int32_t(v.i)); break;
+      case ValueType::U64: put<uint64_t>(v.u); break;
+      case ValueType::I64: put<int64_t>(v.i); break;
+      case ValueType::F32: put<float>(float(v.f)); break;
+      case ValueType::F64: put<double>(v.f); break;
+      case ValueType::BOOL: put<uint8_t>(v.u ? 1 : 0); break;
+      case ValueType::STRING: put_string(v.str); break;
+      case ValueType::ARRAY:
+        put<uint32_t>(static_cast<uint32_t>(v.elem_type));
+        put<uint64_t>(v.items.size());
+        for (const auto& item : v.items) put_value(item);
+        break;
+    }
+  }
+  std::vector<uint8_t> buf;
+};
+
+}  // namespace
+
+void Writer::set(std::string key, Value value) {
+  for (auto& kv : kv_)
+    if (kv.key == key) {
+      kv.value = std::move(value);
+      return;
+    }
+  kv_.push_back({std::move(key), std::move(value)});
+}
+
+void Writer::add_tensor(std::string name, DType type, std::vector<int64_t> shape, std::vector<uint8_t> data) {
+  tensors_.push_back({std::move(name), type, std::move(shape), std::move(data)});
+}
+
+std::vector<uint8_t> Writer::to_bytes(uint64_t alignment) const {
+  Out o;
+  o.put<uint32_t>(0x46554747);
+  o.put<uint32_t>(3);
+  o.put<uint64_t>(tensors_.size());
+  const bool has_alignment_key = alignment != 32;
+  o.put<uint64_t>(kv_.size() + (has_alignment_key ? 1 : 0));
+  if (has_alignment_key) {
+    o.put_string("general.alignment");
+    o.put<uint32_t>(static_cast<uint32_t>(ValueType::U32));
+    o.put<uint32_t>(uint32_t(alignment));
+  }
+  for (const auto& kv : kv_) {
+    o.put_string(kv.key);
+    o.put<uint32_t>(static_cast<uint32_t>(kv.value.type));
+    o.put_value(kv.value);
+  }
+  uint64_t offset = 0;
+  for (const auto& t : tensors_) {
+    o.put_string(t.name);
+    o.put<uint32_t>(uint32_t(t.shape.size()));
+    for (int64_t ne : t.shape) o.put<uint64_t>(uint64_t(ne));
+    o.put<uint32_t>(static_cast<uint32_t>(t.type));
+    o.put<uint64_t>(offset);
+    offset += (t.data.size() + alignment - 1) / alignment * alignment;
+  }
+  o.pad_to(alignment);
+  for (const auto& t : tensors_) {
+    o.buf.insert(o.buf.end(), t.data.begin(), t.data.end());
+    o.pad_to(alignment);
+  }
+  return std::move(o.buf);
+}
+
+Status Writer::write(const std::string& path, uint64_t alignment) const {
+  const auto bytes = to_bytes(alignment);
+  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "wb"), &std::fclose);
+  if (!f) return Error{"cannot write '" + path + "'"};
+  if (std::fwrite(bytes.data(), 1, bytes.size(), f.get()) != bytes.size()) return Error{"short write to '" + path + "'"};
+  return {};
+}
+
+}  // namespace kvasir::gguf
