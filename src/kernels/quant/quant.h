@@ -1,0 +1,29 @@
+// Block quantization formats, bit-compatible with ggml: one traits row per type.
+// Weights stay in their file type; activations are converted once per row to the weight type's
+// `vec_dot_type` (Q8_0 / Q8_1 / Q8_K for quantized weights, F16/BF16/F32 for float weights) and
+// the dot product runs directly on blocks.
+#pragma once
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace kvasir::kernels {
+
+using DequantizeRowFn = void (*)(const void* src, float* dst, int64_t n);
+using QuantizeRowFn = void (*)(const float* src, void* dst, int64_t n);
+// Dot product of n elements: one row of the weight type with one row of its vec_dot_type.
+using VecDotFn = float (*)(int64_t n, const void* w_row, const void* act_row);
+
+struct QuantTraits {
+  DType type;
+  DequantizeRowFn dequantize_row;  // scalar reference; never null for a supported type
+  QuantizeRowFn quantize_row;      // reference quantizer; null where none exists
+  DType vec_dot_type;              // what activations are converted to for vec_dot
+  VecDotFn vec_dot;                // fastest available implementation
+  VecDotFn vec_dot_ref;            // scalar reference twin
+};
+
+// Traits of a weight type; nullptr for a type without kernels.
+const QuantTraits* quant_traits(DType type);
+
+}  // namespace kvasir::kernels
