@@ -1,0 +1,107 @@
+// `kvasir run -m MODEL -p PROMPT -n N [sampling] [--ctx C] [-t THREADS]`: generated text on
+// stdout and nothing else; timings on stderr.
+#include <chrono>
+#include <cstdio>
+
+#include "cli/common.h"
+#include "cli/commands.h"
+#include "model/session.h"
+#include "sample/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvasir::cli {
+namespace {
+
+struct RunArgs {
+  std::string model;
+  std::string prompt;
+  int n_predict = 128;
+  SamplingParams sampling;
+  int64_t n_ctx = 4096;
+  int threads = 0;
+  std::string kv_type = "f16";
+  int64_t batch = 512;
+};
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+int run_generate(RunArgs a) {
+  if (a.model.empty()) a.model = default_model_path();
+  auto model = Model::load(a.model);
+  if (!model) return fail(model.error());
+  auto tokenizer = Tokenizer::from_gguf((*model)->gguf());
+  if (!tokenizer) return fail(a.model + ": " + tokenizer.error());
+  auto kv_type = parse_kv_type(a.kv_type);
+  if (!kv_type) return fail(kv_type.error());
+
+  std::vector<int32_t> tokens = tokenizer->encode(a.prompt);
+  if (tokens.empty()) return fail("the prompt tokenizes to nothing");
+  if (int64_t(tokens.size()) >= a.n_ctx)
+    return fail("prompt of " + std::to_string(tokens.size()) + " tokens does not fit the context of " +
+                std::to_string(a.n_ctx) + " (raise --ctx)");
+  auto session = Session::create(**model, {.n_ctx = a.n_ctx, .max_batch_tokens = a.batch, .num_threads = a.threads,
+                                           .kv_type = *kv_type});
+  if (!session) return fail(session.error());
+
+  const int64_t n_vocab = (*model)->config().n_vocab;
+  std::vector<float> logits(size_t(n_vocab));
+  auto keep = [&](int64_t, const float* l) { std::copy(l, l + n_vocab, logits.begin()); };
+  const auto t0 = Clock::now();
+  if (auto s = (*session)->eval(tokens, false, keep); !s) return fail(s.error());
+  const double prompt_s = seconds_since(t0);
+  const size_t n_prompt = tokens.size();
+
+  Sampler sampler(a.sampling);
+  StreamDecoder decoder(*tokenizer, /*skip_special=*/true);
+  const auto t1 = Clock::now();
+  int generated = 0;
+  for (; generated < a.n_predict; ++generated) {
+    const int32_t next = sampler.sample(logits, tokens);
+    if (tokenizer->is_eog(next)) break;
+    tokens.push_back(next);
+    const std::string text = decoder.push(next);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+    if ((*session)->n_past() >= a.n_ctx) {
+      ++generated;
+      std::fprintf(stderr, "\n[context of %lld tokens is full]\n", static_cast<long long>(a.n_ctx));
+      break;
+    }
+    const int32_t tok[1] = {next};
+    if (auto s = (*session)->eval(tok, false, keep); !s) return fail(s.error());
+  }
+  const std::string tail = decoder.flush();
+  std::fwrite(tail.data(), 1, tail.size(), stdout);
+  std::fflush(stdout);
+  const double gen_s = seconds_since(t1);
+  std::fprintf(stderr, "\nprompt: %zu tokens, %.2f ms, %.1f tok/s | generated: %d tokens, %.2f ms, %.1f tok/s\n",
+               n_prompt, prompt_s * 1e3, n_prompt / std::max(prompt_s, 1e-9), generated, gen_s * 1e3,
+               generated / std::max(gen_s, 1e-9));
+  return 0;
+}
+
+}  // namespace
+
+void register_run(CLI::App& app, Handler& handler) {
+  auto a = std::make_shared<RunArgs>();
+  auto* cmd = app.add_subcommand("run", "Generate text from a prompt");
+  cmd->add_option("-m,--model", a->model, "GGUF model (default: the installed Gemma 3 270M)");
+  cmd->add_option("-p,--prompt", a->prompt, "Prompt text")->required();
+  cmd->add_option("-n,--n-predict", a->n_predict, "Tokens to generate")->check(CLI::Range(0, 1 << 24));
+  cmd->add_option("--temp", a->sampling.temperature, "Temperature (0 = greedy)");
+  cmd->add_option("--top-k", a->sampling.top_k, "Top-k (0 = off)");
+  cmd->add_option("--top-p", a->sampling.top_p, "Top-p (1 = off)")->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--min-p", a->sampling.min_p, "Min-p (0 = off)")->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--repeat-penalty", a->sampling.repetition_penalty, "Repetition penalty (1 = off)");
+  cmd->add_option("--presence-penalty", a->sampling.presence_penalty, "Presence penalty");
+  cmd->add_option("--frequency-penalty", a->sampling.frequency_penalty, "Frequency penalty");
+  cmd->add_option("--seed", a->sampling.seed, "Sampling seed");
+  cmd->add_option("-c,--ctx", a->n_ctx, "Context size in tokens")->check(CLI::Range(int64_t(16), int64_t(1) << 22));
+  cmd->add_option("-t,--threads", a->threads, "Threads (default: physical cores)");
+  cmd->add_option("-b,--batch", a->batch, "Prefill chunk in tokens")->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--kv-type", a->kv_type, "KV cache type: f16 or f32");
+  cmd->callback([&handler, a] { handler = [a] { return run_generate(*a); }; });
+}
+
+}  // namespace kvasir::cli

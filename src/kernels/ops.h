@@ -1,0 +1,30 @@
+// Elementwise and per-row kernels: pure functions on spans of floats.
+#pragma once
+#include <cstdint>
+
+namespace kvasir::kernels {
+
+// out[i] = x[i] / rms(x) * w[i]; rms = sqrt(mean(x^2) + eps). w may be null (no scale).
+void rms_norm(const float* x, const float* w, int64_t n, float eps, float* out);
+
+enum class RopeMode { Normal, Neox };  // Normal rotates (2i, 2i+1); Neox rotates (i, i + dim/2)
+
+struct RopeParams {
+  RopeMode mode = RopeMode::Normal;
+  int64_t rot_dims = 0;               // rotated dims of each head (the rest pass through)
+  float freq_base = 10000.f;
+  float freq_scale = 1.f;             // linear scaling: positions multiplied by this
+  const float* freq_factors = nullptr;  // per pair divisor (Llama 3 rope_freqs), or null
+};
+
+// Rotates n_heads heads of head_dim floats in place for position pos.
+void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const RopeParams& p);
+
+void silu_mul(const float* gate, const float* up, int64_t n, float* out);       // silu(g) * u
+void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out);  // gelu(g) * u
+void add_inplace(float* x, const float* y, int64_t n);
+void scale_inplace(float* x, int64_t n, float s);
+// x = cap * tanh(x / cap)
+void softcap_inplace(float* x, int64_t n, float cap);
+
+}  // namespace kvasir::kernels

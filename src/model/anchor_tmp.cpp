@@ -1,2 +1,0 @@
-// placeholder so the layer library is never empty
-namespace kvasir { int model_layer_anchor = 0; }

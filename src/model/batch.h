@@ -1,0 +1,39 @@
+// A ragged batch: rows (tokens) from several sequences, prefill chunks and single decode tokens
+// mixed. Each row names its sequence; each sequence has a block table mapping logical KV blocks
+// to physical blocks of the KvCache.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace kvasir {
+
+struct Batch {
+  std::vector<int32_t> tokens;       // [T]
+  std::vector<int32_t> positions;    // [T] position of the token in its sequence
+  std::vector<int32_t> seq_index;    // [T] index into block_tables
+  std::vector<uint8_t> want_logits;  // [T] 1 when this row's logits are returned
+  // Per sequence: physical block ids covering positions [0, max position of its rows].
+  std::vector<const std::vector<int32_t>*> block_tables;
+
+  void add(int32_t token, int32_t pos, int32_t seq, bool logits) {
+    tokens.push_back(token);
+    positions.push_back(pos);
+    seq_index.push_back(seq);
+    want_logits.push_back(logits ? 1 : 0);
+  }
+  int64_t size() const { return int64_t(tokens.size()); }
+  int64_t num_logit_rows() const {
+    int64_t n = 0;
+    for (auto w : want_logits) n += w;
+    return n;
+  }
+  void clear() {
+    tokens.clear();
+    positions.clear();
+    seq_index.clear();
+    want_logits.clear();
+    block_tables.clear();
+  }
+};
+
+}  // namespace kvasir

@@ -1,0 +1,104 @@
+#include "model/config.h"
+
+#include <cmath>
+
+namespace kvasir {
+namespace {
+
+constexpr const char* kSupported = "llama, qwen2, gemma3";
+
+// Reads `<arch>.<suffix>` as an integer, with a default when absent.
+struct Meta {
+  const gguf::File& f;
+  std::string arch;
+
+  Result<int64_t> get_int(const std::string& suffix) const { return f.get_int(arch + "." + suffix); }
+  int64_t int_or(const std::string& suffix, int64_t def) const {
+    auto r = get_int(suffix);
+    return r ? *r : def;
+  }
+  float float_or(const std::string& suffix, float def) const {
+    auto r = f.get_float(arch + "." + suffix);
+    return r ? float(*r) : def;
+  }
+  bool has(const std::string& suffix) const { return f.find(arch + "." + suffix) != nullptr; }
+};
+
+Status check_positive(const char* what, int64_t v, int64_t max) {
+  if (v <= 0 || v > max) return Error{std::string("model config: ") + what + " = " + std::to_string(v) + " is out of range"};
+  return {};
+}
+
+}  // namespace
+
+Result<ModelConfig> config_from_gguf(const gguf::File& file) {
+  auto arch_name = file.get_string("general.architecture");
+  if (!arch_name) return Error{arch_name.error()};
+  ModelConfig c;
+  c.arch_name = *arch_name;
+  if (c.arch_name == "llama") c.arch = Arch::Llama;
+  else if (c.arch_name == "qwen2") c.arch = Arch::Qwen2;
+  else if (c.arch_name == "gemma3") c.arch = Arch::Gemma3;
+  else return Error{"unsupported architecture '" + c.arch_name + "' (supported: " + kSupported + ")"};
+
+  const Meta m{file, c.arch_name};
+  for (const char* key : {"embedding_length", "block_count", "attention.head_count", "feed_forward_length"})
+    if (auto r = m.get_int(key); !r) return Error{r.error()};
+  c.n_embd = *m.get_int("embedding_length");
+  c.n_layers = *m.get_int("block_count");
+  c.n_heads = *m.get_int("attention.head_count");
+  c.n_ff = *m.get_int("feed_forward_length");
+  c.n_kv_heads = m.int_or("attention.head_count_kv", c.n_heads);
+  c.head_dim = m.int_or("attention.key_length", c.n_heads > 0 ? c.n_embd / c.n_heads : 0);
+  c.n_ctx_train = m.int_or("context_length", 2048);
+  c.norm_eps = m.float_or("attention.layer_norm_rms_epsilon", 1e-5f);
+  c.rope_base = m.float_or("rope.freq_base", 10000.f);
+  c.rope_dims = m.int_or("rope.dimension_count", c.head_dim);
+  if (auto* tokens = file.find("tokenizer.ggml.tokens"); tokens && tokens->type == gguf::ValueType::ARRAY)
+    c.n_vocab = int64_t(tokens->items.size());
+  c.n_vocab = m.int_or("vocab_size", c.n_vocab);
+  if (m.has("rope.scaling.factor")) {
+    const float factor = m.float_or("rope.scaling.factor", 1.f);
+    auto type = file.get_string(c.arch_name + ".rope.scaling.type");
+    if (factor > 0 && (!type || *type == "linear")) c.rope_freq_scale = 1.f / factor;
+  }
+
+  if (auto s = check_positive("embedding_length", c.n_embd, 1 << 20); !s) return Error{s.error()};
+  if (auto s = check_positive("block_count", c.n_layers, 4096); !s) return Error{s.error()};
+  if (auto s = check_positive("head_count", c.n_heads, 4096); !s) return Error{s.error()};
+  if (auto s = check_positive("head_count_kv", c.n_kv_heads, c.n_heads); !s) return Error{s.error()};
+  if (auto s = check_positive("key_length", c.head_dim, 1 << 16); !s) return Error{s.error()};
+  if (auto s = check_positive("feed_forward_length", c.n_ff, 1 << 24); !s) return Error{s.error()};
+  if (auto s = check_positive("vocab_size", c.n_vocab, 1 << 24); !s) return Error{s.error()};
+  if (c.n_heads % c.n_kv_heads != 0) return Error{"model config: head_count is not a multiple of head_count_kv"};
+  if (c.rope_dims <= 0 || c.rope_dims > c.head_dim || c.rope_dims % 2) return Error{"model config: bad rope.dimension_count"};
+  if (!(c.rope_base > 0)) return Error{"model config: rope.freq_base must be positive"};
+
+  c.layer_is_swa.assign(size_t(c.n_layers), false);
+  c.attn_scale = 1.f / std::sqrt(float(c.head_dim));
+  switch (c.arch) {
+    case Arch::Llama:
+      break;
+    case Arch::Qwen2:
+      c.qkv_bias = true;
+      c.rope_mode = kernels::RopeMode::Neox;
+      break;
+    case Arch::Gemma3:
+      c.rope_mode = kernels::RopeMode::Neox;
+      c.qk_norm = true;
+      c.post_norms = true;
+      c.ffn_act = FfnAct::GeluTanh;
+      c.embed_scale = std::sqrt(float(c.n_embd));
+      c.sliding_window = m.int_or("attention.sliding_window", 0);
+      c.rope_base_swa = m.float_or("rope.freq_base_swa", 10000.f);
+      c.final_logit_softcap = m.float_or("final_logit_softcapping", 0.f);
+      // Gemma 3 interleaves five sliding-window layers with one global layer.
+      if (c.sliding_window > 0)
+        for (int64_t il = 0; il < c.n_layers; ++il) c.layer_is_swa[size_t(il)] = il % 6 < 5;
+      break;
+  }
+  if (m.has("attention.scale")) c.attn_scale = m.float_or("attention.scale", c.attn_scale);
+  return c;
+}
+
+}  // namespace kvasir

@@ -1,0 +1,66 @@
+// The batched forward pass shared by every architecture: Batch + KvCache -> logits.
+// All activations are preallocated for max_batch_tokens rows; forward() allocates nothing.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "model/batch.h"
+#include "model/kv_cache.h"
+#include "model/model.h"
+
+namespace kvasir {
+
+struct ForwardOptions {
+  int64_t max_batch_tokens = 512;
+  int num_threads = 0;  // 0 = physical cores
+};
+
+class Forward {
+ public:
+  Forward(const Model& model, const ForwardOptions& options);
+
+  // PRECONDITIONS (checked, error on violation): 0 < batch.size() <= max_batch_tokens; token ids
+  // in [0, n_vocab); each row's block table covers its position with ids < kv.num_blocks().
+  // Writes the K/V of every row into the cache, then returns the logits of rows with
+  // want_logits, in row order: [num_logit_rows][n_vocab], valid until the next call.
+  Result<const float*> forward(const Batch& batch, KvCache& kv);
+
+  int64_t max_batch_tokens() const { return max_tokens_; }
+  ThreadPool& pool() { return pool_; }
+
+ private:
+  Status validate(const Batch& batch, const KvCache& kv) const;
+  void embed(const Batch& batch);
+  void attention_block(int64_t il, const Batch& batch, KvCache& kv);
+  void ffn_block(int64_t il, int64_t T);
+  void output_logits(const Batch& batch);
+  // y[T][w.n_out] = x[T][w.n_in] · Wᵀ
+  void linear(const Matrix& w, const float* x, int64_t T, float* y);
+  // out[t] = rms_norm(x[t]) * weight for T rows of n floats (in place allowed).
+  void norm_rows(const float* x, const Vector& weight, int64_t T, int64_t n, float* out);
+
+  const Model& model_;
+  const ModelConfig& c_;
+  int64_t max_tokens_;
+  ThreadPool pool_;
+
+  // Activations, one row per batch token.
+  std::vector<float> x_;        // [T][n_embd] residual stream
+  std::vector<float> xn_;       // [T][n_embd] normed input of a block
+  std::vector<float> q_;        // [T][q_dim]
+  std::vector<float> k_, v_;    // [T][kv_dim]
+  std::vector<float> att_;      // [T][q_dim]
+  std::vector<float> proj_;     // [T][n_embd] block output before the residual add
+  std::vector<float> gate_;     // [T][n_ff]
+  std::vector<float> up_;       // [T][n_ff]
+  std::vector<uint8_t> act_q_;  // activations converted to a weight's vec_dot_type
+  std::vector<float> attn_scratch_;  // per thread
+  int64_t attn_scratch_floats_ = 0;
+  std::vector<float> logits_;   // [T][n_vocab]
+  std::vector<int64_t> logit_rows_;
+};
+
+}  // namespace kvasir

@@ -1,0 +1,30 @@
+// A loaded model: the mapped file, its parsed metadata, config and bound weights.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "format/gguf.h"
+#include "format/mapped_file.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace kvasir {
+
+class Model {
+ public:
+  static Result<std::unique_ptr<Model>> load(const std::string& path);
+
+  const ModelConfig& config() const { return config_; }
+  const Weights& weights() const { return weights_; }
+  const gguf::File& gguf() const { return gguf_; }
+  const std::string& path() const { return file_.path(); }
+
+ private:
+  MappedFile file_;
+  gguf::File gguf_;
+  ModelConfig config_;
+  Weights weights_;
+};
+
+}  // namespace kvasir

@@ -1,0 +1,54 @@
+// Per-request token sampling: seeded and deterministic.
+//
+// Order of application (documented contract):
+//   1. penalties over the last `penalty_last_n` tokens of the sequence (prompt + generated):
+//      repetition (logit / r when positive, logit * r when negative), then
+//      presence (- presence once a token occurred) and frequency (- frequency * count);
+//   2. temperature <= 0: greedy argmax, the lowest id wins a tie — done;
+//   3. top-k (k <= 0 disables), 4. top-p (nucleus, p >= 1 disables),
+//   5. min-p (keep p_i >= min_p * p_max; 0 disables), all on temperature-1 probabilities;
+//   6. temperature scaling of the survivors, softmax, one draw from the request's RNG.
+#pragma once
+#include <cstdint>
+#include <random>
+#include <span>
+#include <vector>
+
+namespace kvasir {
+
+struct SamplingParams {
+  float temperature = 0.8f;
+  int32_t top_k = 40;
+  float top_p = 0.95f;
+  float min_p = 0.05f;
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  int32_t penalty_last_n = 64;
+  uint64_t seed = 0;
+};
+
+// Index of the largest value; the lowest index wins a tie.
+int32_t argmax(std::span<const float> logits);
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplingParams& params);
+  // `history`: the sequence so far (prompt + generated), for penalties.
+  int32_t sample(std::span<const float> logits, std::span<const int32_t> history);
+  const SamplingParams& params() const { return params_; }
+
+ private:
+  struct Candidate {
+    int32_t id;
+    float logit;
+  };
+  void apply_penalties(std::span<const int32_t> history);
+
+  SamplingParams params_;
+  std::mt19937_64 rng_;
+  std::vector<Candidate> cand_;  // reused across calls
+  std::vector<float> work_;      // penalized logits
+};
+
+}  // namespace kvasir
