@@ -39,7 +39,7 @@ class Binder {
       return Error{"tensor '" + name + "' has shape " + shape_str(*t) + ", expected [" + std::to_string(n) + "]"};
     const auto* tr = kernels::quant_traits(t->type);
     if (!tr) return Error{"tensor '" + name + "' has unsupported type " + std::string(dtype_name(t->type))};
-    Vector v(size_t(n));
+    Vector v(static_cast<size_t>(n));
     tr->dequantize_row(t->data, v.data(), n);
     return v;
   }

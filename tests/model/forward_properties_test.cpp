@@ -1,0 +1,161 @@
+// Properties of the batched forward pass on real fixture models:
+//  - a sequence run inside a ragged batch of several gets bitwise the same logits as run alone;
+//  - decoding token by token equals one prefill of the same tokens (within float noise);
+//  - bad batches are rejected with an error, not a crash.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "golden_util.h"
+#include "model/forward.h"
+#include "model/session.h"
+
+using namespace kvasir;
+
+namespace {
+
+std::vector<int32_t> random_tokens(std::mt19937& rng, size_t n, int32_t vocab) {
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = int32_t(rng() % uint32_t(vocab));
+  return t;
+}
+
+// Logits of every position of `tokens` run alone through a Session (chunks of `chunk`).
+std::vector<std::vector<float>> run_alone(const Model& m, const std::vector<int32_t>& tokens, int64_t chunk,
+                                          DType kv_type = DType::F16) {
+  auto s = Session::create(m, {.n_ctx = 512, .max_batch_tokens = chunk, .num_threads = 2, .kv_type = kv_type});
+  EXPECT_TRUE(s.ok());
+  std::vector<std::vector<float>> out;
+  const int64_t V = m.config().n_vocab;
+  EXPECT_TRUE((*s)->eval(tokens, true, [&](int64_t, const float* l) { out.emplace_back(l, l + V); }).ok());
+  return out;
+}
+
+class ForwardProperties : public ::testing::TestWithParam<std::string> {};
+
+}  // namespace
+
+TEST_P(ForwardProperties, BatchedEqualsAloneBitwise) {
+  auto model = Model::load(shared_path("models/" + GetParam() + ".gguf"));
+  ASSERT_TRUE(model.ok()) << model.error();
+  const Model& m = **model;
+  const int64_t V = m.config().n_vocab;
+  std::mt19937 rng(123);
+  const std::vector<size_t> lengths = {23, 5, 40, 1};
+  std::vector<std::vector<int32_t>> seqs;
+  for (size_t n : lengths) seqs.push_back(random_tokens(rng, n, int32_t(V)));
+
+  // Each sequence alone, in one prefill (chunk = its length).
+  std::vector<std::vector<std::vector<float>>> alone;
+  for (const auto& s : seqs) alone.push_back(run_alone(m, s, int64_t(s.size())));
+
+  // All of them at once in ragged steps: prefill chunks of different sizes interleaved with
+  // other sequences' rows, over a shared KV pool with scattered blocks.
+  const int64_t block = 16;
+  auto kv = KvCache::create(m.config(), {.num_blocks = 64, .block_size = block, .type = DType::F16});
+  ASSERT_TRUE(kv.ok());
+  std::vector<std::vector<int32_t>> tables(seqs.size());
+  int32_t next_block = 63;
+  for (auto& t : tables)
+    for (int i = 0; i < 4; ++i) t.push_back(next_block--);  // descending ids: nothing contiguous
+  Forward fwd(m, {.max_batch_tokens = 64, .num_threads = 2});
+  std::vector<size_t> done(seqs.size(), 0);
+  std::vector<std::vector<std::vector<float>>> batched(seqs.size());
+  const size_t chunk_sizes[] = {7, 1, 13, 3};
+  for (int step = 0; step < 100; ++step) {
+    Batch b;
+    for (size_t s = 0; s < seqs.size(); ++s) b.block_tables.push_back(&tables[s]);
+    for (size_t s = 0; s < seqs.size(); ++s) {
+      const size_t take = std::min(seqs[s].size() - done[s], chunk_sizes[(s + size_t(step)) % 4]);
+      for (size_t i = done[s]; i < done[s] + take; ++i) b.add(seqs[s][i], int32_t(i), int32_t(s), true);
+    }
+    if (b.size() == 0) break;
+    auto logits = fwd.forward(b, *kv);
+    ASSERT_TRUE(logits.ok()) << logits.error();
+    for (int64_t r = 0; r < b.size(); ++r) {
+      const size_t s = size_t(b.seq_index[size_t(r)]);
+      batched[s].emplace_back(*logits + r * V, *logits + (r + 1) * V);
+      done[s]++;
+    }
+  }
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    ASSERT_EQ(batched[s].size(), alone[s].size());
+    for (size_t p = 0; p < alone[s].size(); ++p) EXPECT_EQ(batched[s][p], alone[s][p]) << "seq " << s << " pos " << p;
+  }
+}
+
+TEST_P(ForwardProperties, DecodeEqualsPrefill) {
+  auto model = Model::load(shared_path("models/" + GetParam() + ".gguf"));
+  ASSERT_TRUE(model.ok()) << model.error();
+  std::mt19937 rng(7);
+  const auto tokens = random_tokens(rng, 37, int32_t((*model)->config().n_vocab));
+  // F32 KV so that the only difference is the attention kernel's block order.
+  const auto prefill = run_alone(**model, tokens, 64, DType::F32);
+  const auto decode = run_alone(**model, tokens, 1, DType::F32);
+  ASSERT_EQ(prefill.size(), decode.size());
+  // Prefill and decode run the same kernels row by row, so they agree exactly; we state a float
+  // tolerance (1e-5 relative to the logits' scale) in case a future GEMM tiles differently.
+  for (size_t p = 0; p < prefill.size(); ++p) {
+    double max_abs = 0, scale = 0;
+    for (size_t i = 0; i < prefill[p].size(); ++i) {
+      max_abs = std::max(max_abs, double(std::fabs(prefill[p][i] - decode[p][i])));
+      scale = std::max(scale, double(std::fabs(prefill[p][i])));
+    }
+    EXPECT_LE(max_abs, 1e-5 * scale) << "position " << p;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, ForwardProperties,
+                         ::testing::Values("fixture-llama-q4_k_m", "fixture-qwen2-q8_0", "fixture-gemma3-f32",
+                                           "stories260K"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (auto& ch : n) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return n;
+                         });
+
+TEST(Forward, RejectsBadBatches) {
+  auto model = Model::load(shared_path("models/stories260K.gguf"));
+  ASSERT_TRUE(model.ok());
+  auto kv = KvCache::create((*model)->config(), {.num_blocks = 2, .block_size = 16});
+  ASSERT_TRUE(kv.ok());
+  Forward fwd(**model, {.max_batch_tokens = 8, .num_threads = 1});
+  std::vector<int32_t> table = {0, 1};
+  auto expect_error = [&](Batch b, const std::string& fragment) {
+    b.block_tables.insert(b.block_tables.begin(), &table);  // sequence 0
+    auto r = fwd.forward(b, *kv);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.error().find(fragment), std::string::npos) << r.error();
+  };
+  expect_error(Batch{}, "batch of 0 tokens");
+  { Batch b; b.add(100000, 0, 0, true); expect_error(b, "outside the vocabulary"); }
+  { Batch b; b.add(1, 32, 0, true); expect_error(b, "not covered"); }
+  { Batch b; b.add(1, 0, 5, true); expect_error(b, "no block table"); }
+  { Batch b; for (int i = 0; i < 9; ++i) b.add(1, i, 0, true); expect_error(b, "batch of 9 tokens"); }
+  std::vector<int32_t> bad = {7};
+  { Batch b; b.add(1, 0, 0, true); b.block_tables.push_back(&bad); b.seq_index[0] = 1; expect_error(b, "block id out of range"); }
+}
+
+TEST(Session, ContextOverflowIsAnError) {
+  auto model = Model::load(shared_path("models/stories260K.gguf"));
+  ASSERT_TRUE(model.ok());
+  auto s = Session::create(**model, {.n_ctx = 16, .num_threads = 1});
+  ASSERT_TRUE(s.ok());
+  std::vector<int32_t> tokens(17, 5);
+  auto st = (*s)->eval(tokens, false, [](int64_t, const float*) {});
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error().find("context full"), std::string::npos);
+  EXPECT_EQ((*s)->n_past(), 0);
+}
+
+TEST(Model, UnknownArchitectureListsSupportedOnes) {
+  gguf::Writer w;
+  w.set("general.architecture", gguf::Value::of_string("mamba"));
+  const std::string path = ::testing::TempDir() + "/mamba.gguf";
+  ASSERT_TRUE(w.write(path).ok());
+  auto m = Model::load(path);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.error().find("unsupported architecture 'mamba'"), std::string::npos) << m.error();
+  EXPECT_NE(m.error().find("llama, qwen2, gemma3"), std::string::npos);
+}
