@@ -21,9 +21,16 @@ struct QuantTraits {
   DType vec_dot_type;              // what activations are converted to for vec_dot
   VecDotFn vec_dot;                // fastest available implementation
   VecDotFn vec_dot_ref;            // scalar reference twin
+  // Same bytes as quantize_row, vectorized where that pays (the activation types); null where
+  // quantize_row is null.
+  QuantizeRowFn quantize_row_fast;
 };
 
-// Traits of a weight type; nullptr for a type without kernels.
+// Traits of a type; nullptr for a type without kernels. The activation-only types Q8_1 and Q8_K
+// have traits too, with null vec_dot / vec_dot_ref (nothing is multiplied in those types).
 const QuantTraits* quant_traits(DType type);
+
+// "avx2" when the AVX2/FMA/F16C kernels were compiled in, else "scalar".
+const char* kernel_isa();
 
 }  // namespace kvasir::kernels

@@ -1,0 +1,22 @@
+// Matrix-vector / matrix-matrix products on weights kept in their file type.
+// y[r][o] = dot(W row o, x row r): W is [n_out x n_in] (row o at byte o * row_bytes(wtype, n_in)),
+// activations are first converted once per row to the weight type's vec_dot_type.
+#pragma once
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace kvasir::kernels {
+
+// Converts n_rows rows of n floats (contiguous) to `vec_dot_type`, row after row. `out` holds
+// n_rows * row_bytes(vec_dot_type, n) bytes. n must be a multiple of that type's block size.
+void quantize_activations(DType vec_dot_type, const float* x, int64_t n_rows, int64_t n, void* out);
+
+// For every activation row r in [0, n_rows) and output o in [out_begin, out_end):
+//   y[r * y_stride + o] = dot(W row o, act row r)
+// `act_q` is the output of quantize_activations(vec_dot_type of wtype, ..., n_in, ...). Pure:
+// touches only those y entries, so threads may split [0, n_out) between them.
+void matmul_rows(DType wtype, const void* w, int64_t n_in, int64_t out_begin, int64_t out_end,
+                 const void* act_q, int64_t n_rows, float* y, int64_t y_stride);
+
+}  // namespace kvasir::kernels

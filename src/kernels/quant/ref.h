@@ -1,0 +1,59 @@
+// Scalar reference kernels, one set per type (internal to kernels/quant; use quant_traits()).
+// quantize_*_ref produce the same bytes as ggml's quantize_row_*_ref.
+#pragma once
+#include <cstdint>
+
+namespace kvasir::kernels::ref {
+
+// Float types.
+void dequantize_f32(const void* src, float* dst, int64_t n);
+void quantize_f32(const float* src, void* dst, int64_t n);
+void dequantize_f16(const void* src, float* dst, int64_t n);
+void quantize_f16(const float* src, void* dst, int64_t n);
+void dequantize_bf16(const void* src, float* dst, int64_t n);
+void quantize_bf16(const float* src, void* dst, int64_t n);
+
+// 32-element block types.
+void dequantize_q4_0(const void* src, float* dst, int64_t n);
+void dequantize_q4_1(const void* src, float* dst, int64_t n);
+void dequantize_q5_0(const void* src, float* dst, int64_t n);
+void dequantize_q5_1(const void* src, float* dst, int64_t n);
+void dequantize_q8_0(const void* src, float* dst, int64_t n);
+void dequantize_q8_1(const void* src, float* dst, int64_t n);
+void quantize_q4_0(const float* src, void* dst, int64_t n);
+void quantize_q4_1(const float* src, void* dst, int64_t n);
+void quantize_q5_0(const float* src, void* dst, int64_t n);
+void quantize_q5_1(const float* src, void* dst, int64_t n);
+void quantize_q8_0(const float* src, void* dst, int64_t n);
+void quantize_q8_1(const float* src, void* dst, int64_t n);
+
+// k-quants.
+void dequantize_q2_k(const void* src, float* dst, int64_t n);
+void dequantize_q3_k(const void* src, float* dst, int64_t n);
+void dequantize_q4_k(const void* src, float* dst, int64_t n);
+void dequantize_q5_k(const void* src, float* dst, int64_t n);
+void dequantize_q6_k(const void* src, float* dst, int64_t n);
+void dequantize_q8_k(const void* src, float* dst, int64_t n);
+void quantize_q2_k(const float* src, void* dst, int64_t n);
+void quantize_q3_k(const float* src, void* dst, int64_t n);
+void quantize_q4_k(const float* src, void* dst, int64_t n);
+void quantize_q5_k(const float* src, void* dst, int64_t n);
+void quantize_q6_k(const float* src, void* dst, int64_t n);
+void quantize_q8_k(const float* src, void* dst, int64_t n);
+
+// Dot products: weight row (first type) with activation row (second type).
+float dot_f32(int64_t n, const void* w, const void* a);
+float dot_f16(int64_t n, const void* w, const void* a);
+float dot_bf16(int64_t n, const void* w, const void* a);
+float dot_q4_0_q8_0(int64_t n, const void* w, const void* a);
+float dot_q4_1_q8_1(int64_t n, const void* w, const void* a);
+float dot_q5_0_q8_0(int64_t n, const void* w, const void* a);
+float dot_q5_1_q8_1(int64_t n, const void* w, const void* a);
+float dot_q8_0_q8_0(int64_t n, const void* w, const void* a);
+float dot_q2_k_q8_k(int64_t n, const void* w, const void* a);
+float dot_q3_k_q8_k(int64_t n, const void* w, const void* a);
+float dot_q4_k_q8_k(int64_t n, const void* w, const void* a);
+float dot_q5_k_q8_k(int64_t n, const void* w, const void* a);
+float dot_q6_k_q8_k(int64_t n, const void* w, const void* a);
+
+}  // namespace kvasir::kernels::ref

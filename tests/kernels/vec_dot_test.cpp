@@ -1,0 +1,119 @@
+// Dot products: the scalar reference against a double dot of dequantized rows, and the
+// installed (SIMD) vec_dot against its scalar twin, over awkward lengths and unaligned rows.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "kernels/quant_test_util.h"
+
+using namespace kvasir;
+using namespace kvasir::test;
+
+namespace {
+
+// Lengths in elements: 1, 3, 7, 17 and 64 blocks, and for the float types (block size 1) also
+// lengths that are not multiples of the SIMD width.
+std::vector<int64_t> lengths(DType t) {
+  if (block_size(t) == 1) return {1, 3, 7, 17, 31, 64, 100, 257, 1000, 4096};
+  std::vector<int64_t> v;
+  for (int64_t blocks : {1, 3, 7, 17, 64}) v.push_back(blocks * block_size(t));
+  return v;
+}
+
+struct Pair {
+  std::vector<uint8_t> w, act;          // weight row, activation row (vec_dot_type)
+  std::vector<float> w_deq, act_deq;    // what they decode to
+};
+
+Pair make_pair(DType t, int64_t n, uint32_t seed) {
+  const DType at = kernels::quant_traits(t)->vec_dot_type;
+  Pair p;
+  p.w = quantize(t, random_row(n, seed));
+  p.act = quantize(at, random_row(n, seed + 1000), /*fast=*/true);
+  p.w_deq = dequantize(t, p.w.data(), n);
+  p.act_deq = dequantize(at, p.act.data(), n);
+  return p;
+}
+
+// A copy of `bytes` starting one byte past an aligned address, so kernels cannot rely on
+// alignment (rows inside a GGUF tensor are only block-aligned).
+struct Unaligned {
+  explicit Unaligned(const std::vector<uint8_t>& bytes) : buf(bytes.size() + 64) {
+    std::memcpy(ptr(), bytes.data(), bytes.size());
+  }
+  uint8_t* ptr() { return buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64 + 1; }
+  std::vector<uint8_t> buf;
+};
+
+class VecDot : public ::testing::TestWithParam<DType> {};
+
+// The reference computes exact integer block dots and sums the scaled blocks in double; a
+// dequantized value is one to three float roundings away from its exact d*q (- dmin*m), so
+// the two agree to a few 2^-24 of sum|w_i a_i|: 1e-5 of it leaves two orders of margin.
+// For Q4_1/Q5_1 the activation's fp16 sum term adds q8_1_sum_allowance.
+TEST_P(VecDot, ReferenceMatchesDequantizedDot) {
+  const DType t = GetParam();
+  const auto* tr = kernels::quant_traits(t);
+  for (int64_t n : lengths(t)) {
+    for (uint32_t seed = 1; seed <= 3; ++seed) {
+      const Pair p = make_pair(t, n, seed * 7 + uint32_t(n));
+      const double want = exact_dot(p.w_deq, p.act_deq);
+      const double tol = 1e-5 * abs_dot(p.w_deq, p.act_deq) + q8_1_sum_allowance(t, p.w.data(), p.act.data(), n);
+      EXPECT_NEAR(tr->vec_dot_ref(n, p.w.data(), p.act.data()), want, tol) << "n " << n << " seed " << seed;
+    }
+  }
+}
+
+// Both versions compute the same exact integer dots per block; they differ only in how the
+// float per-block terms are summed (SIMD: float lanes, reference: double). With <= 64 blocks or
+// <= 4096/32 float terms per lane, the float sum's worst case is ~128 * 2^-24 ~ 8e-6 of the
+// sum of |terms|, which is within a small factor of sum|w_i a_i|: tolerance 2e-5 of it.
+TEST_P(VecDot, SimdMatchesScalarTwin) {
+  const DType t = GetParam();
+  const auto* tr = kernels::quant_traits(t);
+  for (int64_t n : lengths(t)) {
+    for (uint32_t seed = 1; seed <= 3; ++seed) {
+      const Pair p = make_pair(t, n, seed * 13 + uint32_t(n));
+      Unaligned w(p.w), a(p.act);
+      const float want = tr->vec_dot_ref(n, p.w.data(), p.act.data());
+      const float got = tr->vec_dot(n, w.ptr(), a.ptr());
+      EXPECT_NEAR(got, want, 2e-5 * abs_dot(p.w_deq, p.act_deq)) << "n " << n << " seed " << seed;
+    }
+  }
+}
+
+// Extreme codes: every weight and activation at the end of its range (e.g. Q8 at -127/127,
+// nibbles at 0/15) so integer intermediates in SIMD code are pushed to their limits.
+TEST_P(VecDot, SaturatedCodesAgree) {
+  const DType t = GetParam();
+  const auto* tr = kernels::quant_traits(t);
+  const int64_t n = block_size(t) == 1 ? 4096 : 8 * std::max<int64_t>(block_size(t), 256);
+  for (int sign : {1, -1}) {
+    std::vector<float> wx(static_cast<size_t>(n)), ax(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      wx[size_t(i)] = (i % 2 ? 1.f : -1.f) * 3.f;  // two values: every code at an extreme
+      ax[size_t(i)] = sign * (i % 2 ? 1.f : -1.f) * 5.f;
+    }
+    const auto w = quantize(t, wx);
+    const auto a = quantize(tr->vec_dot_type, ax, true);
+    const auto wd = dequantize(t, w.data(), n), ad = dequantize(tr->vec_dot_type, a.data(), n);
+    const double tol = 2e-5 * abs_dot(wd, ad) + q8_1_sum_allowance(t, w.data(), a.data(), n);
+    EXPECT_NEAR(tr->vec_dot(n, w.data(), a.data()), exact_dot(wd, ad), tol) << "sign " << sign;
+    EXPECT_NEAR(tr->vec_dot_ref(n, w.data(), a.data()), exact_dot(wd, ad), tol) << "sign " << sign;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, VecDot, ::testing::ValuesIn(weight_types()), type_param_name);
+
+TEST(VecDotTypes, AsGgmlPairsThem) {
+  auto vdt = [](DType t) { return kernels::quant_traits(t)->vec_dot_type; };
+  EXPECT_EQ(vdt(DType::F32), DType::F32);
+  EXPECT_EQ(vdt(DType::F16), DType::F16);
+  EXPECT_EQ(vdt(DType::BF16), DType::BF16);
+  for (DType t : {DType::Q4_0, DType::Q5_0, DType::Q8_0}) EXPECT_EQ(vdt(t), DType::Q8_0);
+  for (DType t : {DType::Q4_1, DType::Q5_1}) EXPECT_EQ(vdt(t), DType::Q8_1);
+  for (DType t : {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) EXPECT_EQ(vdt(t), DType::Q8_K);
+  EXPECT_EQ(kernels::quant_traits(DType::Q8_K)->vec_dot, nullptr);
+}
+
+}  // namespace
