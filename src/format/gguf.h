@@ -104,9 +104,10 @@ Result<File> parse(std::span<const uint8_t> bytes, const Limits& limits = {});
 class Writer {
  public:
   void set(std::string key, Value value);
-  // `data` must hold row_bytes(type, ne[0]) * rows bytes.
+  // `data` must hold row_bytes(type, ne[0]) * rows bytes. alignment must be a power of two <= 256.
   void add_tensor(std::string name, DType type, std::vector<int64_t> shape, std::vector<uint8_t> data);
   std::vector<uint8_t> to_bytes(uint64_t alignment = 32) const;
+  std::vector<uint8_t> header_bytes(uint64_t alignment = 32) const;  // everything before the data
   Status write(const std::string& path, uint64_t alignment = 32) const;
 
  private:

@@ -61,7 +61,8 @@ void Writer::add_tensor(std::string name, DType type, std::vector<int64_t> shape
   tensors_.push_back({std::move(name), type, std::move(shape), std::move(data)});
 }
 
-std::vector<uint8_t> Writer::to_bytes(uint64_t alignment) const {
+// Header, metadata and tensor infos, padded to the alignment: everything before the data.
+std::vector<uint8_t> Writer::header_bytes(uint64_t alignment) const {
   Out o;
   o.put<uint32_t>(0x46554747);
   o.put<uint32_t>(3);
@@ -73,10 +74,10 @@ std::vector<uint8_t> Writer::to_bytes(uint64_t alignment) const {
     o.put<uint32_t>(static_cast<uint32_t>(ValueType::U32));
     o.put<uint32_t>(uint32_t(alignment));
   }
-  for (const auto& kv : kv_) {
-    o.put_string(kv.key);
-    o.put<uint32_t>(static_cast<uint32_t>(kv.value.type));
-    o.put_value(kv.value);
+  for (const auto& item : kv_) {
+    o.put_string(item.key);
+    o.put<uint32_t>(static_cast<uint32_t>(item.value.type));
+    o.put_value(item.value);
   }
   uint64_t offset = 0;
   for (const auto& t : tensors_) {
@@ -88,18 +89,32 @@ std::vector<uint8_t> Writer::to_bytes(uint64_t alignment) const {
     offset += (t.data.size() + alignment - 1) / alignment * alignment;
   }
   o.pad_to(alignment);
-  for (const auto& t : tensors_) {
-    o.buf.insert(o.buf.end(), t.data.begin(), t.data.end());
-    o.pad_to(alignment);
-  }
   return std::move(o.buf);
 }
 
+std::vector<uint8_t> Writer::to_bytes(uint64_t alignment) const {
+  std::vector<uint8_t> out = header_bytes(alignment);
+  for (const auto& t : tensors_) {
+    out.insert(out.end(), t.data.begin(), t.data.end());
+    while (out.size() % alignment) out.push_back(0);
+  }
+  return out;
+}
+
 Status Writer::write(const std::string& path, uint64_t alignment) const {
-  const auto bytes = to_bytes(alignment);
+  // Streams tensor data straight to the file: a multi-GiB model is never duplicated in memory.
   std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "wb"), &std::fclose);
   if (!f) return Error{"cannot write '" + path + "'"};
-  if (std::fwrite(bytes.data(), 1, bytes.size(), f.get()) != bytes.size()) return Error{"short write to '" + path + "'"};
+  const auto header = header_bytes(alignment);
+  bool ok = std::fwrite(header.data(), 1, header.size(), f.get()) == header.size();
+  static const uint8_t zeros[256] = {};
+  for (const auto& t : tensors_) {
+    if (!ok) break;
+    ok = std::fwrite(t.data.data(), 1, t.data.size(), f.get()) == t.data.size();
+    const size_t pad = (alignment - t.data.size() % alignment) % alignment;
+    ok = ok && std::fwrite(zeros, 1, pad, f.get()) == pad;
+  }
+  if (!ok || std::fflush(f.get()) != 0) return Error{"short write to '" + path + "'"};
   return {};
 }
 
