@@ -1,0 +1,43 @@
+// Finds special (control, unknown) and user-defined token strings in text before the model's
+// tokenizer runs, reproducing llama.cpp's tokenizer_st_partition: tokens are tried longest
+// first, each splitting the text fragments that remain, so a longer token wins over a shorter
+// one wherever they overlap; tokens with the strip attributes eat adjacent whitespace.
+// Instead of one pass over the text per special token (Gemma 3 has 6,400), one trie walk finds
+// every occurrence and the occurrences are then accepted in llama.cpp's order.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "tokenizer/vocab.h"
+
+namespace kvasir::tok {
+
+// A piece of the input: a token already decided, or raw text [begin, end) to tokenize.
+struct Fragment {
+  int32_t token;  // kNoToken for raw text
+  size_t begin, end;
+};
+
+class SpecialMatcher {
+ public:
+  void build(const Vocab& vocab);
+  // parse_special == false still matches user-defined tokens (as llama.cpp and HF do).
+  void partition(std::string_view text, bool parse_special, std::vector<Fragment>& out) const;
+
+ private:
+  struct Node {
+    int32_t first_child = -1, next_sibling = -1;
+    int32_t token = kNoToken;  // a special token ends here
+    int32_t rank = 0;          // its position in llama.cpp's processing order
+    uint8_t byte = 0;
+  };
+  int32_t child(int32_t node, uint8_t b) const;
+
+  const Vocab* vocab_ = nullptr;
+  std::vector<Node> nodes_;           // trie over token texts; node 0 is the root
+  int32_t root_children_[256] = {};  // direct table for the first byte
+};
+
+}  // namespace kvasir::tok

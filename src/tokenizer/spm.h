@@ -1,0 +1,43 @@
+// SentencePiece-style tokenization as llama.cpp's llm_tokenizer_spm does it: start from single
+// UTF-8 characters, repeatedly merge the adjacent pair whose concatenation is the vocabulary
+// token with the highest score (ties: leftmost), and spell out characters that are not tokens
+// with byte tokens <0xNN>.
+#pragma once
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "tokenizer/vocab.h"
+
+namespace kvasir::tok {
+
+class SpmEncoder {
+ public:
+  void build(const Vocab& vocab);
+  // `text` is one raw-text fragment with spaces already escaped to U+2581.
+  void encode(std::string_view text, std::vector<int32_t>& out) const;
+
+ private:
+  struct Symbol {
+    int32_t prev, next;
+    size_t offset;
+    uint32_t len;  // bytes of text; 0 once merged into its left neighbour
+  };
+  struct Bigram {
+    float score;
+    int32_t left, right;
+    uint32_t len;  // left.len + right.len when queued; stale if that changed
+  };
+  void encode_segment(std::string_view text, std::vector<Symbol>& sym, std::vector<Bigram>& heap,
+                      std::vector<int32_t>& out) const;
+  void push_symbol(std::string_view piece, std::vector<int32_t>& out) const;
+
+  const Vocab* vocab_ = nullptr;
+  int32_t byte_token_[256] = {};
+  // Bytes that end a character directly followed by U+2581 inside some token. Before any other
+  // U+2581 no merge can reach across, so the text is cut there into independent segments: the
+  // same result as llama.cpp's single pass, with small priority queues.
+  bool joins_space_[256] = {};
+};
+
+}  // namespace kvasir::tok

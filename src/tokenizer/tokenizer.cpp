@@ -1,0 +1,122 @@
+// Tokenizer construction, encode, and accessors. Encode follows llama.cpp's
+// llama_vocab::impl::tokenize: split out special tokens, tokenize each raw fragment, add BOS/EOS.
+#include "tokenizer/tokenizer.h"
+
+#include <algorithm>
+
+#include "tokenizer/tokenizer_impl.h"
+
+namespace kvasir {
+
+using tok::Fragment;
+using tok::TokenizerImpl;
+using tok::VocabKind;
+
+Result<Tokenizer> Tokenizer::from_gguf(const gguf::File& file) {
+  auto impl = std::make_shared<TokenizerImpl>();
+  if (Status s = tok::load_vocab(file, impl->vocab); !s) return Error{s.error()};
+  impl->special.build(impl->vocab);
+  if (impl->vocab.kind == VocabKind::spm) {
+    impl->spm.build(impl->vocab);
+  } else {
+    if (Status s = impl->bpe.build(impl->vocab, *file.find("tokenizer.ggml.merges")); !s) return Error{s.error()};
+    if (Status s = impl->pre.build(impl->vocab.pre); !s) return Error{s.error()};
+  }
+  if (Status s = tok::build_pieces(*impl); !s) return Error{s.error()};
+  return Tokenizer(std::move(impl));
+}
+
+namespace {
+
+// SPM: spaces become U+2581; a space is prepended at the start of the text and after each
+// special token when the vocabulary asks for it.
+void encode_spm(const TokenizerImpl& t, std::string_view text, const std::vector<Fragment>& frags,
+                std::vector<int32_t>& out) {
+  std::string escaped;
+  bool prev_special = true;
+  for (const Fragment& f : frags) {
+    if (f.token != tok::kNoToken) {
+      out.push_back(f.token);
+      prev_special = true;
+      continue;
+    }
+    escaped.clear();
+    if (t.vocab.add_space_prefix && prev_special) escaped += "\xE2\x96\x81";
+    for (size_t i = f.begin; i < f.end; ++i) {
+      if (text[i] == ' ') {
+        escaped += "\xE2\x96\x81";
+      } else {
+        escaped += text[i];
+      }
+    }
+    t.spm.encode(escaped, out);
+    prev_special = false;
+  }
+}
+
+void encode_bpe(const TokenizerImpl& t, std::string_view text, const std::vector<Fragment>& frags,
+                std::vector<int32_t>& out) {
+  std::vector<tok::Span> words;
+  for (const Fragment& f : frags) {
+    if (f.token != tok::kNoToken) {
+      out.push_back(f.token);
+      continue;
+    }
+    const std::string_view raw = text.substr(f.begin, f.end - f.begin);
+    t.pre.split(raw, words);
+    for (const tok::Span& w : words) t.bpe.encode_word(raw.substr(w.begin, w.end - w.begin), out);
+  }
+}
+
+}  // namespace
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, const EncodeOptions& options) const {
+  const TokenizerImpl& t = *impl_;
+  std::vector<int32_t> out;
+  out.reserve(text.size() / 3 + 2);
+  if (options.add_special && t.vocab.add_bos) out.push_back(t.vocab.bos);
+  std::vector<Fragment> frags;
+  t.special.partition(text, options.parse_special, frags);
+  if (t.vocab.kind == VocabKind::spm) {
+    encode_spm(t, text, frags, out);
+  } else {
+    encode_bpe(t, text, frags, out);
+  }
+  if (options.add_special && t.vocab.add_eos) out.push_back(t.vocab.eos);
+  return out;
+}
+
+int32_t Tokenizer::bos() const { return impl_->vocab.bos; }
+int32_t Tokenizer::eos() const { return impl_->vocab.eos; }
+int32_t Tokenizer::eot() const { return impl_->vocab.eot; }
+int32_t Tokenizer::eom() const { return impl_->vocab.eom; }
+int32_t Tokenizer::unk() const { return impl_->vocab.unk; }
+int32_t Tokenizer::pad() const { return impl_->vocab.pad; }
+bool Tokenizer::add_bos() const { return impl_->vocab.add_bos; }
+bool Tokenizer::add_eos() const { return impl_->vocab.add_eos; }
+bool Tokenizer::add_space_prefix() const { return impl_->vocab.add_space_prefix; }
+int32_t Tokenizer::n_vocab() const { return impl_->vocab.size(); }
+TokenizerKind Tokenizer::kind() const {
+  return impl_->vocab.kind == VocabKind::spm ? TokenizerKind::spm : TokenizerKind::bpe;
+}
+const std::string& Tokenizer::pre() const { return impl_->vocab.pre_name; }
+
+bool Tokenizer::is_eog(int32_t id) const {
+  const auto& eog = impl_->vocab.eog;
+  return std::binary_search(eog.begin(), eog.end(), id);
+}
+
+std::span<const int32_t> Tokenizer::eog_ids() const { return impl_->vocab.eog; }
+
+bool Tokenizer::is_special(int32_t id) const { return valid_id(id) && impl_->vocab.has(id, tok::kAttrSpecial); }
+
+const std::string& Tokenizer::token_text(int32_t id) const {
+  static const std::string kEmpty;
+  return valid_id(id) ? impl_->vocab.text[size_t(id)] : kEmpty;
+}
+
+int32_t Tokenizer::token_to_id(std::string_view text) const { return impl_->vocab.index.find(text); }
+
+float Tokenizer::token_score(int32_t id) const { return valid_id(id) ? impl_->vocab.score[size_t(id)] : 0.0f; }
+
+}  // namespace kvasir
