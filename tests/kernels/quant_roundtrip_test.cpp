@@ -134,6 +134,12 @@ TEST(QuantizeFast, SameBytesAsReference) {
         EXPECT_EQ(quantize(t, x, true), quantize(t, x, false)) << dtype_name(t) << " blocks " << blocks;
       }
     }
+    // Exact ties: with -127 as the extreme, Q8_0/Q8_1 (d = 1) and Q8_K (scale -1) see x.5
+    // products, where roundf (away from zero) and nearest_int (to even) must be reproduced.
+    std::vector<float> ties(size_t(bs) * 2);
+    for (size_t i = 0; i < ties.size(); ++i) ties[i] = float(int(i % 40) - 20) + 0.5f;
+    ties[0] = ties[size_t(bs)] = -127.f;
+    EXPECT_EQ(quantize(t, ties, true), quantize(t, ties, false)) << dtype_name(t) << " ties";
   }
 }
 

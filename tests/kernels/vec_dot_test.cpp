@@ -117,3 +117,20 @@ TEST(VecDotTypes, AsGgmlPairsThem) {
 }
 
 }  // namespace
+
+namespace {
+
+// A build with AVX2/FMA/F16C must install the SIMD kernels, not silently fall back.
+TEST(VecDotTypes, SimdInstalledWhereCompiledIn) {
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+  EXPECT_STREQ(kernels::kernel_isa(), "avx2");
+  for (DType t : weight_types()) {
+    const auto* tr = kernels::quant_traits(t);
+    EXPECT_NE(tr->vec_dot, tr->vec_dot_ref) << dtype_name(t);
+  }
+#else
+  EXPECT_STREQ(kernels::kernel_isa(), "scalar");
+#endif
+}
+
+}  // namespace

@@ -2,11 +2,17 @@
 #include "kernels/quant/quant.h"
 
 #include "kernels/quant/ref.h"
+#include "kernels/quant/simd.h"
 
 namespace kvasir::kernels {
 namespace {
 
-#define KV_FAST(avx2_fn, ref_fn) ref::ref_fn
+// The SIMD kernel where compiled in, else the scalar twin.
+#if KVASIR_HAVE_AVX2
+#define KV_FAST(simd_fn, ref_fn) simd::simd_fn
+#else
+#define KV_FAST(simd_fn, ref_fn) ref::ref_fn
+#endif
 
 // {type, dequantize, quantize_ref, vec_dot_type, vec_dot, vec_dot_ref, quantize_fast}
 const QuantTraits kTraits[] = {
@@ -52,6 +58,6 @@ const QuantTraits* quant_traits(DType type) {
   return nullptr;
 }
 
-const char* kernel_isa() { return "scalar"; }
+const char* kernel_isa() { return KVASIR_HAVE_AVX2 ? "avx2" : "scalar"; }
 
 }  // namespace kvasir::kernels

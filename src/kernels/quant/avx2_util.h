@@ -1,0 +1,75 @@
+// Small AVX2 building blocks shared by the SIMD kernels (internal; include only under
+// KVASIR_HAVE_AVX2).
+#pragma once
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+namespace kvasir::kernels::simd {
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline int hsum_i32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtsi128_si32(s);
+}
+
+inline int hsum_i32(__m128i s) {
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtsi128_si32(s);
+}
+
+inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
+
+inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+
+// Unsigned bytes u times signed bytes v, adjacent pairs summed to int16 (callers keep
+// 2 * u * |v| < 32768), then adjacent int16 pairs times the int16 weights w16 summed to int32.
+inline __m256i dot_u8_i8(__m256i u, __m256i v, __m256i w16) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, v), w16);
+}
+
+// Signed x signed byte dot in 8 int32 lanes: maddubs wants one unsigned operand, so move a's
+// sign onto b. |a| <= 128 and |b| <= 127 keep each pair sum within int16.
+inline __m256i dot_i8_i8(__m256i a, __m256i b) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a)),
+                           _mm256_set1_epi16(1));
+}
+
+// 16 packed bytes of nibbles -> 32 bytes: low nibbles (elements 0..15) then high (16..31).
+inline __m256i unpack_nibbles_32(const uint8_t* qs) {
+  const __m128i q = load128(qs);
+  const __m128i m = _mm_set1_epi8(0x0F);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
+}
+
+// 32 bits -> 32 bytes, 0xFF where bit j is set.
+inline __m256i bits_to_bytes(uint32_t bits) {
+  const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
+                                        2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
+  const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(int(bits)), pick);
+  return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+}
+
+inline uint32_t load_u32(const uint8_t* p) { uint32_t v; std::memcpy(&v, p, 4); return v; }
+
+// int16 weights for 32-element chunk c of a super-block with 16 int8 sub-block scales `sc8`:
+// scale 2c across the low 128-bit lane, scale 2c+1 across the high one.
+inline __m256i chunk_scales(__m128i sc8, int c) {
+  const __m128i pick = _mm_add_epi8(_mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                                    _mm_set1_epi8(char(2 * c)));
+  return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, pick));
+}
+
+}  // namespace kvasir::kernels::simd
