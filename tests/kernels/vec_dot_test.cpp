@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <random>
+
+#include "core/fp16.h"
 
 #include "kernels/quant_test_util.h"
 
@@ -100,6 +103,47 @@ TEST_P(VecDot, SaturatedCodesAgree) {
     const double tol = 2e-5 * abs_dot(wd, ad) + q8_1_sum_allowance(t, w.data(), a.data(), n);
     EXPECT_NEAR(tr->vec_dot(n, w.data(), a.data()), exact_dot(wd, ad), tol) << "sign " << sign;
     EXPECT_NEAR(tr->vec_dot_ref(n, w.data(), a.data()), exact_dot(wd, ad), tol) << "sign " << sign;
+  }
+}
+
+// Weight blocks of random bytes (only the fp16 scale fields made finite) reach codes and
+// packed scales our quantizer rarely writes: Q6_K scale -128, 6-bit scales of 63, all-high
+// nibbles, every qh pattern. Activations still come from the quantizer, whose quants stay in
+// [-127, 127] as the kernels assume.
+TEST_P(VecDot, RandomWeightBytesAgree) {
+  const DType t = GetParam();
+  if (block_size(t) == 1) GTEST_SKIP() << "float rows: covered by the random-value tests";
+  const auto* tr = kernels::quant_traits(t);
+  // Byte offsets of the fp16 scale fields within one block.
+  std::vector<size_t> halves;
+  switch (t) {
+    case DType::Q4_1: case DType::Q5_1: case DType::Q4_K: case DType::Q5_K: halves = {0, 2}; break;
+    case DType::Q2_K: halves = {80, 82}; break;
+    case DType::Q3_K: halves = {108}; break;
+    case DType::Q6_K: halves = {208}; break;
+    default: halves = {0}; break;
+  }
+  const size_t bb = dtype_info(t).block_bytes;
+  std::mt19937 rng(1234);
+  std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
+  for (int64_t blocks : {1, 3, 17}) {
+    const int64_t n = blocks * block_size(t);
+    for (int rep = 0; rep < 20; ++rep) {
+      std::vector<uint8_t> w(size_t(blocks) * bb);
+      for (auto& b : w) b = uint8_t(rng());
+      for (int64_t b = 0; b < blocks; ++b) {
+        for (size_t off : halves) {
+          const uint16_t h = f32_to_fp16(scale(rng));
+          std::memcpy(w.data() + size_t(b) * bb + off, &h, 2);
+        }
+      }
+      const auto act = quantize(tr->vec_dot_type, random_row(n, uint32_t(rep)), true);
+      const auto wd = dequantize(t, w.data(), n), ad = dequantize(tr->vec_dot_type, act.data(), n);
+      const double tol = 2e-5 * abs_dot(wd, ad) + q8_1_sum_allowance(t, w.data(), act.data(), n);
+      const float ref = tr->vec_dot_ref(n, w.data(), act.data());
+      EXPECT_NEAR(tr->vec_dot(n, w.data(), act.data()), ref, tol) << "blocks " << blocks << " rep " << rep;
+      EXPECT_NEAR(ref, exact_dot(wd, ad), tol) << "blocks " << blocks << " rep " << rep;
+    }
   }
 }
 
