@@ -1,0 +1,286 @@
+#include "sched/scheduler.h"
+
+#include <algorithm>
+#include <cassert>
+
+namespace kvasir::sched {
+namespace {
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+}  // namespace
+
+Result<Scheduler> Scheduler::create(SchedulerConfig config) {
+  if (config.num_blocks <= 0) return Error{"scheduler: num_blocks must be positive, got " + str(config.num_blocks)};
+  if (config.block_size <= 0) return Error{"scheduler: block_size must be positive, got " + str(config.block_size)};
+  if (config.max_batch_tokens <= 0 || config.max_seqs <= 0) {
+    return Error{"scheduler: max_batch_tokens and max_seqs must be positive"};
+  }
+  // Otherwise some running decode could miss every step and never finish.
+  if (config.max_seqs > config.max_batch_tokens) {
+    return Error{"scheduler: max_seqs (" + str(config.max_seqs) + ") exceeds max_batch_tokens (" +
+                 str(config.max_batch_tokens) + ")"};
+  }
+  const int64_t pool_tokens = int64_t(config.num_blocks) * config.block_size;
+  if (config.max_model_len == 0) config.max_model_len = int32_t(std::min<int64_t>(pool_tokens, INT32_MAX));
+  // A sequence the pool cannot hold alone would preempt itself forever.
+  if (config.max_model_len < 2 || config.max_model_len > pool_tokens) {
+    return Error{"scheduler: max_model_len " + str(config.max_model_len) + " must be in [2, num_blocks * block_size = " +
+                 str(pool_tokens) + "]"};
+  }
+  if (config.max_chunk_tokens < 0) return Error{"scheduler: max_chunk_tokens must be >= 0"};
+  if (!config.clock) config.clock = steady_now_ns;
+  auto kv = kv::KvManager::create({.num_blocks = config.num_blocks,
+                                   .block_size = config.block_size,
+                                   .enable_prefix_cache = config.enable_prefix_cache,
+                                   .model_id = config.model_id,
+                                   .hasher = config.hasher});
+  if (!kv) return Error{"scheduler: " + kv.error()};
+  return Scheduler(std::move(config), std::move(kv).value());
+}
+
+Scheduler::Scheduler(SchedulerConfig config, kv::KvManager kv) : config_(std::move(config)), kv_(std::move(kv)) {
+  out_.seqs.reserve(size_t(config_.max_seqs));
+  candidates_.reserve(size_t(config_.max_seqs));
+}
+
+Status Scheduler::add_request(RequestId id, std::vector<int32_t> prompt, RequestOptions options) {
+  if (requests_.count(id)) return Error{"request " + str(id) + " already exists"};
+  if (prompt.empty()) return Error{"request " + str(id) + ": empty prompt"};
+  if (int64_t(prompt.size()) >= config_.max_model_len) {
+    return Error{"request " + str(id) + ": prompt of " + str(int64_t(prompt.size())) +
+                 " tokens leaves no room to generate within max_model_len " + str(config_.max_model_len)};
+  }
+  if (options.max_new_tokens < 0) return Error{"request " + str(id) + ": max_new_tokens must be >= 0"};
+  auto r = std::make_unique<Request>();
+  r->id = id;
+  r->num_prompt_tokens = int32_t(prompt.size());
+  r->tokens = std::move(prompt);
+  if (options.max_new_tokens > 0) {
+    // Tokens are appended every step; one allocation now instead of several later.
+    r->tokens.reserve(size_t(std::min<int64_t>(config_.max_model_len,
+                                               int64_t(r->num_prompt_tokens) + options.max_new_tokens)));
+  }
+  r->options = std::move(options);
+  r->arrival_seq = next_arrival_seq_++;
+  r->timings.arrival_ns = now();
+  waiting_.emplace(WaitKey{r->options.priority, r->arrival_seq}, r.get());
+  requests_.emplace(id, std::move(r));
+  return {};
+}
+
+int32_t Scheduler::chunk_limit(int32_t remaining, int32_t budget) const {
+  int32_t n = std::min(remaining, budget);
+  if (config_.max_chunk_tokens > 0) n = std::min(n, config_.max_chunk_tokens);
+  return n;
+}
+
+const SchedulerOutput& Scheduler::step() {
+  if (awaiting_update_) return out_;  // the caller has not reported the last step yet
+  out_.seqs.clear();
+  out_.preempted.clear();
+  out_.num_tokens = 0;
+  preempted_this_step_ = false;
+  ++counters_.num_steps;
+  int32_t budget = config_.max_batch_tokens;
+
+  // Decodes first, then running prefills; running_ is in admission order. Requests with nothing
+  // left to compute are waiting for a token from update() and are skipped.
+  candidates_.clear();
+  for (Request* r : running_) {
+    if (r->num_tokens() - r->num_computed_tokens == 1) candidates_.push_back(r);
+  }
+  for (Request* r : running_) {
+    if (r->num_tokens() - r->num_computed_tokens > 1) candidates_.push_back(r);
+  }
+  for (Request* r : candidates_) {
+    if (budget == 0) break;
+    if (r->state == RequestState::Running) schedule_running(r, &budget);  // may have been preempted
+  }
+  // Admitting while preempting would only thrash.
+  if (!preempted_this_step_) admit_waiting(&budget);
+
+  counters_.num_scheduled_tokens += out_.num_tokens;
+  awaiting_update_ = !out_.seqs.empty();
+  return out_;
+}
+
+void Scheduler::schedule_running(Request* r, int32_t* budget) {
+  const int32_t want = chunk_limit(r->num_tokens() - r->num_computed_tokens, *budget);
+  int32_t fit = kv_.seq_capacity(r->id) - r->num_computed_tokens;
+  while (fit < 1) {
+    Request* victim = pick_victim();
+    preempt(victim, budget);
+    if (victim == r) return;
+    fit = kv_.seq_capacity(r->id) - r->num_computed_tokens;
+  }
+  // A prefill chunk shrinks to what fits rather than preempting someone.
+  const int32_t n = std::min(want, fit);
+  const bool ok = kv_.seq_allocate(r->id, r->num_computed_tokens + n);
+  assert(ok);
+  (void)ok;
+  emit(r, n, budget);
+}
+
+void Scheduler::admit_waiting(int32_t* budget) {
+  while (*budget > 0 && int32_t(running_.size()) < config_.max_seqs && !waiting_.empty()) {
+    Request* r = waiting_.begin()->second;
+    const std::string& salt = r->options.cache_salt;
+    // A preempted request comes back here too: its prompt and generated tokens are recomputed,
+    // mostly from its own blocks if they are still cached.
+    kv::PrefixHit hit = kv_.find_prefix(r->tokens, salt);
+    const int32_t n = chunk_limit(r->num_tokens() - hit.num_tokens, *budget);
+    if (!kv_.seq_admit(r->id, hit, n, salt, r->num_tokens())) break;  // head of line waits for blocks
+    waiting_.erase(waiting_.begin());
+    r->state = RequestState::Running;
+    r->admit_seq = next_admit_seq_++;
+    r->num_computed_tokens = hit.num_tokens;
+    r->num_cached_tokens = hit.num_tokens;
+    if (r->timings.first_scheduled_ns < 0) r->timings.first_scheduled_ns = now();
+    running_.push_back(r);
+    ++counters_.num_admitted;
+    emit(r, n, budget);
+  }
+}
+
+void Scheduler::emit(Request* r, int32_t num_tokens, int32_t* budget) {
+  ScheduledSeq s;
+  s.id = r->id;
+  s.start = r->num_computed_tokens;
+  s.end = s.start + num_tokens;
+  s.tokens = std::span<const int32_t>(r->tokens).subspan(size_t(s.start), size_t(num_tokens));
+  s.block_table = &kv_.seq_blocks(r->id);
+  s.want_logits = s.end == r->num_tokens();
+  out_.seqs.push_back(s);
+  out_.num_tokens += num_tokens;
+  r->num_computed_tokens = s.end;
+  *budget -= num_tokens;
+}
+
+Request* Scheduler::pick_victim() const {
+  // Lowest priority (largest value) first, then the most recently admitted.
+  Request* victim = nullptr;
+  for (Request* r : running_) {
+    if (!victim || r->options.priority > victim->options.priority ||
+        (r->options.priority == victim->options.priority && r->admit_seq > victim->admit_seq)) {
+      victim = r;
+    }
+  }
+  return victim;
+}
+
+void Scheduler::preempt(Request* victim, int32_t* budget) {
+  // Already scheduled in this step: take the chunk back.
+  for (auto it = out_.seqs.begin(); it != out_.seqs.end(); ++it) {
+    if (it->id == victim->id) {
+      *budget += it->end - it->start;
+      out_.num_tokens -= it->end - it->start;
+      out_.seqs.erase(it);
+      break;
+    }
+  }
+  kv_.seq_free(victim->id);
+  victim->num_computed_tokens = 0;
+  victim->num_cached_tokens = 0;
+  victim->state = RequestState::Waiting;
+  ++victim->num_preemptions;
+  running_.erase(std::find(running_.begin(), running_.end(), victim));
+  // Its original arrival puts it ahead of everything that came later with the same priority.
+  waiting_.emplace(WaitKey{victim->options.priority, victim->arrival_seq}, victim);
+  out_.preempted.push_back(victim->id);
+  preempted_this_step_ = true;
+  ++counters_.num_preemptions;
+}
+
+FinishReason Scheduler::length_limit(const Request& r) const {
+  if (r.options.max_new_tokens > 0 && r.num_generated() >= r.options.max_new_tokens) return FinishReason::Length;
+  if (r.num_tokens() >= config_.max_model_len) return FinishReason::Length;
+  return FinishReason::None;
+}
+
+Status Scheduler::update(std::span<const SeqOutput> outputs) {
+  if (!awaiting_update_) {
+    if (outputs.empty()) return {};
+    return Error{"update: no step is waiting for outputs"};
+  }
+  // Validate everything before changing anything.
+  output_of_.clear();
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (!output_of_.emplace(outputs[i].id, int32_t(i)).second) {
+      return Error{"update: two outputs for request " + str(outputs[i].id)};
+    }
+  }
+  size_t num_matched = 0;
+  for (const ScheduledSeq& s : out_.seqs) {
+    auto it = output_of_.find(s.id);
+    const bool active = requests_.count(s.id) != 0;
+    if (it != output_of_.end()) {
+      if (!s.want_logits) return Error{"update: request " + str(s.id) + " produced no logits this step"};
+      ++num_matched;
+    } else if (s.want_logits && active) {
+      return Error{"update: no sampled token for request " + str(s.id)};
+    }
+  }
+  if (num_matched != outputs.size()) {
+    for (const SeqOutput& o : outputs) {
+      bool found = false;
+      for (const ScheduledSeq& s : out_.seqs) found |= s.id == o.id;
+      if (!found) return Error{"update: request " + str(o.id) + " was not scheduled in the last step"};
+    }
+  }
+
+  awaiting_update_ = false;
+  const int64_t t = now();
+  for (const ScheduledSeq& s : out_.seqs) {
+    auto req = requests_.find(s.id);
+    if (req == requests_.end()) continue;  // finished or aborted since step()
+    Request* r = req->second.get();
+    // The chunk's KV is written now: full blocks become shareable.
+    kv_.seq_commit(r->id, r->tokens, r->num_computed_tokens);
+    auto it = output_of_.find(s.id);
+    if (it == output_of_.end()) continue;
+    const SeqOutput& o = outputs[size_t(it->second)];
+    r->tokens.push_back(o.token);
+    if (r->timings.first_token_ns < 0) r->timings.first_token_ns = t;
+    r->timings.token_ns.push_back(t);
+    FinishReason reason = o.finish != FinishReason::None ? o.finish : length_limit(*r);
+    if (reason != FinishReason::None) finish_request(r, reason);
+  }
+  return {};
+}
+
+Status Scheduler::finish(RequestId id, FinishReason reason) {
+  if (reason == FinishReason::None) return Error{"finish: request " + str(id) + " needs a reason"};
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return Error{"finish: unknown request " + str(id)};
+  finish_request(it->second.get(), reason);
+  return {};
+}
+
+void Scheduler::finish_request(Request* r, FinishReason reason) {
+  if (r->state == RequestState::Waiting) {
+    waiting_.erase(WaitKey{r->options.priority, r->arrival_seq});
+  } else if (r->state == RequestState::Running) {
+    kv_.seq_free(r->id);
+    running_.erase(std::find(running_.begin(), running_.end(), r));
+  }
+  r->state = RequestState::Finished;
+  r->finish_reason = reason;
+  r->timings.finished_ns = now();
+  ++counters_.num_finished;
+  auto node = requests_.extract(r->id);
+  finished_.push_back(std::move(*node.mapped()));
+}
+
+std::vector<Request> Scheduler::take_finished() {
+  std::vector<Request> out;
+  out.swap(finished_);
+  return out;
+}
+
+const Request* Scheduler::find(RequestId id) const {
+  auto it = requests_.find(id);
+  return it == requests_.end() ? nullptr : it->second.get();
+}
+
+}  // namespace kvasir::sched
