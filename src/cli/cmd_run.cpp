@@ -53,7 +53,7 @@ int run_generate(RunArgs a) {
   const size_t n_prompt = tokens.size();
 
   Sampler sampler(a.sampling);
-  StreamDecoder decoder(*tokenizer, /*skip_special=*/true);
+  StreamDecoder decoder(*tokenizer, /*skip_special=*/true, /*continuation=*/true);
   const auto t1 = Clock::now();
   int generated = 0;
   for (; generated < a.n_predict; ++generated) {

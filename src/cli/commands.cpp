@@ -14,6 +14,8 @@ int main(int argc, char** argv) {
   register_logits(app, handler);
   register_tokenizer_commands(app, handler);
   register_chat_template(app, handler);
+  register_synth(app, handler);
+  register_bench(app, handler);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

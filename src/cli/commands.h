@@ -14,6 +14,8 @@ void register_run(CLI::App& app, Handler& handler);
 void register_logits(CLI::App& app, Handler& handler);
 void register_tokenizer_commands(CLI::App& app, Handler& handler);  // tokenize, detokenize
 void register_chat_template(CLI::App& app, Handler& handler);
+void register_synth(CLI::App& app, Handler& handler);
+void register_bench(CLI::App& app, Handler& handler);
 
 int main(int argc, char** argv);
 

@@ -1,0 +1,217 @@
+// `kvasir bench -m MODEL -p 512 -n 128 -r 5 [-t THREADS] [-d DEPTH] [--json|--csv]`: the
+// llama-bench equivalent. pp = prompt processing (one P-token prefill), tg = generation (N
+// single-token steps after D tokens of context). Mean ± stdev over R runs after one warm-up,
+// with achieved GB/s (weights + KV read per generated token) and GFLOP/s (prefill matmuls +
+// attention), and a hash of the logits as a cheap correctness check.
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <sstream>
+
+#include "cli/common.h"
+#include "cli/commands.h"
+#include "kernels/quant/quant.h"
+#include "model/session.h"
+
+namespace kvasir::cli {
+namespace {
+
+struct BenchArgs {
+  std::string model;
+  std::string prompts = "512", gens = "128", threads, depths = "0";
+  int reps = 5;
+  int64_t batch = 512;
+  bool json = false, csv = false;
+  std::string kv_type = "f16";
+};
+
+struct Stats {
+  double mean = 0, stdev = 0;
+};
+
+Stats stats(const std::vector<double>& v) {
+  Stats s;
+  for (double x : v) s.mean += x;
+  s.mean /= double(v.size());
+  for (double x : v) s.stdev += (x - s.mean) * (x - s.mean);
+  s.stdev = v.size() > 1 ? std::sqrt(s.stdev / double(v.size() - 1)) : 0;
+  return s;
+}
+
+Result<std::vector<int64_t>> parse_list(const std::string& text, const char* what) {
+  std::vector<int64_t> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      size_t used = 0;
+      const long long v = std::stoll(item, &used);
+      if (used != item.size() || v < 0) throw std::invalid_argument(item);
+      out.push_back(v);
+    } catch (const std::exception&) {
+      return Error{std::string("bad value '") + item + "' in " + what};
+    }
+  }
+  if (out.empty()) return Error{std::string("empty ") + what};
+  return out;
+}
+
+// Bytes of weights one token reads: every matrix once (the embedding contributes one row).
+uint64_t weight_bytes_per_token(const Model& m) {
+  const Weights& w = m.weights();
+  auto bytes = [](const Matrix& x) { return uint64_t(row_bytes(x.type, x.n_in)) * uint64_t(x.n_out); };
+  uint64_t total = bytes(w.output) + row_bytes(w.token_embd.type, w.token_embd.n_in);
+  for (const auto& l : w.layers)
+    total += bytes(l.wq) + bytes(l.wk) + bytes(l.wv) + bytes(l.wo) + bytes(l.w_gate) + bytes(l.w_up) + bytes(l.w_down);
+  return total;
+}
+
+// Multiply-adds of the matmuls per token (x2 = FLOPs), without attention.
+double matmul_flops_per_token(const Model& m) {
+  const Weights& w = m.weights();
+  double macs = double(w.output.n_in) * double(w.output.n_out);
+  for (const auto& l : w.layers)
+    for (const Matrix* x : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+      macs += double(x->n_in) * double(x->n_out);
+  return 2 * macs;
+}
+
+uint64_t fnv1a(const float* data, size_t n, uint64_t h = 1469598103934665603ull) {
+  const auto* b = reinterpret_cast<const uint8_t*>(data);
+  for (size_t i = 0; i < n * 4; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+struct Row {
+  std::string test;
+  int threads;
+  Stats tps;
+  double gbps, gflops;
+  uint64_t hash;
+};
+
+int run_bench(const BenchArgs& a) {
+  auto ps = parse_list(a.prompts, "-p");
+  auto ns = parse_list(a.gens, "-n");
+  auto ds = parse_list(a.depths, "-d");
+  auto ts = parse_list(a.threads.empty() ? std::to_string(ThreadPool::default_threads()) : a.threads, "-t");
+  for (auto* r : {&ps, &ns, &ds, &ts})
+    if (!*r) return fail(r->error());
+  auto kv_type = parse_kv_type(a.kv_type);
+  if (!kv_type) return fail(kv_type.error());
+  auto model = Model::load(a.model.empty() ? default_model_path() : a.model);
+  if (!model) return fail(model.error());
+  const Model& m = **model;
+  const ModelConfig& c = m.config();
+  const uint64_t wbytes = weight_bytes_per_token(m);
+  const double mm_flops = matmul_flops_per_token(m);
+  std::mt19937 rng(42);
+  auto random_tokens = [&](int64_t n) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (auto& x : t) x = int32_t(rng() % uint32_t(c.n_vocab));
+    return t;
+  };
+  using Clock = std::chrono::steady_clock;
+  std::vector<Row> rows;
+  int64_t max_ctx = 16;
+  for (int64_t d : *ds) {
+    for (int64_t p : *ps) max_ctx = std::max(max_ctx, d + p);
+    for (int64_t n : *ns) max_ctx = std::max(max_ctx, d + n);
+  }
+  for (int64_t t : *ts) {
+    auto session = Session::create(m, {.n_ctx = max_ctx, .max_batch_tokens = a.batch, .num_threads = int(t),
+                                       .kv_type = *kv_type});
+    if (!session) return fail(session.error());
+    Session& s = **session;
+    uint64_t hash = 0;
+    auto keep_hash = [&](int64_t, const float* l) { hash = fnv1a(l, size_t(c.n_vocab)); };
+    for (int64_t d : *ds) {
+      const auto depth_tokens = random_tokens(d);
+      auto prepare = [&]() -> Status {
+        s.reset();
+        return d > 0 ? s.eval(depth_tokens, false, [](int64_t, const float*) {}) : Status{};
+      };
+      for (int64_t p : *ps) {
+        if (p == 0) continue;
+        const auto prompt = random_tokens(p);
+        std::vector<double> tps;
+        for (int r = -1; r < a.reps; ++r) {  // r = -1: warm-up
+          if (auto st = prepare(); !st) return fail(st.error());
+          const auto t0 = Clock::now();
+          if (auto st = s.eval(prompt, false, keep_hash); !st) return fail(st.error());
+          const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+          if (r >= 0) tps.push_back(double(p) / sec);
+        }
+        const Stats st = stats(tps);
+        // Attention: q·k and p·v over the average context, per head.
+        const double attn = 4.0 * double(c.n_layers * c.n_heads * c.head_dim) * (double(d) + double(p) / 2);
+        rows.push_back({"pp" + std::to_string(p) + (d ? "@d" + std::to_string(d) : ""), int(t), st,
+                        0, (mm_flops + attn) * st.mean / 1e9, hash});
+      }
+      for (int64_t n : *ns) {
+        if (n == 0) continue;
+        std::vector<double> tps;
+        for (int r = -1; r < a.reps; ++r) {
+          if (auto st = prepare(); !st) return fail(st.error());
+          int32_t tok[1] = {int32_t(c.n_vocab > 1 ? 1 : 0)};
+          const auto t0 = Clock::now();
+          for (int64_t i = 0; i < n; ++i) {
+            if (auto st = s.eval(tok, false, keep_hash); !st) return fail(st.error());
+            tok[0] = int32_t((uint32_t(tok[0]) * 2654435761u + 7u) % uint32_t(c.n_vocab));
+          }
+          const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+          if (r >= 0) tps.push_back(double(n) / sec);
+        }
+        const Stats st = stats(tps);
+        const double kv_read = double(KvCache::bytes_per_token(c, *kv_type)) * (double(d) + double(n) / 2);
+        rows.push_back({"tg" + std::to_string(n) + (d ? "@d" + std::to_string(d) : ""), int(t), st,
+                        (double(wbytes) + kv_read) * st.mean / 1e9, mm_flops * st.mean / 1e9, hash});
+      }
+    }
+  }
+
+  const std::string name = c.arch_name + " " + std::to_string(wbytes >> 20) + " MiB";
+  if (a.json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& r : rows)
+      out.push_back({{"model", m.path()}, {"arch", c.arch_name}, {"weight_bytes_per_token", wbytes},
+                     {"isa", kernels::kernel_isa()}, {"threads", r.threads}, {"test", r.test},
+                     {"tokens_per_s", r.tps.mean}, {"stdev", r.tps.stdev}, {"gb_per_s", r.gbps},
+                     {"gflop_per_s", r.gflops}, {"logits_hash", r.hash}, {"reps", a.reps}});
+    std::printf("%s\n", out.dump(2).c_str());
+  } else if (a.csv) {
+    std::printf("model,threads,test,tokens_per_s,stdev,gb_per_s,gflop_per_s,logits_hash\n");
+    for (const auto& r : rows)
+      std::printf("%s,%d,%s,%.3f,%.3f,%.3f,%.3f,%016llx\n", m.path().c_str(), r.threads, r.test.c_str(), r.tps.mean,
+                  r.tps.stdev, r.gbps, r.gflops, (unsigned long long)r.hash);
+  } else {
+    std::printf("| model | isa | threads | test | t/s | GB/s | GFLOP/s | logits hash |\n|---|---|---|---|---|---|---|---|\n");
+    for (const auto& r : rows)
+      std::printf("| %s | %s | %d | %s | %.2f ± %.2f | %.2f | %.1f | %016llx |\n", name.c_str(), kernels::kernel_isa(),
+                  r.threads, r.test.c_str(), r.tps.mean, r.tps.stdev, r.gbps, r.gflops, (unsigned long long)r.hash);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void register_bench(CLI::App& app, Handler& handler) {
+  auto a = std::make_shared<BenchArgs>();
+  auto* cmd = app.add_subcommand("bench", "Measure prompt processing and generation speed");
+  cmd->add_option("-m,--model", a->model, "GGUF model (default: the installed Gemma 3 270M)");
+  cmd->add_option("-p,--n-prompt", a->prompts, "Prompt lengths, comma-separated (0 = skip)");
+  cmd->add_option("-n,--n-gen", a->gens, "Generated tokens, comma-separated (0 = skip)");
+  cmd->add_option("-d,--depth", a->depths, "Context depth(s) before the test");
+  cmd->add_option("-t,--threads", a->threads, "Thread counts, comma-separated");
+  cmd->add_option("-r,--repetitions", a->reps, "Runs per test after a warm-up")->check(CLI::Range(1, 1000));
+  cmd->add_option("-b,--batch", a->batch, "Prefill chunk in tokens")->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--kv-type", a->kv_type, "KV cache type: f16 or f32");
+  cmd->add_flag("--json", a->json, "JSON output");
+  cmd->add_flag("--csv", a->csv, "CSV output");
+  cmd->callback([&handler, a] { handler = [a] { return run_bench(*a); }; });
+}
+
+}  // namespace kvasir::cli

@@ -1,0 +1,141 @@
+// The kvasir binary driven as a user would: exact stdout, exit codes, and clear errors for
+// corrupt model files (exit code 1, never a crash).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <random>
+
+namespace {
+
+std::string shared_path(const std::string& rel) { return std::string(KVASIR_SHARED_DIR) + "/" + rel; }
+
+struct Output {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// Runs kvasir with args; captures stdout and stderr separately.
+Output kvasir(const std::vector<std::string>& args) {
+  const std::string err_path = ::testing::TempDir() + "/kvasir_stderr.txt";
+  std::string cmd = std::string(KVASIR_BIN_DIR) + "/kvasir";
+  for (const auto& a : args) cmd += " " + shell_quote(a);
+  cmd += " 2>" + err_path;
+  Output o;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return o;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) o.out.append(buf.data(), n);
+  const int status = pclose(p);
+  o.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  std::ifstream e(err_path);
+  o.err.assign(std::istreambuf_iterator<char>(e), {});
+  return o;
+}
+
+std::string write_temp(const std::string& name, const std::string& bytes) {
+  const std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path, std::ios::binary) << bytes;
+  return path;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+}  // namespace
+
+TEST(Cli, RunGreedyReproducesLlamaCpp) {
+  std::ifstream in(shared_path("golden/models/stories260K.text.json"));
+  const auto golden = nlohmann::json::parse(in);
+  for (const auto& c : golden["cases"]) {
+    if (c["greedy_text"].is_null()) continue;
+    const auto n = c["greedy_ids"].size();
+    const auto o = kvasir({"run", "-m", shared_path("models/stories260K.gguf"), "-p", c["prompt"], "-n",
+                           std::to_string(n), "--temp", "0", "-t", "2"});
+    ASSERT_EQ(o.code, 0) << o.err;
+    EXPECT_EQ(o.out, c["greedy_text"].get<std::string>()) << c["prompt"];
+    EXPECT_NE(o.err.find("tok/s"), std::string::npos);
+  }
+}
+
+TEST(Cli, SameSeedSameText) {
+  const std::vector<std::string> args = {"run", "-m", shared_path("models/stories260K.gguf"), "-p", "Once upon a time",
+                                         "-n", "40", "--temp", "0.9", "--seed", "1234"};
+  const auto a = kvasir(args), b = kvasir(args);
+  ASSERT_EQ(a.code, 0) << a.err;
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_FALSE(a.out.empty());
+}
+
+TEST(Cli, LogitsMatchesGoldenShape) {
+  const auto o = kvasir({"logits", "-m", shared_path("models/stories260K.gguf"), "--ids", "1,403,407", "--top", "5",
+                         "--greedy", "4"});
+  ASSERT_EQ(o.code, 0) << o.err;
+  const auto j = nlohmann::json::parse(o.out);
+  EXPECT_EQ(j["prompt_ids"], nlohmann::json({1, 403, 407}));
+  ASSERT_EQ(j["positions"].size(), 3u);
+  EXPECT_EQ(j["positions"][0]["top"].size(), 5u);
+  EXPECT_EQ(j["greedy_ids"].size(), 4u);
+}
+
+TEST(Cli, InspectPrintsMetadataAndTensors) {
+  const auto o = kvasir({"inspect", shared_path("models/fixture-qwen2-q4_k.gguf")});
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_NE(o.out.find("general.architecture"), std::string::npos);
+  EXPECT_NE(o.out.find("blk.1.ffn_down.weight"), std::string::npos);
+  EXPECT_NE(o.out.find("Q4_K"), std::string::npos);
+}
+
+TEST(Cli, CorruptFilesExitWithOneAndAMessage) {
+  const std::string good = read_file(shared_path("models/stories260K-q8_0.gguf"));
+  std::vector<std::pair<std::string, std::string>> cases = {
+      {"empty.gguf", ""},
+      {"text.gguf", "this is not a model"},
+      {"truncated-header.gguf", good.substr(0, 100)},
+      {"truncated-middle.gguf", good.substr(0, good.size() / 2)},
+      {"truncated-end.gguf", good.substr(0, good.size() - 1)},
+  };
+  std::mt19937 rng(5);
+  for (int i = 0; i < 6; ++i) {  // bit flips in the header and metadata
+    std::string b = good;
+    for (int k = 0; k < 8; ++k) b[rng() % 4096] ^= char(1 << (rng() % 8));
+    cases.push_back({"flipped" + std::to_string(i) + ".gguf", b});
+  }
+  for (const auto& [name, bytes] : cases) {
+    const std::string path = write_temp(name, bytes);
+    for (const std::string cmd : {"inspect", "run"}) {
+      const auto o = cmd == "inspect" ? kvasir({"inspect", path}) : kvasir({"run", "-m", path, "-p", "hi", "-n", "4"});
+      if (name.rfind("flipped", 0) == 0 && o.code == 0) continue;  // a flip may land somewhere harmless
+      EXPECT_EQ(o.code, 1) << name << " " << cmd << ": " << o.err;
+      EXPECT_NE(o.err.find("error:"), std::string::npos) << name;
+    }
+  }
+}
+
+TEST(Cli, BadArgumentsFail) {
+  EXPECT_NE(kvasir({"run", "-m", shared_path("models/stories260K.gguf")}).code, 0);  // no prompt
+  EXPECT_EQ(kvasir({"logits", "-m", shared_path("models/stories260K.gguf"), "--ids", "1,x"}).code, 1);
+  EXPECT_EQ(kvasir({"logits", "-m", shared_path("models/stories260K.gguf"), "--ids", "1,99999"}).code, 1);
+  EXPECT_EQ(kvasir({"run", "-m", "/nonexistent.gguf", "-p", "x"}).code, 1);
+}
+
+TEST(Cli, PromptLongerThanContextIsAnError) {
+  std::string prompt;
+  for (int i = 0; i < 200; ++i) prompt += "Once upon a time ";
+  const auto o = kvasir({"run", "-m", shared_path("models/stories260K.gguf"), "-p", prompt, "-n", "4", "--ctx", "64"});
+  EXPECT_EQ(o.code, 1);
+  EXPECT_NE(o.err.find("does not fit the context"), std::string::npos) << o.err;
+}

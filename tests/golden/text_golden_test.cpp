@@ -1,0 +1,72 @@
+// End to end against llama.cpp on the text goldens (../shared/golden/models/*.text.json):
+// tokenize the prompt, generate greedily, detokenize — token for token and byte for byte.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+
+#include "model/session.h"
+#include "sample/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+using namespace kvasir;
+
+namespace {
+
+std::string shared_path(const std::string& rel) { return std::string(KVASIR_SHARED_DIR) + "/" + rel; }
+
+class TextGolden : public ::testing::TestWithParam<std::string> {};
+
+}  // namespace
+
+TEST_P(TextGolden, GreedyTextMatchesLlamaCpp) {
+  const std::string name = GetParam();
+  auto model = Model::load(shared_path("models/" + name + ".gguf"));
+  ASSERT_TRUE(model.ok()) << model.error();
+  auto tok = Tokenizer::from_gguf((*model)->gguf());
+  ASSERT_TRUE(tok.ok()) << tok.error();
+  std::ifstream in(shared_path("golden/models/" + name + ".text.json"));
+  const auto golden = nlohmann::json::parse(in);
+  const int64_t V = (*model)->config().n_vocab;
+  int cases = 0;
+  for (const auto& c : golden["cases"]) {
+    const std::string prompt = c["prompt"];
+    SCOPED_TRACE(prompt);
+    const auto ids = tok->encode(prompt, {.add_special = true, .parse_special = false});
+    ASSERT_EQ(ids, c["prompt_ids"].get<std::vector<int32_t>>());
+    const auto greedy = c["greedy_ids"].get<std::vector<int32_t>>();
+    auto session = Session::create(**model, {.n_ctx = 512, .num_threads = 2});
+    ASSERT_TRUE(session.ok());
+    std::vector<float> last;
+    auto keep = [&](int64_t, const float* l) { last.assign(l, l + V); };
+    ASSERT_TRUE((*session)->eval(ids, false, keep).ok());
+    std::vector<int32_t> got;
+    StreamDecoder stream(*tok, /*skip_special=*/false, /*continuation=*/true);
+    std::string streamed;
+    while (got.size() < greedy.size()) {
+      got.push_back(argmax(last));
+      streamed += stream.push(got.back());
+      if (tok->is_eog(got.back())) break;
+      const int32_t t[1] = {got.back()};
+      ASSERT_TRUE((*session)->eval(t, false, keep).ok());
+    }
+    streamed += stream.flush();
+    EXPECT_EQ(got, greedy);
+    if (!c["greedy_text"].is_null()) {
+      std::string pieces;  // llama.cpp's text is the generated tokens' pieces, concatenated
+      for (int32_t id : greedy) pieces += tok->piece(id);
+      EXPECT_EQ(pieces, c["greedy_text"].get<std::string>());
+      EXPECT_EQ(streamed, c["greedy_text"].get<std::string>());
+    }
+    ++cases;
+  }
+  EXPECT_GT(cases, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Stories, TextGolden, ::testing::Values("stories260K", "stories260K-q8_0", "stories260K-q4_0"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (auto& ch : n) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return n;
+                         });
