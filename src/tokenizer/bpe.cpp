@@ -128,8 +128,20 @@ void BpeEncoder::emit(int32_t id, std::vector<int32_t>& out) const {
   }
 }
 
-void BpeEncoder::encode_word(std::string_view word, std::vector<int32_t>& out) const {
+void BpeEncoder::encode_word(std::string_view word, std::vector<int32_t>& out, SegmentCache* cache) const {
   if (word.empty()) return;
+  if (!cache || word.size() == 1) {
+    merge_word(word, out);
+    return;
+  }
+  const uint64_t hash = hash_bytes(word);
+  if (cache->lookup(word, hash, out)) return;
+  const size_t from = out.size();
+  merge_word(word, out);
+  cache->store(word, hash, out, from);
+}
+
+void BpeEncoder::merge_word(std::string_view word, std::vector<int32_t>& out) const {
   if (vocab_->ignore_merges) {
     // Llama 3: a word that is a token is taken whole, even where the merges would split it.
     thread_local std::string mapped;

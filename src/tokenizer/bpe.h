@@ -11,6 +11,7 @@
 
 #include "core/status.h"
 #include "format/gguf.h"
+#include "tokenizer/segment_cache.h"
 #include "tokenizer/string_index.h"
 #include "tokenizer/vocab.h"
 
@@ -27,7 +28,7 @@ class BpeEncoder {
   // `merges` is tokenizer.ggml.merges (an array of "left right" strings; rank = position).
   Status build(const Vocab& vocab, const gguf::Value& merges);
   // Appends the tokens of one pre-tokenized word (raw bytes).
-  void encode_word(std::string_view word, std::vector<int32_t>& out) const;
+  void encode_word(std::string_view word, std::vector<int32_t>& out, SegmentCache* cache = nullptr) const;
 
  private:
   struct Symbol {
@@ -48,6 +49,7 @@ class BpeEncoder {
   const PairSlot* find_pair(int32_t left, int32_t right) const;
   void insert_pair(int32_t left, int32_t right, int32_t rank, int32_t result);
   void emit(int32_t id, std::vector<int32_t>& out) const;
+  void merge_word(std::string_view word, std::vector<int32_t>& out) const;
 
   const Vocab* vocab_ = nullptr;
   std::vector<PairSlot> pairs_;

@@ -24,6 +24,7 @@ void SpmEncoder::build(const Vocab& vocab) {
     int32_t id = vocab.index.find(hex);
     if (id < 0) id = vocab.index.find(std::string_view(reinterpret_cast<const char*>(&b), 1));
     byte_token_[b] = id >= 0 ? id : vocab.unk;
+    if (b < 128) ascii_token_[b] = vocab.index.find(std::string_view(reinterpret_cast<const char*>(&b), 1));
   }
   std::fill(std::begin(joins_space_), std::end(joins_space_), false);
   for (const std::string& t : vocab.text)
@@ -31,8 +32,8 @@ void SpmEncoder::build(const Vocab& vocab) {
       joins_space_[uint8_t(t[k - 1])] = true;
 }
 
-void SpmEncoder::push_symbol(std::string_view piece, std::vector<int32_t>& out) const {
-  const int32_t id = vocab_->index.find(piece);
+void SpmEncoder::push_symbol(std::string_view piece, int32_t id, std::vector<int32_t>& out) const {
+  if (id < 0) id = vocab_->index.find(piece);
   if (id >= 0) {
     out.push_back(id);
     return;
@@ -46,20 +47,31 @@ void SpmEncoder::encode_segment(std::string_view text, std::vector<Symbol>& sym,
                                 std::vector<int32_t>& out) const {
   const int32_t n = int32_t(sym.size());
   if (n == 1) {
-    push_symbol(text.substr(sym[0].offset, sym[0].len), out);
+    push_symbol(text.substr(sym[0].offset, sym[0].len), sym[0].id, out);
     return;
   }
+  const StringIndex& index = vocab_->index;
   auto cmp = [](const Bigram& a, const Bigram& b) { return heap_less(a.score, a.left, b.score, b.left); };
-  auto try_add = [&](int32_t l, int32_t r) {
-    if (l < 0 || r < 0) return;
-    const uint32_t len = sym[size_t(l)].len + sym[size_t(r)].len;
-    const int32_t id = vocab_->index.find(text.substr(sym[size_t(l)].offset, len));
+  auto pair_text = [&](int32_t l, int32_t r) {
+    return text.substr(sym[size_t(l)].offset, sym[size_t(l)].len + sym[size_t(r)].len);
+  };
+  auto add = [&](int32_t l, int32_t r, uint64_t hash) {
+    const std::string_view t = pair_text(l, r);
+    const int32_t id = index.find(t, hash);
     if (id < 0) return;
-    heap.push_back({vocab_->score[size_t(id)], l, r, len});
+    heap.push_back({vocab_->score[size_t(id)], l, r, uint32_t(t.size()), id});
     std::push_heap(heap.begin(), heap.end(), cmp);
   };
+  // The lookups are independent and mostly cache misses on a large vocabulary: hash and
+  // prefetch all of them before probing any.
+  thread_local std::vector<uint64_t> hashes;
+  hashes.resize(size_t(n));
+  for (int32_t i = 1; i < n; ++i) {
+    hashes[size_t(i)] = hash_bytes(pair_text(i - 1, i));
+    index.prefetch(hashes[size_t(i)]);
+  }
   heap.clear();
-  for (int32_t i = 1; i < n; ++i) try_add(i - 1, i);
+  for (int32_t i = 1; i < n; ++i) add(i - 1, i, hashes[size_t(i)]);
   while (!heap.empty()) {
     std::pop_heap(heap.begin(), heap.end(), cmp);
     const Bigram b = heap.back();
@@ -68,17 +80,24 @@ void SpmEncoder::encode_segment(std::string_view text, std::vector<Symbol>& sym,
     Symbol& right = sym[size_t(b.right)];
     if (left.len == 0 || right.len == 0 || left.len + right.len != b.len) continue;  // stale
     left.len += right.len;
+    left.id = b.id;
     right.len = 0;
     left.next = right.next;
     if (right.next >= 0) sym[size_t(right.next)].prev = b.left;
-    try_add(left.prev, b.left);
-    try_add(b.left, left.next);
+    // The two new neighbour pairs, prefetched together.
+    const int32_t p = left.prev, q = left.next;
+    const uint64_t hp = p >= 0 ? hash_bytes(pair_text(p, b.left)) : 0;
+    const uint64_t hq = q >= 0 ? hash_bytes(pair_text(b.left, q)) : 0;
+    if (p >= 0) index.prefetch(hp);
+    if (q >= 0) index.prefetch(hq);
+    if (p >= 0) add(p, b.left, hp);
+    if (q >= 0) add(b.left, q, hq);
   }
   for (int32_t i = 0; i != -1; i = sym[size_t(i)].next)
-    push_symbol(text.substr(sym[size_t(i)].offset, sym[size_t(i)].len), out);
+    push_symbol(text.substr(sym[size_t(i)].offset, sym[size_t(i)].len), sym[size_t(i)].id, out);
 }
 
-void SpmEncoder::encode(std::string_view text, std::vector<int32_t>& out) const {
+void SpmEncoder::encode(std::string_view text, std::vector<int32_t>& out, SegmentCache* cache) const {
   std::vector<Symbol> sym;
   std::vector<Bigram> heap;
   sym.reserve(64);
@@ -87,16 +106,27 @@ void SpmEncoder::encode(std::string_view text, std::vector<int32_t>& out) const 
   while (pos < text.size()) {
     // One segment: characters up to the next U+2581 that no token joins to its left neighbour.
     sym.clear();
+    const size_t begin = pos;
     while (pos < text.size()) {
       const size_t len = std::min(utf8_len_from_lead(uint8_t(text[pos])), text.size() - pos);
       if (!sym.empty() && len == 3 && text.compare(pos, 3, kSpace) == 0 && !joins_space_[uint8_t(text[pos - 1])])
         break;
       const int32_t i = int32_t(sym.size());
-      sym.push_back({i - 1, i + 1, pos, uint32_t(len)});
+      const uint8_t c = uint8_t(text[pos]);
+      sym.push_back({i - 1, i + 1, pos, uint32_t(len), c < 128 ? ascii_token_[c] : -1});
       pos += len;
     }
     sym.back().next = -1;
+    if (!cache) {
+      encode_segment(text, sym, heap, out);
+      continue;
+    }
+    const std::string_view key = text.substr(begin, pos - begin);
+    const uint64_t hash = hash_bytes(key);
+    if (cache->lookup(key, hash, out)) continue;
+    const size_t from = out.size();
     encode_segment(text, sym, heap, out);
+    cache->store(key, hash, out, from);
   }
 }
 

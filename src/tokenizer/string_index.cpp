@@ -25,26 +25,27 @@ int32_t StringIndex::insert(int32_t id) {
   if ((size_ + 1) * 2 > slots_.size()) grow();
   const std::string& text = (*texts_)[size_t(id)];
   const uint64_t h = hash_bytes(text);
-  const uint32_t tag = uint32_t(h >> 32);
+  const uint64_t head = head_of(text);
+  const uint32_t tag = tag_of(h, text.size());
   for (size_t i = size_t(h) & mask_;; i = (i + 1) & mask_) {
     Slot& s = slots_[i];
     if (s.id < 0) {
-      s = {tag, id};
+      s = {head, tag, id};
       ++size_;
       return -1;
     }
-    if (s.tag == tag && (*texts_)[size_t(s.id)] == text) return s.id;
+    if (matches(s, head, tag, text)) return s.id;
   }
 }
 
-int32_t StringIndex::find(std::string_view text) const {
+int32_t StringIndex::find(std::string_view text, uint64_t h) const {
   if (slots_.empty()) return -1;
-  const uint64_t h = hash_bytes(text);
-  const uint32_t tag = uint32_t(h >> 32);
+  const uint64_t head = head_of(text);
+  const uint32_t tag = tag_of(h, text.size());
   for (size_t i = size_t(h) & mask_;; i = (i + 1) & mask_) {
     const Slot& s = slots_[i];
     if (s.id < 0) return -1;
-    if (s.tag == tag && (*texts_)[size_t(s.id)] == text) return s.id;
+    if (matches(s, head, tag, text)) return s.id;
   }
 }
 

@@ -31,7 +31,7 @@ namespace {
 // SPM: spaces become U+2581; a space is prepended at the start of the text and after each
 // special token when the vocabulary asks for it.
 void encode_spm(const TokenizerImpl& t, std::string_view text, const std::vector<Fragment>& frags,
-                std::vector<int32_t>& out) {
+                std::vector<int32_t>& out, tok::SegmentCache* cache) {
   std::string escaped;
   bool prev_special = true;
   for (const Fragment& f : frags) {
@@ -49,13 +49,13 @@ void encode_spm(const TokenizerImpl& t, std::string_view text, const std::vector
         escaped += text[i];
       }
     }
-    t.spm.encode(escaped, out);
+    t.spm.encode(escaped, out, cache);
     prev_special = false;
   }
 }
 
 void encode_bpe(const TokenizerImpl& t, std::string_view text, const std::vector<Fragment>& frags,
-                std::vector<int32_t>& out) {
+                std::vector<int32_t>& out, tok::SegmentCache* cache) {
   std::vector<tok::Span> words;
   for (const Fragment& f : frags) {
     if (f.token != tok::kNoToken) {
@@ -64,7 +64,7 @@ void encode_bpe(const TokenizerImpl& t, std::string_view text, const std::vector
     }
     const std::string_view raw = text.substr(f.begin, f.end - f.begin);
     t.pre.split(raw, words);
-    for (const tok::Span& w : words) t.bpe.encode_word(raw.substr(w.begin, w.end - w.begin), out);
+    for (const tok::Span& w : words) t.bpe.encode_word(raw.substr(w.begin, w.end - w.begin), out, cache);
   }
 }
 
@@ -77,10 +77,12 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, const EncodeOption
   if (options.add_special && t.vocab.add_bos) out.push_back(t.vocab.bos);
   std::vector<Fragment> frags;
   t.special.partition(text, options.parse_special, frags);
+  tok::SegmentCache cache;
+  tok::SegmentCache* use_cache = text.size() >= tok::SegmentCache::kMinText ? &cache : nullptr;
   if (t.vocab.kind == VocabKind::spm) {
-    encode_spm(t, text, frags, out);
+    encode_spm(t, text, frags, out, use_cache);
   } else {
-    encode_bpe(t, text, frags, out);
+    encode_bpe(t, text, frags, out, use_cache);
   }
   if (options.add_special && t.vocab.add_eos) out.push_back(t.vocab.eos);
   return out;
