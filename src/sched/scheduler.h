@@ -14,7 +14,8 @@
 //
 // Call order: step(), run the model, update(); step() again before update() returns the same step.
 // finish()/abort() may be called at any time; a request finished between step() and update() is
-// skipped by update().
+// skipped by update() (its ScheduledSeq pointers are dead: do not run it). Not thread-safe: one
+// engine loop owns the scheduler.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -46,8 +47,9 @@ struct SchedulerConfig {
 struct ScheduledSeq {
   RequestId id = 0;
   int32_t start = 0, end = 0;                         // compute tokens [start, end) of the request
-  std::span<const int32_t> tokens;                    // those tokens; valid until update()
-  const std::vector<kv::BlockId>* block_table = nullptr;  // covers positions [0, end); valid until update()
+  // Both valid until update(), or until the request is finished or aborted if that comes first.
+  std::span<const int32_t> tokens;                        // tokens [start, end)
+  const std::vector<kv::BlockId>* block_table = nullptr;  // physical blocks covering positions [0, end)
   bool want_logits = false;                           // the chunk reaches the last known token
 };
 
