@@ -38,14 +38,17 @@ Pair make_pair(DType t, int64_t n, uint32_t seed) {
   return p;
 }
 
-// A copy of `bytes` starting one byte past an aligned address, so kernels cannot rely on
-// alignment (rows inside a GGUF tensor are only block-aligned).
+// A copy of `bytes` that is only as aligned as its element or block type requires (2 bytes for
+// fp16-scaled blocks, 4 for F32 and Q8_K), never 32: GGUF rows are only block-aligned, so the
+// kernels must not assume vector alignment.
 struct Unaligned {
-  explicit Unaligned(const std::vector<uint8_t>& bytes) : buf(bytes.size() + 64) {
+  Unaligned(const std::vector<uint8_t>& bytes, DType t) : buf(bytes.size() + 64) {
+    offset = (t == DType::F32 || t == DType::Q8_K) ? 4 : 2;
     std::memcpy(ptr(), bytes.data(), bytes.size());
   }
-  uint8_t* ptr() { return buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64 + 1; }
+  uint8_t* ptr() { return buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64 + offset; }
   std::vector<uint8_t> buf;
+  size_t offset;
 };
 
 class VecDot : public ::testing::TestWithParam<DType> {};
@@ -77,7 +80,7 @@ TEST_P(VecDot, SimdMatchesScalarTwin) {
   for (int64_t n : lengths(t)) {
     for (uint32_t seed = 1; seed <= 3; ++seed) {
       const Pair p = make_pair(t, n, seed * 13 + uint32_t(n));
-      Unaligned w(p.w), a(p.act);
+      Unaligned w(p.w, t), a(p.act, tr->vec_dot_type);
       const float want = tr->vec_dot_ref(n, p.w.data(), p.act.data());
       const float got = tr->vec_dot(n, w.ptr(), a.ptr());
       EXPECT_NEAR(got, want, 2e-5 * abs_dot(p.w_deq, p.act_deq)) << "n " << n << " seed " << seed;

@@ -21,8 +21,9 @@ struct QuantTraits {
   DType vec_dot_type;              // what activations are converted to for vec_dot
   VecDotFn vec_dot;                // fastest available implementation
   VecDotFn vec_dot_ref;            // scalar reference twin
-  // Same bytes as quantize_row, vectorized where that pays (the activation types); null where
-  // quantize_row is null.
+  // Same bytes as quantize_row (F16: except NaN payloads), vectorized where that pays (the
+  // activation types); what quantize_activations uses. Activations are thus converted exactly
+  // like ggml's reference quantizer on every ISA.
   QuantizeRowFn quantize_row_fast;
 };
 
