@@ -67,7 +67,7 @@ enum class StmtKind : uint8_t {
   kFilterBlock,  // filter filter: body
   kWith,         // with targets = values: body
   kBreak, kContinue,
-  kBody,         // a plain body ({% generation %} renders its content as is)
+  kBody,         // a body in its own scope ({% generation %} renders its content as is)
 };
 
 struct Stmt;

@@ -10,7 +10,7 @@ namespace kvasir::jinja {
 // Every limit fails the render with an error rather than truncating anything.
 struct Limits {
   size_t max_output_bytes = 32u << 20;  // the rendering, and any one string or repr built on the way
-  uint64_t max_steps = 50'000'000;      // work budget: one step per node evaluated or statement run,
+  uint64_t max_steps = 10'000'000;      // work budget: one step per node evaluated or statement run,
                                         // plus one per 16 bytes of strings built
   int max_nesting = 200;                // in the source: nested blocks and brackets, expression height
   int max_call_depth = 100;             // nested macro calls (recursion) and recursive loop calls

@@ -23,6 +23,7 @@ void Scope::set(std::string_view name, Value v) {
   for (auto& [k, old] : vars_) {
     if (k == name) { old = std::move(v); return; }
   }
+  if (vars_.empty()) vars_.reserve(4);
   vars_.emplace_back(std::string(name), std::move(v));
 }
 
@@ -151,7 +152,7 @@ Interpreter::Flow Interpreter::exec(const Stmt& s, const ScopePtr& scope, std::s
       }
       case StmtKind::kBreak: return Flow::kBreak;
       case StmtKind::kContinue: return Flow::kContinue;
-      case StmtKind::kBody: return exec_body(s.body, scope, out);
+      case StmtKind::kBody: exec_body(s.body, std::make_shared<Scope>(scope), out); return Flow::kNormal;
     }
   } catch (JinjaError& e) {
     if (e.line == 0) {
@@ -189,10 +190,16 @@ Interpreter::Flow Interpreter::run_loop(const Stmt& s, const ScopePtr& scope, st
   auto shared = std::make_shared<const std::vector<Value>>(std::move(items));
   auto* loop = make<LoopContext>(shared, depth0, &s, scope);
   Value loop_value = Value::object(loop);
+  ScopePtr iter_scope;
   for (size_t i = 0; i < shared->size(); ++i) {
     charge(1);
     loop->advance(i);
-    auto iter_scope = std::make_shared<Scope>(scope);
+    // Each iteration starts with fresh variables; reuse the frame unless something (a macro) kept it.
+    if (iter_scope && iter_scope.use_count() == 1) {
+      iter_scope->clear();
+    } else {
+      iter_scope = std::make_shared<Scope>(scope);
+    }
     iter_scope->set("loop", loop_value);
     assign(*s.target, (*shared)[i], iter_scope);
     if (exec_body(s.body, iter_scope, out) == Flow::kBreak) break;
@@ -241,6 +248,9 @@ void Interpreter::assign(const Expr& target, const Value& v, const ScopePtr& sco
   switch (target.kind) {
     case ExprKind::kName: scope->set(target.name, v); return;
     case ExprKind::kTuple: {
+      if (!v.is_undefined() && !v.is_string() && !v.is_array() && !v.is_map()) {
+        type_error("cannot unpack non-iterable " + type_name(v) + " object");
+      }
       std::vector<Value> items = iterate(v);
       size_t n = target.items.size();
       if (items.size() > n) value_error("too many values to unpack (expected " + std::to_string(n) + ")");

@@ -19,6 +19,7 @@ class Scope {
   explicit Scope(std::shared_ptr<Scope> parent = nullptr) : parent_(std::move(parent)) {}
   const Value* find(std::string_view name) const;
   void set(std::string_view name, Value v);
+  void clear() { vars_.clear(); }
 
  private:
   std::shared_ptr<Scope> parent_;

@@ -347,7 +347,7 @@ class Lexer {
       if (s[i] == '\\') ++i;
       ++i;
     }
-    if (i >= s.size()) error_at(pos_, std::string("unexpected char '") + quote + "'");
+    if (i >= s.size()) error_at(pos_, quote == '\'' ? "unexpected char \"'\"" : "unexpected char '\"'");
     std::string value = unescape(s.substr(pos_ + 1, i - pos_ - 1), pos_);
     emit(Tok::kString, pos_, std::move(value));
     pos_ = i + 1;

@@ -585,7 +585,7 @@ std::string str_format(std::string_view fmt, const CallArgs& args, const FormatH
         idx = std::stoul(std::string(name));
       }
       if (idx >= args.args.size()) {
-        fail("IndexError", "Replacement index " + std::to_string(idx) + " out of range for positional args tuple");
+        fail("IndexError", "tuple index out of range");
       }
       value = args.args[idx];
     } else {

@@ -46,9 +46,7 @@ std::vector<std::string> split(std::string_view s, const std::optional<std::stri
     while (i < n && uni::is_space(cps[i])) ++i;
     if (i >= n) break;
     if (maxsplit >= 0 && static_cast<int64_t>(out.size()) >= maxsplit) {
-      size_t e = n;
-      while (e > i && uni::is_space(cps[e - 1])) --e;
-      out.push_back(uni::encode(cps, i, e));
+      out.push_back(uni::encode(cps, i, n));  // the rest keeps its trailing whitespace
       break;
     }
     size_t j = i;
@@ -80,9 +78,7 @@ std::vector<std::string> rsplit(std::string_view s, const std::optional<std::str
     while (e > 0 && uni::is_space(cps[e - 1])) --e;
     if (e == 0) break;
     if (maxsplit >= 0 && static_cast<int64_t>(out.size()) >= maxsplit) {
-      size_t b = 0;
-      while (b < e && uni::is_space(cps[b])) ++b;
-      out.push_back(uni::encode(cps, b, e));
+      out.push_back(uni::encode(cps, 0, e));  // the rest keeps its leading whitespace
       break;
     }
     size_t b = e;

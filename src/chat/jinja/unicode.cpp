@@ -6,6 +6,34 @@ namespace {
 
 constexpr char32_t kEscapeBase = 0xDC00;  // invalid byte b decodes to U+DC00 + b (b >= 0x80)
 
+// Latin Extended-B: the digraphs (Ǆ ǅ ǆ ...) and the regular upper/lower pairs.
+bool latin_b_pair_range(char32_t c, bool& even_upper) {
+  if ((c >= 0x1CD && c <= 0x1DC)) { even_upper = false; return true; }
+  if ((c >= 0x1DE && c <= 0x1EF) || (c >= 0x1F8 && c <= 0x21F) || (c >= 0x222 && c <= 0x233) ||
+      (c >= 0x246 && c <= 0x24F) || c == 0x1F4 || c == 0x1F5) {
+    even_upper = true;
+    return true;
+  }
+  return false;
+}
+
+char32_t latin_b_upper(char32_t c) {
+  // DŽ Dž dž, LJ Lj lj, NJ Nj nj, DZ Dz dz: upper is the first of each triple
+  if (c >= 0x1C4 && c <= 0x1CC) return c - (c - 0x1C4) % 3;
+  if (c >= 0x1F1 && c <= 0x1F3) return 0x1F1;
+  bool even_upper;
+  if (latin_b_pair_range(c, even_upper)) return (c % 2 == 0) == even_upper ? c : c - 1;
+  return c;
+}
+
+char32_t latin_b_lower(char32_t c) {
+  if (c >= 0x1C4 && c <= 0x1CC) return c - (c - 0x1C4) % 3 + 2;
+  if (c >= 0x1F1 && c <= 0x1F3) return 0x1F3;
+  bool even_upper;
+  if (latin_b_pair_range(c, even_upper)) return (c % 2 == 0) == even_upper ? c + 1 : c;
+  return c;
+}
+
 // Simple one-to-one case mappings for the ranges we cover; anything else maps to itself.
 char32_t simple_upper(char32_t c) {
   if (c < 0x80) return (c >= 'a' && c <= 'z') ? c - 32 : c;
@@ -20,6 +48,7 @@ char32_t simple_upper(char32_t c) {
     bool is_lower_form = odd_is_upper ? (c % 2 == 0) : (c % 2 == 1);
     return is_lower_form ? c - 1 : c;
   }
+  if (c >= 0x180 && c <= 0x24F) return latin_b_upper(c);
   if (c >= 0x3B1 && c <= 0x3C9) return c == 0x3C2 ? 0x3A3 : c - 32;
   if (c == 0x3AC) return 0x386;
   if (c >= 0x3AD && c <= 0x3AF) return c - 37;
@@ -51,6 +80,7 @@ char32_t simple_lower(char32_t c) {
     bool is_upper_form = odd_is_upper ? (c % 2 == 1) : (c % 2 == 0);
     return is_upper_form ? c + 1 : c;
   }
+  if (c >= 0x180 && c <= 0x24F) return latin_b_lower(c);
   if (c >= 0x391 && c <= 0x3A9 && c != 0x3A2) return c + 32;
   if (c == 0x386) return 0x3AC;
   if (c >= 0x388 && c <= 0x38A) return c + 37;
@@ -156,8 +186,9 @@ bool is_space(char32_t c) {
 }
 
 bool is_cased(char32_t c) { return simple_upper(c) != c || simple_lower(c) != c || c == 0xDF || c == 0x138 || c == 0x149 || c == 0x130; }
-bool is_upper(char32_t c) { return simple_lower(c) != c; }
-bool is_lower(char32_t c) { return simple_upper(c) != c || c == 0xDF || c == 0x138 || c == 0x149; }
+bool is_titlecase(char32_t c) { return c == 0x1C5 || c == 0x1C8 || c == 0x1CB || c == 0x1F2; }
+bool is_upper(char32_t c) { return simple_lower(c) != c && !is_titlecase(c); }
+bool is_lower(char32_t c) { return (simple_upper(c) != c && !is_titlecase(c)) || c == 0xDF || c == 0x138 || c == 0x149; }
 
 bool is_alpha(char32_t c) {
   if (c < 0x80) return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
@@ -204,6 +235,8 @@ void append_lower(std::string& out, char32_t c) {
 
 void append_title(std::string& out, char32_t c) {
   if (c == 0xDF) { out += "Ss"; return; }
+  if (c >= 0x1C4 && c <= 0x1CC) { append(out, c - (c - 0x1C4) % 3 + 1); return; }
+  if (c >= 0x1F1 && c <= 0x1F3) { append(out, 0x1F2); return; }
   append_upper(out, c);
 }
 
