@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <fstream>
 
 #include "model/session.h"
@@ -20,8 +21,14 @@ class TextGolden : public ::testing::TestWithParam<std::string> {};
 
 }  // namespace
 
+// stories260K (F32) must reproduce llama.cpp's free-running greedy text exactly. The quantized
+// copies are checked step by step: llama.cpp's CPU flash attention accumulates V in F16 where
+// kvasir uses F32, and with 8-bit activations that tiny difference can flip a rounding step and
+// then a near-tie, after which free-running texts part ways (emulating the F16 accumulation makes
+// stories260K-q8_0 match exactly too; measured, see docs/ARCHITECTURE.md).
 TEST_P(TextGolden, GreedyTextMatchesLlamaCpp) {
   const std::string name = GetParam();
+  const bool free_running = name == "stories260K";
   auto model = Model::load(shared_path("models/" + name + ".gguf"));
   ASSERT_TRUE(model.ok()) << model.error();
   auto tok = Tokenizer::from_gguf((*model)->gguf());
@@ -44,12 +51,28 @@ TEST_P(TextGolden, GreedyTextMatchesLlamaCpp) {
     std::vector<int32_t> got;
     StreamDecoder stream(*tok, /*skip_special=*/false, /*continuation=*/true);
     std::string streamed;
-    while (got.size() < greedy.size()) {
-      got.push_back(argmax(last));
-      streamed += stream.push(got.back());
-      if (tok->is_eog(got.back())) break;
-      const int32_t t[1] = {got.back()};
-      ASSERT_TRUE((*session)->eval(t, false, keep).ok());
+    if (free_running) {
+      while (got.size() < greedy.size()) {
+        got.push_back(argmax(last));
+        streamed += stream.push(got.back());
+        if (tok->is_eog(got.back())) break;
+        const int32_t t[1] = {got.back()};
+        ASSERT_TRUE((*session)->eval(t, false, keep).ok());
+      }
+    } else {
+      // Teacher-forced: after each golden token our argmax is the next golden token, unless our
+      // top two are within 2% of the logits' rms (a numerical tie either engine may break).
+      for (int32_t next : greedy) {
+        const int32_t mine = argmax(last);
+        double rms = 0;
+        for (float x : last) rms += double(x) * x;
+        rms = std::sqrt(rms / double(last.size()));
+        if (mine != next) EXPECT_LE(last[size_t(mine)] - last[size_t(next)], 0.02 * rms) << "step " << got.size();
+        got.push_back(next);
+        streamed += stream.push(next);
+        const int32_t t[1] = {next};
+        ASSERT_TRUE((*session)->eval(t, false, keep).ok());
+      }
     }
     streamed += stream.flush();
     EXPECT_EQ(got, greedy);

@@ -38,7 +38,7 @@ void run_case(const Case& c, uint32_t seed) {
   const int64_t n_blocks_used = (c.n_tokens + c.block_size - 1) / c.block_size;
   const int64_t pool_blocks = n_blocks_used * 2 + 3;
   // Scatter the sequence over a pool in a shuffled order to exercise the block table.
-  std::vector<int32_t> ids(size_t(pool_blocks));
+  std::vector<int32_t> ids(static_cast<size_t>(pool_blocks));
   std::iota(ids.begin(), ids.end(), 0);
   std::shuffle(ids.begin(), ids.end(), rng);
   std::vector<int32_t> table(ids.begin(), ids.begin() + n_blocks_used);
@@ -48,7 +48,7 @@ void run_case(const Case& c, uint32_t seed) {
   std::vector<uint8_t> vpool(kpool.size());
   KvLayerView view{kpool.data(), vpool.data(), c.type, c.block_size, c.n_kv_heads, c.head_dim};
 
-  std::vector<float> k(size_t(c.n_tokens * kv_dim)), v(k.size());
+  std::vector<float> k(static_cast<size_t>(c.n_tokens * kv_dim)), v(k.size());
   for (auto& x : k) x = nd(rng);
   for (auto& x : v) x = nd(rng);
   for (int64_t t = 0; t < c.n_tokens; ++t) kv_store(view, table.data(), t, &k[size_t(t * kv_dim)], &v[size_t(t * kv_dim)]);
@@ -58,7 +58,7 @@ void run_case(const Case& c, uint32_t seed) {
   }
   const AttentionParams p{c.n_heads, c.window, 1.f / std::sqrt(float(c.head_dim)), 0.f};
   std::vector<float> scratch(size_t(attention_scratch_floats(view, p)));
-  std::vector<float> q(size_t(c.n_heads * c.head_dim)), out(q.size()), ref(q.size());
+  std::vector<float> q(static_cast<size_t>(c.n_heads * c.head_dim)), out(q.size()), ref(q.size());
   for (int64_t pos : {int64_t(0), c.n_tokens / 2, c.n_tokens - 1}) {
     for (auto& x : q) x = nd(rng);
     attention(q.data(), view, table.data(), pos, p, out.data(), scratch.data());
@@ -89,19 +89,19 @@ TEST(Attention, F16CacheMatchesReferenceOnRoundedValues) {
 TEST(Attention, SlidingWindowIgnoresOldKeys) {
   // Keys outside the window must not matter: change them and the output stays bit-identical.
   const int64_t hd = 16, bs = 4, n = 20, window = 5;
-  std::vector<float> kpool(size_t(8 * bs * hd)), vpool(kpool.size());
+  std::vector<float> kpool(static_cast<size_t>(8 * bs * hd)), vpool(kpool.size());
   std::vector<int32_t> table = {3, 0, 6, 1, 2};
   KvLayerView view{kpool.data(), vpool.data(), DType::F32, bs, 1, hd};
   std::mt19937 rng(3);
   std::normal_distribution<float> nd;
-  std::vector<float> k(size_t(hd)), v(size_t(hd));
+  std::vector<float> k(static_cast<size_t>(hd)), v(k.size());
   for (int64_t t = 0; t < n; ++t) {
     for (auto& x : k) x = nd(rng);
     for (auto& x : v) x = nd(rng);
     kv_store(view, table.data(), t, k.data(), v.data());
   }
   const AttentionParams p{2, window, 0.25f, 0.f};
-  std::vector<float> q(size_t(2 * hd)), a(q.size()), b(q.size()), scratch(size_t(attention_scratch_floats(view, p)));
+  std::vector<float> q(static_cast<size_t>(2 * hd)), a(q.size()), b(q.size()), scratch(size_t(attention_scratch_floats(view, p)));
   for (auto& x : q) x = nd(rng);
   attention(q.data(), view, table.data(), n - 1, p, a.data(), scratch.data());
   for (int64_t t = 0; t < n - window; ++t) {
