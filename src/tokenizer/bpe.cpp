@@ -50,12 +50,12 @@ uint32_t gpt2_byte_to_codepoint(uint8_t b) { return kGpt2.to_cp[b]; }
 
 int gpt2_codepoint_to_byte(uint32_t cp) { return cp < 324 ? kGpt2.to_byte[cp] : -1; }
 
-int32_t BpeEncoder::symbol_id(const std::string& s) {
-  const int32_t id = vocab_->index.find(s);
+int32_t BpeEncoder::symbol_id(std::string_view s, uint64_t hash) {
+  const int32_t id = vocab_->index.find(s, hash);
   if (id >= 0) return id;
-  const int32_t extra = extra_index_.find(s);
+  const int32_t extra = extra_index_.find(s, hash);
   if (extra >= 0) return vocab_->size() + extra;
-  extra_text_.push_back(s);
+  extra_text_.emplace_back(s);
   extra_index_.insert(int32_t(extra_text_.size() - 1));
   return vocab_->size() + int32_t(extra_text_.size() - 1);
 }
@@ -90,27 +90,58 @@ Status BpeEncoder::build(const Vocab& vocab, const gguf::Value& merges) {
   for (int b = 0; b < 256; ++b) {
     byte_char_[b].clear();
     utf8_append(byte_char_[b], gpt2_byte_to_codepoint(uint8_t(b)));
-    byte_id_[b] = symbol_id(byte_char_[b]);
+    byte_id_[b] = symbol_id(byte_char_[b], hash_bytes(byte_char_[b]));
   }
 
+  // Load factor <= 0.6: the table stays small enough to be cache-friendly when encoding.
   size_t cap = 16;
-  while (cap < merges.items.size() * 2) cap <<= 1;
+  while (cap * 3 < merges.items.size() * 5) cap <<= 1;
   pairs_.assign(cap, PairSlot{});
   pair_mask_ = cap - 1;
   pair_count_ = 0;
   if (merges.items.size() >= size_t(INT32_MAX)) return Error{"tokenizer: tokenizer.ggml.merges has too many entries"};
-  std::string joined;
-  for (size_t i = 0; i < merges.items.size(); ++i) {
-    const std::string& m = merges.items[i].str;
-    // The separator is the first space after the first byte (a token may itself be a space).
-    const size_t sp = m.size() > 1 ? m.find(' ', 1) : std::string::npos;
-    if (sp == std::string::npos || sp + 1 >= m.size())
-      return Error{"tokenizer: tokenizer.ggml.merges[" + std::to_string(i) + "] = '" + m +
-                   "' is not two tokens separated by a space"};
-    const std::string left = m.substr(0, sp), right = m.substr(sp + 1);
-    joined = left + right;
-    const int32_t l = symbol_id(left), r = symbol_id(right), result = symbol_id(joined);
-    insert_pair(l, r, int32_t(i), result);
+
+  // Resolved in batches: hash and prefetch the three lookups of every merge in the batch before
+  // probing, since they are independent cache misses into a large vocabulary index.
+  constexpr size_t kBatch = 32;
+  struct Parts {
+    std::string_view left, right;
+    uint64_t hl, hr, hj;
+  };
+  Parts parts[kBatch];
+  std::string joined[kBatch];
+  for (size_t start = 0; start < merges.items.size(); start += kBatch) {
+    const size_t end = std::min(merges.items.size(), start + kBatch);
+    for (size_t i = start; i < end; ++i) {
+      const std::string& m = merges.items[i].str;
+      // The separator is the first space after the first byte (a token may itself be a space).
+      const size_t sp = m.size() > 1 ? m.find(' ', 1) : std::string::npos;
+      if (sp == std::string::npos || sp + 1 >= m.size())
+        return Error{"tokenizer: tokenizer.ggml.merges[" + std::to_string(i) + "] = '" + m +
+                     "' is not two tokens separated by a space"};
+      Parts& p = parts[i - start];
+      p.left = std::string_view(m).substr(0, sp);
+      p.right = std::string_view(m).substr(sp + 1);
+      std::string& j = joined[i - start];
+      j.assign(p.left);
+      j.append(p.right);
+      p.hl = hash_bytes(p.left);
+      p.hr = hash_bytes(p.right);
+      p.hj = hash_bytes(j);
+      vocab.index.prefetch(p.hl);
+      vocab.index.prefetch(p.hr);
+      vocab.index.prefetch(p.hj);
+    }
+    int32_t ids[kBatch][3];
+    for (size_t i = start; i < end; ++i) {
+      const Parts& p = parts[i - start];
+      int32_t* id = ids[i - start];
+      id[0] = symbol_id(p.left, p.hl);
+      id[1] = symbol_id(p.right, p.hr);
+      id[2] = symbol_id(joined[i - start], p.hj);
+      __builtin_prefetch(&pairs_[pair_hash(pair_key(id[0], id[1])) & pair_mask_]);
+    }
+    for (size_t i = start; i < end; ++i) insert_pair(ids[i - start][0], ids[i - start][1], int32_t(i), ids[i - start][2]);
   }
   return {};
 }

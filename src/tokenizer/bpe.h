@@ -45,7 +45,7 @@ class BpeEncoder {
     uint64_t key = ~0ull;  // (left id << 32) | right id
     int32_t rank = 0, result = 0;
   };
-  int32_t symbol_id(const std::string& s);
+  int32_t symbol_id(std::string_view s, uint64_t hash);
   const PairSlot* find_pair(int32_t left, int32_t right) const;
   void insert_pair(int32_t left, int32_t right, int32_t rank, int32_t result);
   void emit(int32_t id, std::vector<int32_t>& out) const;

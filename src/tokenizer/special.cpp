@@ -40,6 +40,7 @@ void SpecialMatcher::build(const Vocab& vocab) {
     return vocab.text[size_t(a)].size() > vocab.text[size_t(b)].size();
   });
 
+  order_ = order;
   for (size_t r = 0; r < order.size(); ++r) {
     const std::string& t = vocab.text[size_t(order[r])];
     int32_t node = 0;
@@ -65,21 +66,75 @@ void SpecialMatcher::build(const Vocab& vocab) {
   }
 }
 
-void SpecialMatcher::partition(std::string_view text, bool parse_special, std::vector<Fragment>& out) const {
+// llama.cpp's algorithm: for each present token in priority order, split every raw fragment
+// at its occurrences, left to right.
+void SpecialMatcher::scan_tokens(std::string_view text, const std::vector<uint8_t>& present,
+                                 std::vector<Fragment>& out) const {
+  const Vocab& v = *vocab_;
+  std::vector<Fragment> frags{{kNoToken, 0, text.size()}}, next;
+  for (size_t rank = 0; rank < present.size(); ++rank) {
+    if (!present[rank]) continue;
+    const int32_t token = order_[rank];
+    const std::string& t = v.text[size_t(token)];
+    const uint16_t a = v.attr[size_t(token)];
+    next.clear();
+    for (const Fragment& f : frags) {
+      if (f.token != kNoToken) {
+        next.push_back(f);
+        continue;
+      }
+      size_t base = f.begin;
+      const std::string_view window = text.substr(0, f.end);
+      for (size_t m = window.find(t, base); m != std::string_view::npos; m = window.find(t, base)) {
+        size_t left_end = m;
+        if (a & kAttrLstrip)
+          while (left_end > base && is_ascii_space(text[left_end - 1])) --left_end;
+        if (left_end > base) next.push_back({kNoToken, base, left_end});
+        next.push_back({token, m, m + t.size()});
+        base = m + t.size();
+        if (a & kAttrRstrip)
+          while (base < f.end && is_ascii_space(text[base])) ++base;
+      }
+      if (base < f.end) next.push_back({kNoToken, base, f.end});
+    }
+    frags.swap(next);
+  }
+  out = std::move(frags);
+}
+
+void SpecialMatcher::partition(std::string_view text, bool parse_special, std::vector<Fragment>& out,
+                               size_t max_occurrences) const {
   out.clear();
   if (text.empty()) return;
   const Vocab& v = *vocab_;
 
   std::vector<Occurrence> occ;
+  std::vector<uint8_t> present;  // by rank, filled only when the list overflows
+  bool overflow = false;
   for (size_t p = 0; p < text.size(); ++p) {
     int32_t node = root_children_[uint8_t(text[p])];
     for (size_t q = p + 1; node >= 0; ++q) {
       const Node& n = nodes_[size_t(node)];
-      if (n.token >= 0 && (parse_special || !v.has(n.token, kAttrSpecial)))
-        occ.push_back({n.rank, p, q - p, n.token});
+      if (n.token >= 0 && (parse_special || !v.has(n.token, kAttrSpecial))) {
+        if (!overflow && occ.size() >= max_occurrences) {
+          overflow = true;
+          present.assign(order_.size(), 0);
+          for (const Occurrence& o : occ) present[size_t(o.rank)] = 1;
+          occ = {};
+        }
+        if (overflow) {
+          present[size_t(n.rank)] = 1;
+        } else {
+          occ.push_back({n.rank, p, q - p, n.token});
+        }
+      }
       if (q >= text.size()) break;
       node = child(node, uint8_t(text[q]));
     }
+  }
+  if (overflow) {
+    scan_tokens(text, present, out);
+    return;
   }
   if (occ.empty()) {
     out.push_back({kNoToken, 0, text.size()});

@@ -3,7 +3,9 @@
 // first, each splitting the text fragments that remain, so a longer token wins over a shorter
 // one wherever they overlap; tokens with the strip attributes eat adjacent whitespace.
 // Instead of one pass over the text per special token (Gemma 3 has 6,400), one trie walk finds
-// every occurrence and the occurrences are then accepted in llama.cpp's order.
+// every occurrence and the occurrences are then accepted in llama.cpp's order. Text with very
+// many occurrences (long whitespace runs against Gemma's whitespace tokens) would make that list
+// huge, so past a bound it falls back to llama.cpp's per-token scan, over only the tokens present.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -23,8 +25,12 @@ struct Fragment {
 class SpecialMatcher {
  public:
   void build(const Vocab& vocab);
+  static constexpr size_t kMaxOccurrences = size_t(1) << 20;
+
   // parse_special == false still matches user-defined tokens (as llama.cpp and HF do).
-  void partition(std::string_view text, bool parse_special, std::vector<Fragment>& out) const;
+  // `max_occurrences` bounds the occurrence list (0 forces the per-token scan; for tests).
+  void partition(std::string_view text, bool parse_special, std::vector<Fragment>& out,
+                 size_t max_occurrences = kMaxOccurrences) const;
 
  private:
   struct Node {
@@ -34,9 +40,11 @@ class SpecialMatcher {
     uint8_t byte = 0;
   };
   int32_t child(int32_t node, uint8_t b) const;
+  void scan_tokens(std::string_view text, const std::vector<uint8_t>& present, std::vector<Fragment>& out) const;
 
   const Vocab* vocab_ = nullptr;
   std::vector<Node> nodes_;           // trie over token texts; node 0 is the root
+  std::vector<int32_t> order_;        // rank -> token id
   int32_t root_children_[256] = {};  // direct table for the first byte
 };
 

@@ -109,6 +109,7 @@ Status read_tokens(const gguf::File& f, Vocab& v) {
 
   v.index.build(v.text);
   for (size_t i = 0; i < n; ++i) {
+    if (i + 8 < n) v.index.prefetch(hash_bytes(v.text[i + 8]));  // inserts are cache misses
     const int32_t dup = v.index.insert(int32_t(i));
     if (dup >= 0)
       return err("duplicate token in tokenizer.ggml.tokens: '" + v.text[i] + "' has ids " + std::to_string(dup) +
