@@ -8,6 +8,7 @@ tojson = json.dumps(ensure_ascii=False), raise_exception, strftime_now at 2026-1
 Each entry: template, optional extra context, and either `expected` (the rendering) or `error`
 (the Python exception class). The C++ test renders each with the same context and compares.
 """
+import copy
 import json
 import sys
 from datetime import datetime
@@ -138,7 +139,8 @@ SNIPPETS = [
     "{{ 'n=%d s=%s f=%.2f r=%r x=%x %%' % (5, 'str', 3.14159, 'q', 255) }}",
     "{{ '%5s|%-5s|%05d|%+d|% d|%.3s' % ('ab', 'ab', 42, 7, 7, 'abcdef') }}",
     "{{ '%(a)s and %(b)s' % {'a': 1, 'b': 'two'} }}",
-    "{{ '%s' % [1, 2] }} {{ '%s' % none }} {{ 'x%sy' % 'M' }}",
+    "{{ '%s' % [1, 2] }} {{ '%s' % none }} {{ 'x%sy' % 'M' }} {{ 'no specifiers' % [1] }} {{ 'u%su' % undefined_var }}",
+    "{{ '%d' % undefined_var }}",
     "{{ '%s %s' % ('one',) }}",
     "{{ '%d' % 'x' }}",
     "{{ 'no args' % 5 }}",
@@ -173,6 +175,11 @@ SNIPPETS = [
     "{{ 'hello'[1:3] }} {{ 'hello'[::-1] }} {{ s[::-1] }} {{ 'hello'[-3:] }} {{ 'hello'[10:] }}|{{ (1, 2, 3)[1:] }}",
     "{{ nums[5:1:-1] }} {{ nums[::-2] }} {{ nums[1:2:3] }} {{ nums[-100:100] }} {{ 'abc'[5:] }}|{{ nums[none:2] }}",
     "{{ 'abc'[::0] }}",
+    "{{ n[1:] }}",
+    "{{ d[1:] }}",
+    "{{ undefined_var[1:] }}",
+    "{{ nums['a':] }}",
+    "{{ range(10)[::-1] }} {{ range(1, 10, 2)[1:3] }} {{ range(4)[:2] | list }}",
     "{{ range(10)[2:5] | list }} {{ range(10)[-1] }}",
     "{{ messages[1:] | length }} {{ messages[-1].content[-5:] }}",
     "{{ d['a'][0:2] }} {{ users | map(attribute='name') | list }}",
@@ -286,6 +293,13 @@ SNIPPETS = [
     "{{ nums | batch(2) | list }} {{ nums | batch(2, 'x') | list }}",
     "{{ d | dictsort }} {{ {'b': 1, 'A': 2, 'c': 0} | dictsort }} {{ {'b': 1, 'A': 2} | dictsort(true) }} {{ {'b': 1, 'a': 2} | dictsort(by='value') }} {{ {'b': 1, 'a': 2} | dictsort(reverse=true) }}",
     "{{ 'one two  three' | wordcount }} {{ 'hello' | center(11) }}| {{ 'abc' | center(6) }}|",
+    "{{ nums | truncate(9) }} {{ 0 | map('string') | list }} {{ none | select | list }}",
+    "{{ 5 | truncate(2) }}",
+    "{{ nums | indent }}",
+    "{{ 5 | indent }}",
+    "{{ undefined_var | indent }}",
+    "{{ undefined_var | dictsort }}",
+    "{{ undefined_var | round }}",
     "{{ 'a long sentence here' | truncate(9) }} {{ 'a long sentence here' | truncate(9, true) }} {{ 'a long sentence here' | truncate(12, false, '…', 0) }}",
     "{{ '%s-%s' | format('a', 'b') }} {{ '%(x)s' | format(x=1) }}",
     "{{ d | attr('items') is defined }} {{ d | attr('b') }}|{{ users[0] | attr('name') }}|",
@@ -417,8 +431,8 @@ def main():
     out = []
     for item in SNIPPETS:
         template, extra = (item, {}) if isinstance(item, str) else item
-        context = dict(CONTEXT)
-        context.update(extra)
+        context = copy.deepcopy(CONTEXT)  # some filters mutate lists in place (indent on a list)
+        context.update(copy.deepcopy(extra))
         entry = {"template": template}
         if extra:
             entry["context"] = extra

@@ -153,7 +153,14 @@ Value f_indent(Interpreter& in, const Value& v, CallArgs& a) {
     in.check_size(static_cast<size_t>(std::max<int64_t>(w, 0)));
     indention = std::string(static_cast<size_t>(std::max<int64_t>(w, 0)), ' ');
   }
-  std::string s = in.str(v) + "\n";  // Jinja appends a newline for splitlines()
+  // Jinja does `s += "\n"` and then s.splitlines(): anything but a string fails the way Python does.
+  if (v.is_undefined()) raise_undefined(v);
+  if (v.is_array_of(ArrayKind::kList)) fail("AttributeError", "'list' object has no attribute 'splitlines'");
+  if (!v.is_string()) {
+    if (v.is_array_of(ArrayKind::kTuple)) type_error("can only concatenate tuple (not \"str\") to tuple");
+    type_error("unsupported operand type(s) for +=: '" + type_name(v) + "' and 'str'");
+  }
+  std::string s = v.as_string() + "\n";
   std::vector<std::string> lines = pystr::splitlines(s, false);
   std::string rv;
   auto add = [&](std::string_view piece) {
@@ -198,15 +205,19 @@ Value f_wordcount(Interpreter& in, const Value& v, CallArgs& a) {
 
 Value f_truncate(Interpreter& in, const Value& v, CallArgs& a) {
   Args p = bind_args(a, "truncate", {"length", "killwords", "end", "leeway"});
-  std::string s = in.str(v);
   int64_t length = p[0] && p[0]->is_integral() ? p[0]->as_int() : 255;
   std::string end = p[2] ? in.str(*p[2]) : std::string("...");
   int64_t leeway = p[3] && p[3]->is_integral() ? p[3]->as_int() : 5;
   auto end_len = static_cast<int64_t>(uni::length(end));
   if (length < end_len) fail("AssertionError", "expected length >= " + std::to_string(end_len) + ", got " + std::to_string(length));
   if (leeway < 0) fail("AssertionError", "expected leeway >= 0, got " + std::to_string(leeway));
-  auto cps = uni::decode(s);
-  if (static_cast<int64_t>(cps.size()) <= length + leeway) return Value::string(s);
+  if (!v.is_string()) {
+    // Jinja applies len() and slicing to the value itself: other sequences pass through when short enough
+    if (py_len(v) <= length + leeway) return v;
+    type_error("can only truncate strings (got " + type_name(v) + ")");
+  }
+  auto cps = uni::decode(v.as_string());
+  if (static_cast<int64_t>(cps.size()) <= length + leeway) return v;
   std::string head = uni::encode(cps, 0, static_cast<size_t>(length - end_len));
   if (flag(p[1])) return in.make_string(head + end);
   return in.make_string(pystr::rsplit(head, std::string(" "), 1)[0] + end);
@@ -265,7 +276,6 @@ Value f_abs(Interpreter&, const Value& v, CallArgs& a) {
     return Value::integer(v.as_int() < 0 ? -v.as_int() : v.as_int());
   }
   if (v.is_float()) return Value::number(std::fabs(v.as_double()));
-  if (v.is_undefined()) raise_undefined(v);
   type_error("bad operand type for abs(): '" + type_name(v) + "'");
 }
 
@@ -389,7 +399,6 @@ Value f_round(Interpreter&, const Value& v, CallArgs& a) {
   std::string method = p[1] && p[1]->is_string() ? p[1]->as_string() : "common";
   if (p[1] && !p[1]->is_string()) filter_error("method must be common, ceil or floor");
   if (method != "common" && method != "ceil" && method != "floor") filter_error("method must be common, ceil or floor");
-  if (v.is_undefined()) raise_undefined(v);
   if (!v.is_number()) type_error("type " + type_name(v) + " doesn't define __round__ method");
   if (method == "common") {
     if (v.is_integral()) {
@@ -503,6 +512,7 @@ Value f_dictsort(Interpreter& in, const Value& v, CallArgs& a) {
   bool cs = flag(p[0]);
   std::string by = p[1] && p[1]->is_string() ? p[1]->as_string() : "key";
   if (by != "key" && by != "value") filter_error("You can only sort by either \"key\" or \"value\"");
+  if (v.is_undefined()) raise_undefined(v);
   if (!v.is_map()) fail("AttributeError", "'" + type_name(v) + "' object has no attribute 'items'");
   std::vector<std::pair<Value, Value>> keyed;
   for (const auto& [k, x] : v.as_map().items) {
@@ -618,6 +628,7 @@ Value f_attr(Interpreter& in, const Value& v, CallArgs& a) {
 // map(filter, *args) or map(attribute=..., default=...)
 Value f_map(Interpreter& in, const Value& v, CallArgs& a) {
   std::vector<Value> out;
+  if (!truthy(v)) return generator({});  // Jinja's map starts with `if value:`
   const Value* attribute = nullptr;
   const Value* dflt = nullptr;
   for (const auto& [k, x] : a.kwargs) {

@@ -441,13 +441,10 @@ Value Interpreter::eval_slice(const Value& obj, const Expr& s, const ScopePtr& s
   Value start = s.a ? eval(*s.a, scope) : Value::none();
   Value stop = s.b ? eval(*s.b, scope) : Value::none();
   Value step = s.c ? eval(*s.c, scope) : Value::none();
-  if (obj.is_undefined()) raise_undefined(obj);
-  if (auto v = slice(obj, start, stop, step)) {
-    if (v->is_string()) charge_bytes(v->as_string().size());
-    else if (v->is_array()) charge(v->as_array().items.size());
-    return *v;
-  }
-  return Value::undefined(type_name(obj) + " object has no element slice");
+  Value v = slice(obj, start, stop, step);
+  if (v.is_string()) charge_bytes(v.as_string().size());
+  else if (v.is_array()) charge(v.as_array().items.size());
+  return v;
 }
 
 void Interpreter::eval_args(const Expr& e, const ScopePtr& scope, CallArgs& out) {

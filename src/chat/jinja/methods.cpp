@@ -59,9 +59,7 @@ std::string window(const std::string& s, const std::optional<Value>& start, cons
   if (!start && !end) return s;
   Value sv = start ? *start : Value::none();
   Value ev = end ? *end : Value::none();
-  auto r = slice(Value::string(s), sv, ev, Value::none());
-  if (!r) type_error("slice indices must be integers or None or have an __index__ method");
-  return r->as_string();
+  return slice(Value::string(s), sv, ev, Value::none()).as_string();
 }
 
 int64_t window_offset(const std::string& s, const std::optional<Value>& start) {

@@ -157,6 +157,8 @@ Value numeric(BinOp op, const Value& a, const Value& b) {
 }  // namespace
 
 Value binary_op(BinOp op, const Value& a, const Value& b, size_t max_bytes) {
+  // str % x formats first: an Undefined argument only fails if a conversion uses it as a number
+  if (op == BinOp::kMod && a.is_string()) return Value::string(percent_format(a.as_string(), b, max_bytes));
   if (a.is_undefined()) raise_undefined(a);
   if (b.is_undefined()) raise_undefined(b);
   if (a.is_number() && b.is_number()) return numeric(op, a, b);
@@ -253,16 +255,17 @@ std::optional<Value> index(const Value& obj, int64_t i) {
   return std::nullopt;
 }
 
-std::optional<Value> slice(const Value& obj, const Value& start_v, const Value& stop_v, const Value& step_v) {
-  auto as_index = [](const Value& v, bool& ok) -> std::optional<int64_t> {
+Value slice(const Value& obj, const Value& start_v, const Value& stop_v, const Value& step_v) {
+  // Jinja2 compiles slices to plain Python subscripts (no sandbox fallback to Undefined).
+  if (obj.is_undefined()) raise_undefined(obj);
+  if (obj.is_map()) type_error("unhashable type: 'slice'");
+  if (!obj.is_string() && !obj.is_sequence()) type_error("'" + type_name(obj) + "' object is not subscriptable");
+  auto as_index = [](const Value& v) -> std::optional<int64_t> {
     if (v.is_none()) return std::nullopt;
-    if (!v.is_integral()) { ok = false; return std::nullopt; }
+    if (!v.is_integral()) type_error("slice indices must be integers or None or have an __index__ method");
     return v.as_int();
   };
-  bool ok = true;
-  auto start = as_index(start_v, ok), stop = as_index(stop_v, ok), step_o = as_index(step_v, ok);
-  if (!ok) return std::nullopt;
-  if (!obj.is_string() && !obj.is_sequence()) return std::nullopt;
+  auto start = as_index(start_v), stop = as_index(stop_v), step_o = as_index(step_v);
   int64_t step = step_o.value_or(1);
   if (step == 0) value_error("slice step cannot be zero");
 
@@ -290,6 +293,17 @@ std::optional<Value> slice(const Value& obj, const Value& start_v, const Value& 
     for (int64_t i = lo; i < hi; i += step) picks.push_back(i);
   } else {
     for (int64_t i = lo; i > hi; i += step) picks.push_back(i);
+  }
+  if (obj.is_array_of(ArrayKind::kRange)) {
+    // a slice of a range is a range: range(start + lo*step, start + hi*step, step*k)
+    const Array& r = obj.as_array();
+    auto a = std::make_shared<Array>();
+    a->kind = ArrayKind::kRange;
+    a->range_start = r.range_start + lo * r.range_step;
+    a->range_stop = r.range_start + hi * r.range_step;
+    a->range_step = r.range_step * step;
+    for (int64_t i : picks) a->items.push_back(r.items[i]);
+    return Value::array(std::shared_ptr<const Array>(std::move(a)));
   }
   if (obj.is_string()) {
     const std::string& s = obj.as_string();

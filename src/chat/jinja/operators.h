@@ -14,9 +14,9 @@ Value negate(const Value& v);
 Value unary_plus(const Value& v);
 bool compare(CmpOp op, const Value& a, const Value& b);
 
-// obj[start:stop:step] for str, list, tuple and range; nullopt when Python would raise a TypeError
-// (which Jinja's sandbox turns into Undefined).
-std::optional<Value> slice(const Value& obj, const Value& start, const Value& stop, const Value& step);
+// obj[start:stop:step] for str, list, tuple and range, with Python's errors for anything else (Jinja2
+// compiles slices to plain subscripts, without the sandbox's fallback to Undefined).
+Value slice(const Value& obj, const Value& start, const Value& stop, const Value& step);
 // obj[index] for str, list, tuple, range; nullopt when out of range or not indexable.
 std::optional<Value> index(const Value& obj, int64_t i);
 

@@ -108,6 +108,7 @@ std::string percent_float(const PercentSpec& s, double d) {
 }
 
 std::string percent_one(const PercentSpec& s, const Value& v, size_t max_bytes) {
+  if (v.is_undefined() && s.type != 's' && s.type != 'r' && s.type != 'a') raise_undefined(v);
   switch (s.type) {
     case 's': case 'r': case 'a': {
       std::string body = s.type == 's' ? to_str(v, max_bytes) : to_repr(v, max_bytes);
@@ -414,10 +415,15 @@ void json_dump(Printer& p, const Value& v, const JsonOptions& o, int level) {
 std::string percent_format(std::string_view fmt, const Value& args, size_t max_bytes) {
   std::vector<Value> positional;
   const Map* mapping = nullptr;
+  // Python accepts unused arguments when the right side is a tuple that gets consumed, or anything
+  // subscriptable (a dict for %(name)s, but also a list).
+  bool mapping_like = false;
   if (args.is_array_of(ArrayKind::kTuple)) {
     positional = args.as_array().items;
   } else {
     if (args.is_map()) mapping = &args.as_map();
+    mapping_like = args.is_map() || args.is_undefined() || args.is_array_of(ArrayKind::kList) ||
+                   args.is_array_of(ArrayKind::kRange);
     positional.push_back(args);
   }
   size_t next = 0;
@@ -491,7 +497,7 @@ std::string percent_format(std::string_view fmt, const Value& args, size_t max_b
     if (!arg) arg = &next_arg();
     out.raw(percent_one(s, *arg, max_bytes));
   }
-  if (!used_mapping && !mapping && next < positional.size()) {
+  if (!used_mapping && !mapping_like && next < positional.size()) {
     type_error("not all arguments converted during string formatting");
   }
   return out.take();
