@@ -16,8 +16,9 @@ bool heap_less(float sa, int32_t la, float sb, int32_t lb) { return sa < sb || (
 
 }  // namespace
 
-void SpmEncoder::build(const Vocab& vocab) {
+void SpmEncoder::build(const Vocab& vocab, int32_t small_segment) {
   vocab_ = &vocab;
+  small_segment_ = std::min(small_segment, kSmallSegment);
   for (int b = 0; b < 256; ++b) {
     char hex[8];
     std::snprintf(hex, sizeof hex, "<0x%02X>", b);
@@ -48,12 +49,65 @@ void SpmEncoder::encode_segment(std::string_view text, std::vector<Symbol>& sym,
   const int32_t n = int32_t(sym.size());
   if (n == 1) {
     push_symbol(text.substr(sym[0].offset, sym[0].len), sym[0].id, out);
-    return;
+  } else if (n <= small_segment_) {
+    merge_small(text.data(), sym);
+  } else {
+    merge_heap(text.data(), sym, heap);
   }
+  if (n > 1)
+    for (int32_t i = 0; i != -1; i = sym[size_t(i)].next)
+      push_symbol(text.substr(sym[size_t(i)].offset, sym[size_t(i)].len), sym[size_t(i)].id, out);
+}
+
+// Short segments (almost all of them): the best pair is found by a scan over the few symbols,
+// which picks the same pair as the priority queue (highest score, then leftmost) without its
+// bookkeeping.
+void SpmEncoder::merge_small(const char* text, std::vector<Symbol>& sym) const {
   const StringIndex& index = vocab_->index;
+  const int32_t n = int32_t(sym.size());
+  int32_t pair_id[kSmallSegment];  // token formed by symbol i and its right neighbour, -1 if none
+  float pair_score[kSmallSegment];
+  uint64_t hash[kSmallSegment];
+  auto pair_text = [&](int32_t l) {
+    const Symbol& a = sym[size_t(l)];
+    return std::string_view(text + a.offset, a.len + sym[size_t(a.next)].len);
+  };
+  auto prepare = [&](int32_t l) {  // hash and prefetch
+    if (l >= 0 && sym[size_t(l)].next >= 0) index.prefetch(hash[l] = hash_bytes(pair_text(l)));
+  };
+  auto resolve = [&](int32_t l) {
+    if (l < 0) return;
+    pair_id[l] = sym[size_t(l)].next >= 0 ? index.find(pair_text(l), hash[l]) : -1;
+    if (pair_id[l] >= 0) pair_score[l] = vocab_->score[size_t(pair_id[l])];
+  };
+  for (int32_t i = 0; i + 1 < n; ++i) prepare(i);
+  for (int32_t i = 0; i < n; ++i) resolve(i);
+  for (;;) {
+    int32_t best = -1;
+    for (int32_t i = 0; i != -1; i = sym[size_t(i)].next)
+      if (pair_id[i] >= 0 && (best < 0 || pair_score[i] > pair_score[best])) best = i;
+    if (best < 0) break;
+    Symbol& left = sym[size_t(best)];
+    Symbol& right = sym[size_t(left.next)];
+    left.len += right.len;
+    left.id = pair_id[best];
+    right.len = 0;
+    left.next = right.next;
+    if (right.next >= 0) sym[size_t(right.next)].prev = best;
+    prepare(left.prev);
+    prepare(best);
+    resolve(left.prev);
+    resolve(best);
+  }
+}
+
+// Long segments (whitespace runs, text without spaces): llama.cpp's priority queue.
+void SpmEncoder::merge_heap(const char* text, std::vector<Symbol>& sym, std::vector<Bigram>& heap) const {
+  const StringIndex& index = vocab_->index;
+  const int32_t n = int32_t(sym.size());
   auto cmp = [](const Bigram& a, const Bigram& b) { return heap_less(a.score, a.left, b.score, b.left); };
   auto pair_text = [&](int32_t l, int32_t r) {
-    return text.substr(sym[size_t(l)].offset, sym[size_t(l)].len + sym[size_t(r)].len);
+    return std::string_view(text + sym[size_t(l)].offset, sym[size_t(l)].len + sym[size_t(r)].len);
   };
   auto add = [&](int32_t l, int32_t r, uint64_t hash) {
     const std::string_view t = pair_text(l, r);
@@ -93,8 +147,6 @@ void SpmEncoder::encode_segment(std::string_view text, std::vector<Symbol>& sym,
     if (p >= 0) add(p, b.left, hp);
     if (q >= 0) add(b.left, q, hq);
   }
-  for (int32_t i = 0; i != -1; i = sym[size_t(i)].next)
-    push_symbol(text.substr(sym[size_t(i)].offset, sym[size_t(i)].len), sym[size_t(i)].id, out);
 }
 
 void SpmEncoder::encode(std::string_view text, std::vector<int32_t>& out, SegmentCache* cache) const {

@@ -14,7 +14,11 @@ namespace kvasir::tok {
 
 class SpmEncoder {
  public:
-  void build(const Vocab& vocab);
+  // Segments of up to `small_segment` characters use a linear scan instead of the priority
+  // queue; both give the same tokens (0 = always the queue; tests compare the two).
+  void build(const Vocab& vocab, int32_t small_segment = kSmallSegment);
+
+  static constexpr int32_t kSmallSegment = 24;
   // `text` is one raw-text fragment with spaces already escaped to U+2581. `cache` (optional)
   // remembers segments across the fragments of one encode call.
   void encode(std::string_view text, std::vector<int32_t>& out, SegmentCache* cache = nullptr) const;
@@ -34,9 +38,13 @@ class SpmEncoder {
   };
   void encode_segment(std::string_view text, std::vector<Symbol>& sym, std::vector<Bigram>& heap,
                       std::vector<int32_t>& out) const;
+  void merge_small(const char* text, std::vector<Symbol>& sym) const;
+  void merge_heap(const char* text, std::vector<Symbol>& sym, std::vector<Bigram>& heap) const;
   void push_symbol(std::string_view piece, int32_t id, std::vector<int32_t>& out) const;
 
+
   const Vocab* vocab_ = nullptr;
+  int32_t small_segment_ = kSmallSegment;
   int32_t byte_token_[256] = {};   // <0xNN> (byte fallback)
   int32_t ascii_token_[128] = {};  // the token of a one-byte character, -1 if none
   // Bytes that end a character directly followed by U+2581 inside some token. Before any other

@@ -11,13 +11,33 @@
 
 namespace kvasir::tok {
 
+// The first n <= 8 bytes of p, zero-padded, read with whole loads (byte-by-byte copies into a
+// word stall store forwarding, and these run several times per input byte).
+inline uint64_t load_prefix8(const char* p, size_t n) {
+  if (n >= 4) {
+    uint32_t lo, hi;
+    std::memcpy(&lo, p, 4);
+    std::memcpy(&hi, p + n - 4, 4);
+    return uint64_t(lo) | (uint64_t(hi) << ((n - 4) * 8));  // the overlap holds the same bytes
+  }
+  if (n == 0) return 0;
+  const auto b = [&](size_t i) { return uint64_t(uint8_t(p[i])) << (8 * i); };
+  return b(0) | b(n / 2) | b(n - 1);
+}
+
+inline uint64_t hash_mix(uint64_t h) {
+  h *= 0xBF58476D1CE4E5B9ull;
+  return h ^ (h >> 31);
+}
+
 inline uint64_t hash_bytes(std::string_view s) {
   // 8 bytes at a time with a multiply-xorshift mix; tokens are short, so this beats FNV.
   constexpr uint64_t kMul = 0x9E3779B97F4A7C15ull;
-  uint64_t h = s.size() * kMul;
   const char* p = s.data();
   size_t n = s.size();
-  while (n >= 8) {
+  uint64_t h = n * kMul;
+  if (n <= 8) return hash_mix((h ^ load_prefix8(p, n)) * kMul);
+  while (n > 8) {
     uint64_t w;
     std::memcpy(&w, p, 8);
     h = (h ^ w) * kMul;
@@ -25,14 +45,9 @@ inline uint64_t hash_bytes(std::string_view s) {
     p += 8;
     n -= 8;
   }
-  if (n > 0) {  // n > 0 implies p is not null
-    uint64_t w = 0;
-    std::memcpy(&w, p, n);
-    h = (h ^ w) * kMul;
-    h ^= h >> 29;
-  }
-  h *= 0xBF58476D1CE4E5B9ull;
-  return h ^ (h >> 31);
+  uint64_t w;
+  std::memcpy(&w, p + n - 8, 8);  // the last 8 bytes, overlapping the previous word
+  return hash_mix((h ^ w) * kMul);
 }
 
 class StringIndex {
@@ -56,11 +71,7 @@ class StringIndex {
     uint32_t tag = 0;   // high hash bits << 8 | min(length, 255)
     int32_t id = -1;
   };
-  static uint64_t head_of(std::string_view s) {
-    uint64_t h = 0;
-    if (!s.empty()) std::memcpy(&h, s.data(), s.size() < 8 ? s.size() : 8);
-    return h;
-  }
+  static uint64_t head_of(std::string_view s) { return load_prefix8(s.data(), s.size() < 8 ? s.size() : 8); }
   static uint32_t tag_of(uint64_t hash, size_t len) {
     return (uint32_t(hash >> 32) & 0xFFFFFF00u) | uint32_t(len < 255 ? len : 255);
   }

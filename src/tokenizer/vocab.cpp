@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <climits>
+#include <cmath>
 
 #include "tokenizer/vocab.h"
 
@@ -87,7 +88,11 @@ Status read_tokens(const gguf::File& f, Vocab& v) {
     if (scores->items.size() != n)
       return err("tokenizer.ggml.scores has " + std::to_string(scores->items.size()) + " entries but there are " +
                  std::to_string(n) + " tokens");
-    for (size_t i = 0; i < n; ++i) v.score[i] = float(scores->items[i].as_f64());
+    for (size_t i = 0; i < n; ++i) {
+      v.score[i] = float(scores->items[i].as_f64());
+      // NaN would make the merge order undefined.
+      if (std::isnan(v.score[i])) return err("tokenizer.ggml.scores[" + std::to_string(i) + "] is NaN");
+    }
   }
 
   if (const Value* types = f.find("tokenizer.ggml.token_type")) {

@@ -70,3 +70,32 @@ TEST(SegmentCache, StoresAndFindsKeys) {
 
 }  // namespace
 }  // namespace kvasir
+
+namespace kvasir {
+namespace {
+
+// SentencePiece segments up to SpmEncoder::kSmallSegment characters are merged by a linear scan,
+// longer ones by llama.cpp's priority queue; an encoder built to always use the queue must agree.
+TEST(SpmMerge, ScanAgreesWithPriorityQueue) {
+  for (const char* name : {"llama-spm", "phi-3", "stories260K"}) {
+    const Tokenizer* t = test::load_vocab(name);
+    if (!t) continue;
+    tok::SpmEncoder queue_only;
+    queue_only.build(t->impl().vocab, /*small_segment=*/0);
+    std::mt19937 rng(17);
+    static const char* const kParts[] = {"a", "e", "th", "ing", "tion", "\xE2\x96\x81", "\xE2\x96\x81\xE2\x96\x81",
+                                         "x", "qu", "\xC3\xA9", "\xE6\x97\xA5", "1", "0", ".", "\n", "ly", "er"};
+    std::uniform_int_distribution<size_t> pick(0, std::size(kParts) - 1), len(1, 40);
+    for (int i = 0; i < 500; ++i) {
+      std::string s;
+      for (size_t k = len(rng); k > 0; --k) s += kParts[pick(rng)];
+      std::vector<int32_t> a, b;
+      t->impl().spm.encode(s, a);
+      queue_only.encode(s, b);
+      ASSERT_EQ(a, b) << name << ": " << s;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvasir
