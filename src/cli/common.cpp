@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -52,6 +54,58 @@ std::string default_model_path() {
     if (std::filesystem::exists(project / name)) return (project / name).string();
   }
   return name;
+}
+
+}  // namespace kvasir::cli
+
+namespace kvasir::cli {
+
+Result<uint64_t> parse_size(const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || end == text.c_str() || errno || v < 0) return Error{"bad size '" + text + "'"};
+  std::string unit(end);
+  for (auto& c : unit) c = char(std::toupper(static_cast<unsigned char>(c)));
+  if (!unit.empty() && unit.back() == 'B') unit.pop_back();
+  if (!unit.empty() && unit.back() == 'I') unit.pop_back();  // "MiB"
+  double mult = 1;
+  if (unit == "K") mult = 1024.0;
+  else if (unit == "M") mult = 1024.0 * 1024;
+  else if (unit == "G") mult = 1024.0 * 1024 * 1024;
+  else if (!unit.empty()) return Error{"bad size unit in '" + text + "' (use K, M or G)"};
+  if (v * mult > 1e15) return Error{"size '" + text + "' is too large"};
+  return uint64_t(v * mult);
+}
+
+void EngineFlags::add_to(CLI::App* cmd) {
+  cmd->add_option("--max-batch-tokens", max_batch_tokens, "Tokens per engine step")->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--max-seqs", max_seqs, "Sequences running at once")->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--kv-mem", kv_mem, "KV cache memory, e.g. 512M (default: enough for max-seqs x 2048 tokens, <= 1G)");
+  cmd->add_option("--kv-blocks", kv_blocks, "Exact number of 16-token KV blocks (overrides --kv-mem)");
+  cmd->add_option("--kv-type", kv_type, "KV cache type: f16 or f32");
+  cmd->add_option("--max-model-len", max_model_len, "Prompt + generated tokens per request");
+  cmd->add_option("-t,--threads", threads, "Threads (default: physical cores)");
+  cmd->add_flag("--no-prefix-cache", no_prefix_cache, "Disable prefix caching");
+}
+
+Result<engine::EngineOptions> EngineFlags::to_options() const {
+  engine::EngineOptions o;
+  o.max_batch_tokens = max_batch_tokens;
+  o.max_seqs = std::min(max_seqs, max_batch_tokens);
+  o.kv_blocks = kv_blocks;
+  if (!kv_mem.empty()) {
+    auto bytes = parse_size(kv_mem);
+    if (!bytes) return Error{bytes.error()};
+    o.kv_mem_bytes = *bytes;
+  }
+  auto type = parse_kv_type(kv_type);
+  if (!type) return Error{type.error()};
+  o.kv_type = *type;
+  o.max_model_len = max_model_len;
+  o.num_threads = threads;
+  o.prefix_cache = !no_prefix_cache;
+  return o;
 }
 
 }  // namespace kvasir::cli

@@ -19,3 +19,29 @@ Result<DType> parse_kv_type(const std::string& name);
 std::string default_model_path();
 
 }  // namespace kvasir::cli
+
+#include <CLI/CLI.hpp>
+
+#include "engine/engine.h"
+
+namespace kvasir::cli {
+
+// "512M", "2G", "1048576" -> bytes.
+Result<uint64_t> parse_size(const std::string& text);
+
+// The engine flags shared by `batch` and `serve`.
+struct EngineFlags {
+  int32_t max_batch_tokens = 512;
+  int32_t max_seqs = 64;
+  std::string kv_mem;
+  int64_t kv_blocks = 0;
+  std::string kv_type = "f16";
+  int32_t max_model_len = 0;
+  int threads = 0;
+  bool no_prefix_cache = false;
+
+  void add_to(CLI::App* cmd);
+  Result<engine::EngineOptions> to_options() const;
+};
+
+}  // namespace kvasir::cli

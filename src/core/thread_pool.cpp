@@ -42,6 +42,7 @@ void ThreadPool::worker(int index) {
     // Spin first: kernels come back to back during a forward pass.
     uint64_t gen = generation_.load(std::memory_order_acquire);
     for (int spin = 0; gen == seen && spin < 20000; ++spin) {
+      if (spin > 2000 && spin % 256 == 0) std::this_thread::yield();
       KVASIR_PAUSE();
       gen = generation_.load(std::memory_order_acquire);
     }
@@ -74,7 +75,11 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const RangeFn& fn) {
   }
   wake_.notify_all();
   run_chunk(0);
-  while (pending_.load(std::memory_order_acquire) != 0) KVASIR_PAUSE();
+  // Spin briefly, then yield: when cores are oversubscribed a descheduled worker needs the CPU.
+  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+    if (spin < 4000) KVASIR_PAUSE();
+    else std::this_thread::yield();
+  }
   fn_ = nullptr;
 }
 

@@ -1,0 +1,125 @@
+// Engine: the thread-safe front. One loop thread owns the EngineCore; submit/abort only queue
+// work under the mutex, so the forward pass never runs while holding it.
+#include "engine/engine.h"
+
+#include <cstdio>
+
+namespace kvasir::engine {
+
+void RequestStream::push(Delta d) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back(std::move(d));
+  }
+  ready_.notify_all();
+}
+
+bool RequestStream::next(Delta& out) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (drained_) return false;
+  ready_.wait(lock, [&] { return !queue_.empty(); });
+  out = std::move(queue_.front());
+  queue_.pop_front();
+  if (out.finish != FinishReason::None) drained_ = true;
+  return true;
+}
+
+Engine::Engine(std::unique_ptr<EngineCore> core) : core_(std::move(core)), thread_([this] { loop(); }) {}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  work_.notify_all();
+  thread_.join();
+}
+
+Result<std::shared_ptr<RequestStream>> Engine::submit(GenerationParams params) {
+  if (auto s = core_->validate(params); !s) return Error{s.error()};
+  std::shared_ptr<RequestStream> stream;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stop_ || draining_) return Error{"the engine is shutting down"};
+    const RequestId id = next_id_++;
+    stream = std::make_shared<RequestStream>(id);
+    streams_[id] = stream;
+    pending_adds_.emplace_back(id, std::move(params));
+  }
+  work_.notify_all();
+  return stream;
+}
+
+void Engine::abort(RequestId id) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pending_aborts_.push_back(id);
+  }
+  work_.notify_all();
+}
+
+EngineStats Engine::stats() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+void Engine::drain() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  draining_ = true;
+  work_.notify_all();
+  work_.wait(lock, [&] { return streams_.empty() && pending_adds_.empty(); });
+}
+
+void Engine::loop() {
+  std::vector<std::pair<RequestId, GenerationParams>> adds;
+  std::vector<RequestId> aborts;
+  std::vector<Delta> deltas;
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      work_.wait(lock, [&] {
+        return stop_ || !pending_adds_.empty() || !pending_aborts_.empty() || core_->has_unfinished();
+      });
+      if (stop_) {  // abort everything still queued or running, deliver the final deltas, exit
+        for (auto& [id, stream] : streams_) pending_aborts_.push_back(id);
+        for (auto& [id, params] : pending_adds_) {
+          Delta d{.id = id, .finish = FinishReason::Abort};
+          streams_[id]->push(std::move(d));
+          streams_.erase(id);
+        }
+        pending_adds_.clear();
+      }
+      adds.swap(pending_adds_);
+      aborts.swap(pending_aborts_);
+    }
+    for (auto& [id, params] : adds) {
+      if (auto s = core_->add_request_with_id(id, std::move(params)); !s) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (auto it = streams_.find(id); it != streams_.end()) {
+          it->second->push(Delta{.id = id, .finish = FinishReason::Abort});
+          streams_.erase(it);
+        }
+      }
+    }
+    adds.clear();
+    for (RequestId id : aborts) core_->abort(id);
+    aborts.clear();
+    deltas.clear();
+    if (core_->has_unfinished()) {
+      if (auto s = core_->step(deltas); !s) std::fprintf(stderr, "engine: %s\n", s.error().c_str());
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& d : deltas) {
+      auto it = streams_.find(d.id);
+      if (it == streams_.end()) continue;
+      const bool last = d.finish != FinishReason::None;
+      it->second->push(std::move(d));
+      if (last) streams_.erase(it);
+    }
+    stats_ = core_->stats();
+    if (streams_.empty()) work_.notify_all();  // wakes drain()
+    if (stop_ && streams_.empty() && !core_->has_unfinished()) return;
+  }
+}
+
+}  // namespace kvasir::engine

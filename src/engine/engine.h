@@ -1,0 +1,173 @@
+// The serving engine: many requests over one model, continuous batching through the scheduler,
+// one batched forward per step.
+//
+//   EngineCore  single-threaded: add_request / abort / step() -> per-request Deltas.
+//   Engine      thread-safe front: a loop thread drives EngineCore; other threads submit
+//               requests, read their streams and cancel them.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "core/status.h"
+#include "model/model.h"
+#include "sample/sampler.h"
+#include "sched/request.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvasir::engine {
+
+using sched::FinishReason;
+using sched::RequestId;
+
+struct StopConditions {
+  int32_t max_tokens = 256;               // generated tokens at most
+  int32_t min_tokens = 0;                 // EOS / stop tokens are suppressed before this many
+  std::vector<std::string> stop_strings;  // generation ends before the first occurrence (not shown)
+  std::vector<int32_t> stop_token_ids;    // extra end-of-generation tokens
+  bool ignore_eos = false;                // keep going past the model's EOG tokens
+};
+
+struct GenerationParams {
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  StopConditions stop;
+  int32_t priority = 0;        // lower runs first
+  std::string cache_salt;      // tenant isolation of the prefix cache
+  int32_t top_logprobs = -1;   // -1: no logprobs; 0..20: chosen token's logprob + that many alternatives
+  std::vector<std::pair<int32_t, float>> logit_bias;  // added to the logits before sampling
+};
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;  // (token, logprob), most likely first
+};
+
+struct Usage {
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;
+  int32_t cached_tokens = 0;  // prompt tokens served by the prefix cache
+};
+
+struct Timings {  // milliseconds; -1 when not applicable
+  double queue_ms = -1, ttft_ms = -1, tpot_ms = -1, e2e_ms = -1;
+};
+
+// What one step produced for one request. The last delta of a request has finish != None and
+// carries usage and timings.
+struct Delta {
+  RequestId id = 0;
+  std::vector<int32_t> tokens;        // new tokens (stop tokens excluded)
+  std::string text;                   // new complete-UTF-8 text, stop strings cut off
+  std::vector<TokenLogprob> logprobs; // one per new token when requested
+  FinishReason finish = FinishReason::None;
+  Usage usage;
+  Timings timings;
+};
+
+struct EngineOptions {
+  int32_t max_batch_tokens = 512;
+  int32_t max_seqs = 64;
+  int64_t kv_blocks = 0;       // exact number of KV blocks; 0: from kv_mem_bytes
+  uint64_t kv_mem_bytes = 0;   // KV budget; 0 with kv_blocks 0: enough for max_seqs * 2048 tokens, capped at 1 GiB
+  DType kv_type = DType::F16;
+  int32_t block_size = 16;
+  int32_t max_model_len = 0;   // prompt + generated; 0: min(n_ctx_train, what the pool holds)
+  int num_threads = 0;
+  bool prefix_cache = true;
+};
+
+struct EngineStats {
+  int32_t num_running = 0, num_waiting = 0;
+  int64_t kv_blocks_total = 0, kv_blocks_used = 0;
+  int64_t prefix_queries = 0, prefix_hits = 0, prefix_query_tokens = 0, prefix_hit_tokens = 0, prefix_evictions = 0;
+  int64_t num_preemptions = 0;
+  int64_t prompt_tokens_total = 0, generation_tokens_total = 0;  // computed prompt tokens, sampled tokens
+  int64_t num_steps = 0;
+  int32_t max_model_len = 0;
+};
+
+class EngineCore {
+ public:
+  static Result<std::unique_ptr<EngineCore>> create(const Model& model, const Tokenizer& tokenizer,
+                                                    const EngineOptions& options);
+  ~EngineCore();
+
+  // Checks a request without queueing it (non-empty prompt, ids in the vocabulary, prompt
+  // shorter than max_model_len, sane values). Pure: safe to call from any thread.
+  Status validate(const GenerationParams& params) const;
+  // Validates and queues the request under a fresh id.
+  Result<RequestId> add_request(GenerationParams params);
+  // Queues an already validated request under an id chosen by the caller (unique).
+  Status add_request_with_id(RequestId id, GenerationParams params);
+  void abort(RequestId id);  // its final delta (FinishReason::Abort) comes out of the next step()
+  // Runs one scheduler step and one batched forward; appends a delta per request that produced
+  // tokens or finished.
+  Status step(std::vector<Delta>& out);
+  bool has_unfinished() const;
+  EngineStats stats() const;
+  const Tokenizer& tokenizer() const;
+  const Model& model() const;
+
+ private:
+  struct Impl;
+  explicit EngineCore(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Deltas of one request, filled by the engine loop, read by one consumer.
+class RequestStream {
+ public:
+  explicit RequestStream(RequestId id) : id_(id) {}
+  RequestId id() const { return id_; }
+  // Blocks until a delta arrives; false once the final delta has been read.
+  bool next(Delta& out);
+  void push(Delta d);  // engine side
+
+ private:
+  RequestId id_;
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<Delta> queue_;
+  bool finished_ = false, drained_ = false;
+};
+
+class Engine {
+ public:
+  explicit Engine(std::unique_ptr<EngineCore> core);
+  ~Engine();  // aborts what is left and joins the loop
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  Result<std::shared_ptr<RequestStream>> submit(GenerationParams params);
+  void abort(RequestId id);  // safe from any thread, also after the request finished
+  EngineStats stats();
+  // Stops accepting requests, lets the running ones finish, then stops the loop.
+  void drain();
+  const Tokenizer& tokenizer() const { return core_->tokenizer(); }
+  const Model& model() const { return core_->model(); }
+
+ private:
+  void loop();
+
+  std::unique_ptr<EngineCore> core_;
+  std::mutex mutex_;
+  std::condition_variable work_;
+  std::unordered_map<RequestId, std::shared_ptr<RequestStream>> streams_;
+  std::vector<std::pair<RequestId, GenerationParams>> pending_adds_;
+  std::vector<RequestId> pending_aborts_;
+  RequestId next_id_ = 1;
+  EngineStats stats_;
+  bool stop_ = false, draining_ = false;
+  std::thread thread_;
+};
+
+}  // namespace kvasir::engine

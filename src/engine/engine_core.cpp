@@ -1,0 +1,294 @@
+// EngineCore: scheduler output -> ragged Batch -> Forward -> per-request sampling, stop rules,
+// detokenization -> Deltas.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <unordered_map>
+
+#include "engine/engine.h"
+#include "engine/stop_matcher.h"
+#include "model/forward.h"
+#include "model/kv_cache.h"
+#include "sched/scheduler.h"
+
+namespace kvasir::engine {
+namespace {
+
+// Per-request state the scheduler does not hold: sampling, text and stop rules.
+struct Live {
+  GenerationParams params;
+  Sampler sampler;
+  StreamDecoder decoder;
+  StopMatcher stops;
+  std::vector<int32_t> new_tokens;       // produced this step
+  std::string new_text;
+  std::vector<TokenLogprob> new_logprobs;
+  bool stopped_by_string = false;
+
+  Live(GenerationParams p, const Tokenizer& tok)
+      : params(std::move(p)), sampler(params.sampling), decoder(tok, /*skip_special=*/true, /*continuation=*/true),
+        stops(params.stop.stop_strings) {}
+};
+
+double ns_to_ms(int64_t ns) { return ns < 0 ? -1 : double(ns) / 1e6; }
+
+Timings timings_of(const sched::Request& r) {
+  Timings t;
+  t.queue_ms = ns_to_ms(r.timings.queue_ns());
+  t.ttft_ms = ns_to_ms(r.timings.ttft_ns());
+  t.tpot_ms = ns_to_ms(r.timings.tpot_ns());
+  t.e2e_ms = r.timings.finished_ns < 0 ? -1 : ns_to_ms(r.timings.finished_ns - r.timings.arrival_ns);
+  return t;
+}
+
+// log-softmax value of `id` and the n most likely (token, logprob) pairs.
+TokenLogprob logprobs_of(std::span<const float> logits, int32_t id, int32_t n_top, std::vector<int32_t>& scratch) {
+  const float mx = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (float x : logits) sum += std::exp(double(x - mx));
+  const float log_z = mx + float(std::log(sum));
+  TokenLogprob lp{id, logits[size_t(id)] - log_z, {}};
+  if (n_top > 0) {
+    scratch.resize(logits.size());
+    for (size_t i = 0; i < scratch.size(); ++i) scratch[i] = int32_t(i);
+    const size_t k = std::min(size_t(n_top), scratch.size());
+    std::partial_sort(scratch.begin(), scratch.begin() + ptrdiff_t(k), scratch.end(), [&](int32_t a, int32_t b) {
+      return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
+    });
+    for (size_t i = 0; i < k; ++i) lp.top.push_back({scratch[i], logits[size_t(scratch[i])] - log_z});
+  }
+  return lp;
+}
+
+}  // namespace
+
+struct EngineCore::Impl {
+  const Model& model;
+  const Tokenizer& tokenizer;
+  EngineOptions options;
+  KvCache kv;
+  Forward forward;
+  sched::Scheduler scheduler;
+  std::unordered_map<RequestId, std::unique_ptr<Live>> live;
+  std::vector<RequestId> aborted;
+  RequestId next_id = 1;
+  int32_t max_model_len = 0;
+  // Step scratch, reused so a step allocates little.
+  Batch batch;
+  std::vector<sched::SeqOutput> outputs;
+  std::vector<float> logits_row;
+  std::vector<int32_t> order_scratch;
+  EngineStats totals;
+
+  Impl(const Model& m, const Tokenizer& t, const EngineOptions& o, KvCache cache, sched::Scheduler s, int32_t len)
+      : model(m),
+        tokenizer(t),
+        options(o),
+        kv(std::move(cache)),
+        forward(m, {.max_batch_tokens = o.max_batch_tokens, .num_threads = o.num_threads}),
+        scheduler(std::move(s)),
+        max_model_len(len) {}
+
+  void sample_seq(const sched::ScheduledSeq& seq, const float* logits);
+  Delta& delta_for(std::vector<Delta>& out, std::unordered_map<RequestId, size_t>& index, RequestId id);
+};
+
+Result<std::unique_ptr<EngineCore>> EngineCore::create(const Model& model, const Tokenizer& tokenizer,
+                                                       const EngineOptions& o) {
+  const ModelConfig& c = model.config();
+  if (o.max_batch_tokens < 1 || o.max_seqs < 1 || o.max_seqs > o.max_batch_tokens)
+    return Error{"need 1 <= max_seqs <= max_batch_tokens"};
+  if (tokenizer.n_vocab() > c.n_vocab) return Error{"the tokenizer has more tokens than the model's vocabulary"};
+  const uint64_t per_block = KvCache::bytes_per_token(c, o.kv_type) * uint64_t(o.block_size);
+  int64_t blocks = o.kv_blocks;
+  if (blocks <= 0) {
+    uint64_t mem = o.kv_mem_bytes;
+    if (mem == 0) mem = std::min<uint64_t>(uint64_t(o.max_seqs) * 2048 * KvCache::bytes_per_token(c, o.kv_type), 1ull << 30);
+    blocks = int64_t(mem / per_block);
+  }
+  if (blocks < 2) return Error{"the KV cache budget holds fewer than 2 blocks of " + std::to_string(o.block_size) + " tokens"};
+  if (blocks > (int64_t(1) << 30)) return Error{"too many KV blocks"};
+  int32_t len = o.max_model_len > 0 ? o.max_model_len : int32_t(std::min<int64_t>(c.n_ctx_train, 1 << 30));
+  len = int32_t(std::min<int64_t>(len, blocks * o.block_size));
+  auto kv = KvCache::create(c, {.num_blocks = blocks, .block_size = o.block_size, .type = o.kv_type});
+  if (!kv) return Error{kv.error()};
+  auto sched = sched::Scheduler::create({.max_batch_tokens = o.max_batch_tokens,
+                                         .max_seqs = o.max_seqs,
+                                         .block_size = o.block_size,
+                                         .num_blocks = int32_t(blocks),
+                                         .max_model_len = len,
+                                         .enable_prefix_cache = o.prefix_cache,
+                                         .model_id = model.path() + "#" + c.arch_name});
+  if (!sched) return Error{sched.error()};
+  auto impl = std::make_unique<Impl>(model, tokenizer, o, std::move(*kv), std::move(*sched), len);
+  return std::unique_ptr<EngineCore>(new EngineCore(std::move(impl)));
+}
+
+EngineCore::EngineCore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+EngineCore::~EngineCore() = default;
+const Tokenizer& EngineCore::tokenizer() const { return impl_->tokenizer; }
+const Model& EngineCore::model() const { return impl_->model; }
+bool EngineCore::has_unfinished() const { return impl_->scheduler.has_unfinished() || !impl_->aborted.empty(); }
+
+Status EngineCore::validate(const GenerationParams& p) const {
+  const int64_t n_vocab = impl_->model.config().n_vocab;
+  if (p.prompt.empty()) return Error{"the prompt is empty"};
+  for (int32_t id : p.prompt)
+    if (id < 0 || id >= n_vocab) return Error{"token id " + std::to_string(id) + " is outside the vocabulary"};
+  if (int64_t(p.prompt.size()) >= impl_->max_model_len)
+    return Error{"context_length_exceeded: the prompt has " + std::to_string(p.prompt.size()) +
+                 " tokens; this model's context is " + std::to_string(impl_->max_model_len) + " tokens"};
+  const auto& s = p.sampling;
+  if (!(s.temperature >= 0) || !std::isfinite(s.temperature)) return Error{"temperature must be >= 0"};
+  if (!(s.top_p > 0 && s.top_p <= 1)) return Error{"top_p must be in (0, 1]"};
+  if (!(s.min_p >= 0 && s.min_p <= 1)) return Error{"min_p must be in [0, 1]"};
+  if (!(s.repetition_penalty > 0) || !std::isfinite(s.repetition_penalty)) return Error{"repetition_penalty must be > 0"};
+  if (!std::isfinite(s.presence_penalty) || !std::isfinite(s.frequency_penalty)) return Error{"penalties must be finite"};
+  if (p.stop.max_tokens < 1) return Error{"max_tokens must be >= 1"};
+  if (p.stop.min_tokens < 0 || p.stop.min_tokens > p.stop.max_tokens) return Error{"min_tokens must be in [0, max_tokens]"};
+  if (p.top_logprobs > 20) return Error{"top_logprobs must be <= 20"};
+  for (const auto& [id, bias] : p.logit_bias)
+    if (id < 0 || id >= n_vocab || !std::isfinite(bias)) return Error{"logit_bias has a bad token id or value"};
+  for (int32_t id : p.stop.stop_token_ids)
+    if (id < 0 || id >= n_vocab) return Error{"stop_token_ids has a bad token id"};
+  return {};
+}
+
+Result<RequestId> EngineCore::add_request(GenerationParams params) {
+  if (auto s = validate(params); !s) return Error{s.error()};
+  const RequestId id = impl_->next_id++;
+  if (auto s = add_request_with_id(id, std::move(params)); !s) return Error{s.error()};
+  return id;
+}
+
+Status EngineCore::add_request_with_id(RequestId id, GenerationParams params) {
+  Impl& m = *impl_;
+  if (m.live.count(id)) return Error{"duplicate request id"};
+  m.next_id = std::max(m.next_id, id + 1);
+  sched::RequestOptions ro{.priority = params.priority, .max_new_tokens = params.stop.max_tokens,
+                           .cache_salt = params.cache_salt};
+  std::vector<int32_t> prompt = params.prompt;
+  if (auto s = m.scheduler.add_request(id, std::move(prompt), std::move(ro)); !s) return s;
+  m.live.emplace(id, std::make_unique<Live>(std::move(params), m.tokenizer));
+  return {};
+}
+
+void EngineCore::abort(RequestId id) {
+  if (impl_->live.count(id)) impl_->aborted.push_back(id);
+}
+
+void EngineCore::Impl::sample_seq(const sched::ScheduledSeq& seq, const float* logits) {
+  Live& l = *live.at(seq.id);
+  const sched::Request* req = scheduler.find(seq.id);
+  const int64_t n_vocab = model.config().n_vocab;
+  logits_row.assign(logits, logits + n_vocab);
+  for (const auto& [id, bias] : l.params.logit_bias) logits_row[size_t(id)] += bias;
+  const int32_t generated = req->num_generated();
+  auto is_stop_token = [&](int32_t t) {
+    if (!l.params.stop.ignore_eos && tokenizer.is_eog(t)) return true;
+    return std::find(l.params.stop.stop_token_ids.begin(), l.params.stop.stop_token_ids.end(), t) !=
+           l.params.stop.stop_token_ids.end();
+  };
+  if (generated < l.params.stop.min_tokens) {  // too early to stop: mask every stop token
+    for (int32_t t : tokenizer.eog_ids()) logits_row[size_t(t)] = -std::numeric_limits<float>::infinity();
+    for (int32_t t : l.params.stop.stop_token_ids) logits_row[size_t(t)] = -std::numeric_limits<float>::infinity();
+  }
+  const int32_t token = l.sampler.sample(logits_row, req->tokens);
+  sched::SeqOutput out{seq.id, token, sched::FinishReason::None};
+  if (is_stop_token(token)) {
+    out.finish = sched::FinishReason::Stop;
+  } else {
+    if (l.params.top_logprobs >= 0) l.new_logprobs.push_back(logprobs_of(logits_row, token, l.params.top_logprobs, order_scratch));
+    l.new_tokens.push_back(token);
+    l.new_text += l.stops.push(l.decoder.push(token));
+    if (l.stops.stopped()) out.finish = sched::FinishReason::StopString;
+  }
+  outputs.push_back(out);
+}
+
+Delta& EngineCore::Impl::delta_for(std::vector<Delta>& out, std::unordered_map<RequestId, size_t>& index, RequestId id) {
+  auto it = index.find(id);
+  if (it != index.end()) return out[it->second];
+  index[id] = out.size();
+  out.push_back(Delta{.id = id});
+  return out.back();
+}
+
+Status EngineCore::step(std::vector<Delta>& out) {
+  Impl& m = *impl_;
+  for (RequestId id : m.aborted) (void)m.scheduler.abort(id);
+  m.aborted.clear();
+
+  const sched::SchedulerOutput& so = m.scheduler.step();
+  m.outputs.clear();
+  if (!so.empty()) {
+    m.batch.clear();
+    for (size_t s = 0; s < so.seqs.size(); ++s) {
+      const auto& seq = so.seqs[s];
+      m.batch.block_tables.push_back(seq.block_table);
+      for (int32_t i = seq.start; i < seq.end; ++i)
+        m.batch.add(seq.tokens[size_t(i - seq.start)], i, int32_t(s), seq.want_logits && i + 1 == seq.end);
+    }
+    auto logits = m.forward.forward(m.batch, m.kv);
+    if (!logits) {
+      // A failed forward leaves these requests' KV undefined: end them rather than serve garbage.
+      for (const auto& seq : so.seqs) (void)m.scheduler.abort(seq.id);
+      (void)m.scheduler.update({});
+      return Error{"forward failed: " + logits.error()};
+    }
+    int64_t row = 0;
+    for (const auto& seq : so.seqs) {
+      m.totals.prompt_tokens_total += std::max<int64_t>(0, std::min(seq.end, m.scheduler.find(seq.id)->num_prompt_tokens) - seq.start);
+      if (seq.want_logits) m.sample_seq(seq, *logits + (row++) * m.model.config().n_vocab);
+    }
+    m.totals.generation_tokens_total += int64_t(m.outputs.size());
+    if (auto s = m.scheduler.update(m.outputs); !s) return s;
+  }
+
+  // Deltas: new tokens and text, then the final delta of every finished request.
+  std::unordered_map<RequestId, size_t> index;
+  for (auto& [id, l] : m.live) {
+    if (l->new_tokens.empty() && l->new_text.empty()) continue;
+    Delta& d = m.delta_for(out, index, id);
+    d.tokens = std::move(l->new_tokens);
+    d.text = std::move(l->new_text);
+    d.logprobs = std::move(l->new_logprobs);
+    l->new_tokens.clear();
+    l->new_text.clear();
+    l->new_logprobs.clear();
+  }
+  for (sched::Request& r : m.scheduler.take_finished()) {
+    auto it = m.live.find(r.id);
+    if (it == m.live.end()) continue;
+    Delta& d = m.delta_for(out, index, r.id);
+    if (r.finish_reason != sched::FinishReason::StopString) d.text += it->second->stops.push(it->second->decoder.flush());
+    d.text += it->second->stops.flush();
+    d.finish = r.finish_reason;
+    d.usage = {r.num_prompt_tokens, r.num_generated(), r.num_cached_tokens};
+    d.timings = timings_of(r);
+    m.live.erase(it);
+  }
+  return {};
+}
+
+EngineStats EngineCore::stats() const {
+  const Impl& m = *impl_;
+  EngineStats s = m.totals;
+  s.num_running = m.scheduler.num_running();
+  s.num_waiting = m.scheduler.num_waiting();
+  const auto& kv = m.scheduler.kv();
+  s.kv_blocks_total = m.kv.num_blocks();
+  s.kv_blocks_used = kv.num_blocks() - kv.num_free_blocks();  // cached-but-unreferenced blocks count as free
+  const auto& pc = kv.cache().counters();
+  s.prefix_queries = pc.num_queries;
+  s.prefix_query_tokens = pc.num_query_tokens;
+  s.prefix_hits = pc.num_hits;
+  s.prefix_hit_tokens = pc.num_hit_tokens;
+  s.prefix_evictions = pc.num_evictions;
+  s.num_preemptions = m.scheduler.counters().num_preemptions;
+  s.num_steps = m.scheduler.counters().num_steps;
+  s.max_model_len = m.max_model_len;
+  return s;
+}
+
+}  // namespace kvasir::engine
