@@ -35,11 +35,14 @@ asan: deps model
 
 # libFuzzer targets, each run for FUZZ_SECONDS.
 FUZZ_SECONDS ?= 30
+FUZZ_TARGETS ?= fuzz_gguf fuzz_tokenizer fuzz_jinja fuzz_quant_dot
 fuzz: deps
 	cmake -S . -B build-fuzz -G Ninja -DKVASIR_FUZZ=ON -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo
-	cmake --build build-fuzz -j $(JOBS)
-	@for f in build-fuzz/bin/fuzz_*; do echo "== $$f"; mkdir -p build-fuzz/corpus/$$(basename $$f); \
-	  $$f -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -timeout=10 build-fuzz/corpus/$$(basename $$f) tests/fuzz/seeds/$$(basename $$f) 2>&1 | tail -3 || exit 1; done
+	cmake --build build-fuzz -j $(JOBS) --target $(FUZZ_TARGETS)
+	@for t in $(FUZZ_TARGETS); do f=build-fuzz/bin/$$t; echo "== $$t ($(FUZZ_SECONDS) s)"; mkdir -p build-fuzz/corpus/$$t; \
+	  seeds=""; [ -d tests/fuzz/seeds/$$t ] && seeds=tests/fuzz/seeds/$$t; \
+	  $$f -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -timeout=10 -max_len=65536 build-fuzz/corpus/$$t $$seeds > build-fuzz/$$t.log 2>&1 \
+	    || { tail -40 build-fuzz/$$t.log; exit 1; }; tail -2 build-fuzz/$$t.log; done
 
 clean:
 	rm -rf build build-asan build-fuzz
