@@ -60,6 +60,7 @@ const char* const kDeepseekCjk =
 
 struct PreTokenizer::Regex {
   pcre2_code* code = nullptr;
+  bool jit = false;
   ~Regex() { pcre2_code_free(code); }
 };
 
@@ -99,7 +100,8 @@ Status PreTokenizer::build(PreKind kind) {
       return Error{"tokenizer: pre-tokenizer regex does not compile at offset " + std::to_string(offset) + ": " +
                    reinterpret_cast<const char*>(msg)};
     }
-    pcre2_jit_compile(re->code, PCRE2_JIT_COMPLETE);  // without JIT support the interpreter runs
+    // Without JIT support (or if it fails) the interpreter runs.
+    re->jit = pcre2_jit_compile(re->code, PCRE2_JIT_COMPLETE) == 0;
     regexes_.push_back(std::move(re));
   }
   return {};
@@ -119,19 +121,26 @@ struct MatchState {
   }
 };
 
+// pcre2_jit_match skips pcre2_match's per-call checks, which cost as much as matching a word.
+int match(const pcre2_code* code, bool jit, PCRE2_SPTR subject, size_t len, size_t start, MatchState& st) {
+  return jit ? pcre2_jit_match(code, subject, len, start, 0, st.data, st.context)
+             : pcre2_match(code, subject, len, start, 0, st.data, st.context);
+}
+
 // Runs one regex over text[piece], appending matches and the gaps between them to `out`.
-void split_piece(const pcre2_code* code, std::string_view text, Span piece, MatchState& st, std::vector<Span>& out) {
+void split_piece(const pcre2_code* code, bool jit, std::string_view text, Span piece, MatchState& st,
+                 std::vector<Span>& out) {
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data() + piece.begin);
   const size_t len = piece.end - piece.begin;
   size_t start = 0, gap = 0;
   while (start < len) {
-    int rc = pcre2_match(code, subject, len, start, 0, st.data, st.context);
+    int rc = match(code, jit, subject, len, start, st);
     if (rc == PCRE2_ERROR_JIT_STACKLIMIT && !st.stack) {
       // Deep backtracking on a long run: retry once with a larger JIT stack.
       st.stack = pcre2_jit_stack_create(64 * 1024, 64 * 1024 * 1024, nullptr);
       st.context = pcre2_match_context_create(nullptr);
       pcre2_jit_stack_assign(st.context, nullptr, st.stack);
-      rc = pcre2_match(code, subject, len, start, 0, st.data, st.context);
+      rc = match(code, jit, subject, len, start, st);
     }
     if (rc < 0) break;  // no match (or a resource error): the rest stays one piece
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(st.data);
@@ -160,7 +169,7 @@ void PreTokenizer::split(std::string_view text, std::vector<Span>& words) const 
   for (const auto& re : regexes_) {
     next.clear();
     next.reserve(words.size() * 2);
-    for (const Span& piece : words) split_piece(re->code, text, piece, st, next);
+    for (const Span& piece : words) split_piece(re->code, re->jit, text, piece, st, next);
     words.swap(next);
   }
 }
