@@ -150,10 +150,10 @@ void SpmEncoder::merge_heap(const char* text, std::vector<Symbol>& sym, std::vec
 }
 
 void SpmEncoder::encode(std::string_view text, std::vector<int32_t>& out, SegmentCache* cache) const {
-  std::vector<Symbol> sym;
-  std::vector<Bigram> heap;
-  sym.reserve(64);
-  heap.reserve(64);
+  // Reused across calls: encode runs once per text fragment, and Gemma's whitespace tokens make
+  // fragments short and many.
+  thread_local std::vector<Symbol> sym;
+  thread_local std::vector<Bigram> heap;
   size_t pos = 0;
   while (pos < text.size()) {
     // One segment: characters up to the next U+2581 that no token joins to its left neighbour.

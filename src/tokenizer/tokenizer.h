@@ -46,7 +46,9 @@ class Tokenizer {
   // vocabularies that add a space prefix, the leading space of the first text token is dropped
   // (also after leading special tokens such as BOS, as SentencePiece does), so
   // decode(encode(s)) == s. The result is raw bytes and may be invalid UTF-8 (byte tokens);
-  // StreamDecoder yields its UTF-8-safe form.
+  // StreamDecoder yields its UTF-8-safe form. Unlike llama_detokenize, no
+  // clean_up_tokenization_spaces pass is applied (it drops spaces before punctuation, so it is
+  // lossy, and streamed pieces never get it either).
   std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
 
   // The bytes one token stands for, as decode shows it (special tokens as their text).
