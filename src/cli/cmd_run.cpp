@@ -45,7 +45,7 @@ int run_generate(RunArgs a) {
   if (!session) return fail(session.error());
 
   const int64_t n_vocab = (*model)->config().n_vocab;
-  std::vector<float> logits(size_t(n_vocab));
+  std::vector<float> logits(static_cast<size_t>(n_vocab));
   auto keep = [&](int64_t, const float* l) { std::copy(l, l + n_vocab, logits.begin()); };
   const auto t0 = Clock::now();
   if (auto s = (*session)->eval(tokens, false, keep); !s) return fail(s.error());
