@@ -101,10 +101,8 @@ Interpreter::Flow Interpreter::exec_body(const Body& body, const ScopePtr& scope
   return Flow::kNormal;
 }
 
-std::string Interpreter::capture(const Body& body, const ScopePtr& parent) {
-  std::string out;
-  exec_body(body, std::make_shared<Scope>(parent), out);
-  return out;
+Interpreter::Flow Interpreter::capture(const Body& body, const ScopePtr& parent, std::string& out) {
+  return exec_body(body, std::make_shared<Scope>(parent), out);
 }
 
 Interpreter::Flow Interpreter::exec(const Stmt& s, const ScopePtr& scope, std::string& out) {
@@ -127,7 +125,10 @@ Interpreter::Flow Interpreter::exec(const Stmt& s, const ScopePtr& scope, std::s
       case StmtKind::kFor: return exec_for(s, scope, out);
       case StmtKind::kSet: assign(*s.target, eval(*s.expr, scope), scope); return Flow::kNormal;
       case StmtKind::kSetBlock: {
-        Value v = make_string(capture(s.body, scope));
+        // a break/continue inside the block leaves the loop before anything is assigned, as in Python
+        std::string text;
+        if (Flow f = capture(s.body, scope, text); f != Flow::kNormal) return f;
+        Value v = make_string(std::move(text));
         if (s.filter) v = eval_filter(*s.filter, scope, &v);
         assign(*s.target, v, scope);
         return Flow::kNormal;
@@ -137,7 +138,9 @@ Interpreter::Flow Interpreter::exec(const Stmt& s, const ScopePtr& scope, std::s
         return Flow::kNormal;
       case StmtKind::kCallBlock: exec_call_block(s, scope, out); return Flow::kNormal;
       case StmtKind::kFilterBlock: {
-        Value body = make_string(capture(s.body, scope));
+        std::string text;
+        if (Flow f = capture(s.body, scope, text); f != Flow::kNormal) return f;
+        Value body = make_string(std::move(text));
         Value v = eval_filter(*s.filter, scope, &body);
         emit(out, str(v));
         return Flow::kNormal;
@@ -147,8 +150,7 @@ Interpreter::Flow Interpreter::exec(const Stmt& s, const ScopePtr& scope, std::s
         std::vector<Value> values;
         for (const auto& e : s.values) values.push_back(eval(*e, scope));
         for (size_t i = 0; i < s.targets.size(); ++i) assign(*s.targets[i], values[i], inner);
-        exec_body(s.body, inner, out);
-        return Flow::kNormal;
+        return exec_body(s.body, inner, out);
       }
       case StmtKind::kBreak: return Flow::kBreak;
       case StmtKind::kContinue: return Flow::kContinue;
@@ -177,12 +179,7 @@ Interpreter::Flow Interpreter::exec_for(const Stmt& s, const ScopePtr& scope, st
     }
     items = std::move(kept);
   }
-  if (items.empty()) {
-    exec_body(s.else_body, std::make_shared<Scope>(scope), out);
-    return Flow::kNormal;
-  }
-  run_loop(s, scope, std::move(items), 0, out);
-  return Flow::kNormal;
+  return run_loop(s, scope, std::move(items), 0, out);
 }
 
 Interpreter::Flow Interpreter::run_loop(const Stmt& s, const ScopePtr& scope, std::vector<Value> items, int depth0,
@@ -191,6 +188,7 @@ Interpreter::Flow Interpreter::run_loop(const Stmt& s, const ScopePtr& scope, st
   auto* loop = make<LoopContext>(shared, depth0, &s, scope);
   Value loop_value = Value::object(loop);
   ScopePtr iter_scope;
+  bool completed_one = false;
   for (size_t i = 0; i < shared->size(); ++i) {
     charge(1);
     loop->advance(i);
@@ -202,8 +200,14 @@ Interpreter::Flow Interpreter::run_loop(const Stmt& s, const ScopePtr& scope, st
     }
     iter_scope->set("loop", loop_value);
     assign(*s.target, (*shared)[i], iter_scope);
-    if (exec_body(s.body, iter_scope, out) == Flow::kBreak) break;
+    Flow f = exec_body(s.body, iter_scope, out);
+    if (f == Flow::kBreak) break;
+    if (f == Flow::kNormal) completed_one = true;
   }
+  // Jinja2 marks the loop as iterated at the end of the body, so `else` runs unless some iteration
+  // got there: an empty loop, or one whose every iteration ended in break or continue.
+  // The else block sits outside this loop: a break or continue there belongs to an enclosing loop.
+  if (!completed_one) return exec_body(s.else_body, std::make_shared<Scope>(scope), out);
   return Flow::kNormal;
 }
 

@@ -76,7 +76,7 @@ class Interpreter {
   Flow exec_for(const Stmt& s, const ScopePtr& scope, std::string& out);
   Flow run_loop(const Stmt& s, const ScopePtr& scope, std::vector<Value> items, int depth0, std::string& out);
   void exec_call_block(const Stmt& s, const ScopePtr& scope, std::string& out);
-  std::string capture(const Body& body, const ScopePtr& parent);
+  Flow capture(const Body& body, const ScopePtr& parent, std::string& out);  // body in a child scope
   void assign(const Expr& target, const Value& v, const ScopePtr& scope);
   void emit(std::string& out, std::string_view s);
 
