@@ -355,6 +355,7 @@ SNIPPETS = [
     # ----- string methods -----
     "{{ 'Hello'.startswith('He') }} {{ 'Hello'.startswith(('x', 'H')) }} {{ 'Hello'.endswith('lo') }} {{ 'Hello'.startswith('l', 2) }} {{ 'Hello'.endswith('ll', 0, 4) }}",
     "[{{ '  x  '.strip() }}][{{ '  x  '.lstrip() }}][{{ '  x  '.rstrip() }}][{{ 'xxaxx'.strip('x') }}][{{ '\\n\\nq\\n'.lstrip('\\n') }}][{{ 'abcba'.strip('ab') }}]",
+    "[{{ '\u3000x\u00a0'.strip() }}][{{ 'éxé'.strip('é') }}][{{ 'ab\u2028'.rstrip() }}][{{ '\u2003 y'.lstrip() }}][{{ '€€'.strip('€') }}][{{ 'a€b'.strip('ab') }}]",
     "{{ 'a,b,,c'.split(',') }} {{ '  a  b  '.split() }} {{ 'a b c'.split(' ', 1) }} {{ 'a,b,c'.rsplit(',', 1) }} {{ '  a  b  '.split(none, 1) }} {{ ''.split(',') }} {{ ''.split() }}",
     "{{ 'a\\nb\\r\\nc\\n'.splitlines() }} {{ 'a\\nb'.splitlines(true) }}",
     "{{ 'Hello'.upper() }} {{ 'Hello'.lower() }} {{ \"they're bill's\".title() }} {{ 'hello WORLD'.capitalize() }} {{ 'Hello'.swapcase() }} {{ 'ß'.upper() }} {{ 'ǅ'.lower() }}",

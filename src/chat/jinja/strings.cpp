@@ -12,19 +12,52 @@ bool in_set(char32_t c, const std::vector<char32_t>& set) { return std::find(set
 
 }  // namespace
 
+namespace {
+
+// Length in bytes of the code point starting at s[i] (invalid bytes count as one).
+size_t cp_len(std::string_view s, size_t i) {
+  auto b = static_cast<unsigned char>(s[i]);
+  size_t n = b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : b >= 0xC0 ? 2 : 1;
+  if (i + n > s.size()) return 1;
+  for (size_t k = 1; k < n; ++k) {
+    if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return 1;
+  }
+  return n;
+}
+
+char32_t cp_at(std::string_view s, size_t i, size_t n) {
+  auto cps = uni::decode(s.substr(i, n));
+  return cps.size() == 1 ? cps[0] : 0xFFFD;
+}
+
+}  // namespace
+
+// Walks in from both ends one code point at a time, so long strings are not decoded whole.
 std::string strip(std::string_view s, const std::optional<std::string>& chars, bool left, bool right) {
-  auto cps = uni::decode(s);
   std::vector<char32_t> set;
   if (chars) set = uni::decode(*chars);
   auto strippable = [&](char32_t c) { return chars ? in_set(c, set) : uni::is_space(c); };
-  size_t b = 0, e = cps.size();
+  size_t b = 0, e = s.size();
   if (left) {
-    while (b < e && strippable(cps[b])) ++b;
+    while (b < e) {
+      size_t n = cp_len(s, b);
+      if (!strippable(static_cast<unsigned char>(s[b]) < 0x80 ? static_cast<char32_t>(s[b]) : cp_at(s, b, n))) break;
+      b += n;
+    }
   }
   if (right) {
-    while (e > b && strippable(cps[e - 1])) --e;
+    while (e > b) {
+      size_t start = e - 1;
+      while (start > b && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80 && e - start < 4) --start;
+      size_t n = cp_len(s, start);
+      if (start + n != e) { start = e - 1; n = 1; }  // a stray continuation byte
+      char32_t c = n == 1 ? static_cast<unsigned char>(s[start]) : cp_at(s, start, n);
+      if (n == 1 && c >= 0x80) c = 0xDC00 + c;  // an invalid byte, as decode() sees it
+      if (!strippable(c)) break;
+      e = start;
+    }
   }
-  return uni::encode(cps, b, e);
+  return std::string(s.substr(b, e - b));
 }
 
 std::vector<std::string> split(std::string_view s, const std::optional<std::string>& sep, int64_t maxsplit) {
