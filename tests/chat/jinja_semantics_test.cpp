@@ -61,8 +61,6 @@ const std::map<std::string, std::string>& deviations() {
       {"SyntaxError", "TemplateSyntaxError"},
       // {% include %} fails in Python only when rendering (no loader); we reject it while parsing.
       {"TypeError/include", "TemplateSyntaxError"},
-      // Python's for-unpacking of a non-iterable raises TypeError; iterate() reports the int the same way
-      // but a tuple target over non-sequences is a ValueError in some paths.
   };
   return d;
 }

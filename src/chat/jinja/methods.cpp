@@ -145,7 +145,11 @@ Value string_method(Interpreter& in, const std::string& s, std::string_view name
       name == "swapcase") {
     bind_args(args, name, {});
     if (name == "upper") return in.make_string(uni::upper(s));
-    if (name == "lower" || name == "casefold") return in.make_string(uni::lower(s));
+    if (name == "lower") return in.make_string(uni::lower(s));
+    if (name == "casefold") {  // lower(), plus the full folding of ß
+      std::string folded = uni::lower(s);
+      return in.make_string(*pystr::replace(folded, "\xC3\x9F", "ss", -1, in.limits().max_output_bytes + folded.size()));
+    }
     if (name == "title") return in.make_string(pystr::title(s));
     if (name == "capitalize") return in.make_string(pystr::capitalize(s));
     return in.make_string(pystr::swapcase(s));
