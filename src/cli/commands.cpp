@@ -16,6 +16,9 @@ int main(int argc, char** argv) {
   register_chat_template(app, handler);
   register_synth(app, handler);
   register_bench(app, handler);
+  register_batch(app, handler);
+  register_serve(app, handler);
+  register_loadgen(app, handler);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -16,6 +16,9 @@ void register_tokenizer_commands(CLI::App& app, Handler& handler);  // tokenize,
 void register_chat_template(CLI::App& app, Handler& handler);
 void register_synth(CLI::App& app, Handler& handler);
 void register_bench(CLI::App& app, Handler& handler);
+void register_batch(CLI::App& app, Handler& handler);
+void register_serve(CLI::App& app, Handler& handler);
+void register_loadgen(CLI::App& app, Handler& handler);
 
 int main(int argc, char** argv);
 

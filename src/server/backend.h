@@ -1,0 +1,20 @@
+// Loads what the server serves: model file, tokenizer, chat template and a running engine.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "engine/engine.h"
+#include "server/state.h"
+
+namespace kvasir::server {
+
+struct BackendOptions {
+  std::string model_path = {};
+  std::string chat_template_path = {};  // empty: the model's own template
+  engine::EngineOptions engine = {};
+};
+
+Result<std::unique_ptr<Backend>> load_backend(const BackendOptions& options);
+
+}  // namespace kvasir::server

@@ -1,0 +1,54 @@
+#include "server/chat_format.h"
+
+#include "chat/chat_template.h"
+#include "chat/default_template.h"
+
+namespace kvasir::server {
+
+ChatFormatter::ChatFormatter(std::string template_source, std::string bos_token, std::string eos_token)
+    : source_(std::move(template_source)), bos_(std::move(bos_token)), eos_(std::move(eos_token)) {}
+
+Result<ChatFormatter> ChatFormatter::for_model(const gguf::File& file, const Tokenizer& tokenizer,
+                                               std::string override_source) {
+  std::string source = std::move(override_source);
+  if (source.empty() && file.find("tokenizer.chat_template")) {
+    auto t = file.get_string("tokenizer.chat_template");
+    if (!t) return Error{t.error()};
+    source = std::move(*t);
+  }
+  if (source.empty()) source = std::string(chat::kDefaultChatTemplate);
+  const std::string bos = tokenizer.bos() >= 0 ? tokenizer.token_text(tokenizer.bos()) : std::string();
+  const std::string eos = tokenizer.eos() >= 0 ? tokenizer.token_text(tokenizer.eos()) : std::string();
+  return ChatFormatter(std::move(source), bos, eos);
+}
+
+Result<std::string> ChatFormatter::render(const nlohmann::ordered_json& messages,
+                                          const ChatRenderOptions& options) const {
+  nlohmann::ordered_json context = nlohmann::ordered_json::object();
+  // Extra variables first, so that the ones we set cannot be overridden by a request.
+  for (const auto& [k, v] : options.extra.items()) context[k] = v;
+  context["messages"] = messages;
+  context["add_generation_prompt"] = options.add_generation_prompt;
+  context["bos_token"] = bos_;
+  context["eos_token"] = eos_;
+  context["tools"] = options.tools;
+  auto text = chat::render_chat_template(source_, context);
+  if (!text) return Error{text.error()};
+  if (!options.continue_final_message) return text;
+  // Cut after the final message's content, dropping the end-of-turn the template closed it with.
+  const auto& last = messages.back();
+  const std::string content = last.contains("content") && last["content"].is_string() ? last["content"].get<std::string>() : "";
+  const size_t at = content.empty() ? std::string::npos : text->rfind(content);
+  if (at == std::string::npos) return Error{"continue_final_message: the final message does not appear in the rendered prompt"};
+  return text->substr(0, at + content.size());
+}
+
+std::vector<int32_t> ChatFormatter::tokenize(const Tokenizer& tokenizer, const std::string& rendered) const {
+  // BOS only (never an EOS a vocabulary may ask for: the answer follows the prompt).
+  const bool has_bos = !bos_.empty() && rendered.compare(0, bos_.size(), bos_) == 0;
+  std::vector<int32_t> ids = tokenizer.encode(rendered, EncodeOptions{.add_special = false, .parse_special = true});
+  if (!has_bos && tokenizer.add_bos() && tokenizer.bos() >= 0) ids.insert(ids.begin(), tokenizer.bos());
+  return ids;
+}
+
+}  // namespace kvasir::server

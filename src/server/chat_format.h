@@ -1,0 +1,44 @@
+// Conversation -> prompt tokens: the model's chat template (tokenizer.chat_template, ChatML when
+// it has none, or a template file given on the command line) rendered with the vocabulary's BOS
+// and EOS strings, then tokenized without adding a second BOS when the template wrote one.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+#include "format/gguf.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvasir::server {
+
+struct ChatRenderOptions {
+  bool add_generation_prompt = true;
+  bool continue_final_message = false;       // end the prompt inside the last message (prefill an answer)
+  nlohmann::ordered_json tools = nullptr;    // null: none
+  nlohmann::ordered_json extra = nlohmann::ordered_json::object();  // chat_template_kwargs
+};
+
+class ChatFormatter {
+ public:
+  ChatFormatter() = default;
+  ChatFormatter(std::string template_source, std::string bos_token, std::string eos_token);
+  // The model's template (or `override_source` when not empty) with its BOS/EOS token strings.
+  static Result<ChatFormatter> for_model(const gguf::File& file, const Tokenizer& tokenizer,
+                                         std::string override_source = {});
+
+  // Template errors (raise_exception, undefined values, limits) come back as the message.
+  Result<std::string> render(const nlohmann::ordered_json& messages, const ChatRenderOptions& options) const;
+  // Tokenizes a rendering: special-token strings are parsed, and BOS is added (as the vocabulary
+  // asks) only if the text does not start with the BOS string already.
+  std::vector<int32_t> tokenize(const Tokenizer& tokenizer, const std::string& rendered) const;
+
+  const std::string& source() const { return source_; }
+
+ private:
+  std::string source_, bos_, eos_;
+};
+
+}  // namespace kvasir::server

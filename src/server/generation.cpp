@@ -1,0 +1,196 @@
+#include "server/generation.h"
+
+#include <algorithm>
+
+namespace kvasir::server {
+
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+double seconds(SteadyClock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+ApiError context_error(std::string message) {
+  return bad_request(std::move(message), "messages", "context_length_exceeded");
+}
+
+}  // namespace
+
+Parsed<int32_t> check_prompt(const std::vector<int32_t>& prompt, const GenerationRequest& request, Endpoint endpoint,
+                             const Tokenizer& tokenizer, int32_t max_model_len) {
+  const char* param = endpoint == Endpoint::chat ? "messages" : "prompt";
+  if (prompt.empty()) return bad_request("the prompt is empty (it tokenizes to no tokens)", param);
+  for (int32_t id : prompt) {
+    if (!tokenizer.valid_id(id))
+      return bad_request("token id " + std::to_string(id) + " is outside the vocabulary of " +
+                             std::to_string(tokenizer.n_vocab()) + " tokens",
+                         param);
+  }
+  const int64_t n = int64_t(prompt.size());
+  if (n >= max_model_len) {
+    ApiError e = context_error("This model's maximum context length is " + std::to_string(max_model_len) +
+                               " tokens. However, your prompt has " + std::to_string(n) +
+                               " tokens, which leaves no room for an answer. Please shorten the prompt.");
+    e.param = param;
+    return e;
+  }
+  const int32_t room = int32_t(max_model_len - n);
+  if (!request.max_tokens) return endpoint == Endpoint::chat ? room : std::min<int32_t>(16, room);
+  if (int64_t(*request.max_tokens) > room) {
+    ApiError e = context_error("This model's maximum context length is " + std::to_string(max_model_len) +
+                               " tokens. However, you requested " + std::to_string(n + *request.max_tokens) +
+                               " tokens (" + std::to_string(n) + " in the prompt, " +
+                               std::to_string(*request.max_tokens) +
+                               " for the completion). Please reduce the prompt or max_tokens.");
+    e.param = "max_tokens";
+    return e;
+  }
+  return *request.max_tokens;
+}
+
+std::optional<ApiError> check_request_ids(const GenerationRequest& request, const Tokenizer& tokenizer) {
+  for (const auto& [id, bias] : request.logit_bias) {
+    if (!tokenizer.valid_id(id))
+      return bad_request("logit_bias names token id " + std::to_string(id) + ", outside the vocabulary of " +
+                             std::to_string(tokenizer.n_vocab()) + " tokens",
+                         "logit_bias");
+  }
+  for (int32_t id : request.stop_token_ids) {
+    if (!tokenizer.valid_id(id))
+      return bad_request("stop_token_ids names token id " + std::to_string(id) + ", outside the vocabulary",
+                         "stop_token_ids");
+  }
+  return std::nullopt;
+}
+
+engine::GenerationParams engine_params(const GenerationRequest& r, std::vector<int32_t> prompt, int32_t max_tokens,
+                                       uint64_t base_seed, int32_t choice_seq) {
+  engine::GenerationParams p;
+  p.prompt = std::move(prompt);
+  const SamplingRequest& s = r.sampling;
+  p.sampling.temperature = s.temperature;
+  p.sampling.top_k = s.top_k;
+  p.sampling.top_p = s.top_p;
+  p.sampling.min_p = s.min_p;
+  p.sampling.repetition_penalty = s.repetition_penalty;
+  p.sampling.presence_penalty = s.presence_penalty;
+  p.sampling.frequency_penalty = s.frequency_penalty;
+  p.sampling.seed = base_seed + uint64_t(choice_seq);
+  p.stop.max_tokens = max_tokens;
+  p.stop.min_tokens = std::min(r.min_tokens, max_tokens);
+  p.stop.stop_strings = r.stop;
+  p.stop.stop_token_ids = r.stop_token_ids;
+  p.stop.ignore_eos = r.ignore_eos;
+  p.priority = r.priority;
+  p.cache_salt = r.cache_salt;
+  p.top_logprobs = r.top_logprobs;
+  p.logit_bias = r.logit_bias;
+  return p;
+}
+
+Parsed<std::unique_ptr<GenerationJob>> GenerationJob::submit(engine::Engine& engine, Metrics& metrics,
+                                                             std::vector<engine::GenerationParams> params,
+                                                             std::vector<int32_t> prompt_of) {
+  std::unique_ptr<GenerationJob> job(new GenerationJob(engine, metrics));
+  job->choices_.reserve(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    const int32_t prompt_tokens = int32_t(params[i].prompt.size());
+    auto stream = engine.submit(std::move(params[i]));
+    if (!stream) return bad_request(stream.error());  // ~GenerationJob aborts the queued ones
+    Choice c;
+    c.index = int32_t(i);
+    c.prompt_index = prompt_of[i];
+    c.prompt_tokens = prompt_tokens;
+    c.stream = std::move(*stream);
+    c.submitted = SteadyClock::now();
+    job->choices_.push_back(std::move(c));
+  }
+  return job;
+}
+
+GenerationJob::~GenerationJob() { abort_all(); }
+
+void GenerationJob::abort_all() {
+  for (Choice& c : choices_) {
+    if (c.finished) continue;
+    engine_.abort(c.stream->id());
+    c.finished = true;
+    engine::Delta gone;
+    gone.finish = engine::FinishReason::Abort;
+    gone.usage.prompt_tokens = c.prompt_tokens;
+    gone.usage.completion_tokens = int32_t(c.tokens_seen);
+    record(c, gone);
+  }
+}
+
+bool GenerationJob::all_finished() const {
+  return std::all_of(choices_.begin(), choices_.end(), [](const Choice& c) { return c.finished; });
+}
+
+bool GenerationJob::next(int32_t& choice, engine::Delta& delta) {
+  for (size_t tried = 0; tried < choices_.size(); ++tried) {
+    Choice& c = choices_[cursor_];
+    const size_t at = cursor_;
+    cursor_ = (cursor_ + 1) % choices_.size();
+    if (c.finished) continue;
+    if (!c.stream->next(delta)) {  // ended without a final delta: treat as aborted
+      delta = engine::Delta{};
+      delta.finish = engine::FinishReason::Abort;
+    }
+    const auto now = SteadyClock::now();
+    if (!delta.tokens.empty()) {
+      if (c.tokens_seen == 0) {
+        c.first_token = now;
+      } else {
+        // Tokens that arrive together share the gap since the previous delta.
+        const double gap = seconds(now - c.last_token) / double(delta.tokens.size());
+        for (size_t k = 0; k < delta.tokens.size(); ++k) c.itl_s.push_back(gap);
+      }
+      c.last_token = now;
+      c.tokens_seen += int64_t(delta.tokens.size());
+    }
+    if (delta.finish != engine::FinishReason::None) {
+      c.finished = true;
+      c.usage = delta.usage;
+      record(c, delta);
+    }
+    choice = int32_t(at);
+    return true;
+  }
+  return false;
+}
+
+void GenerationJob::record(Choice& c, const engine::Delta& d) {
+  RequestRecord r;
+  const auto now = SteadyClock::now();
+  // Engine timings when it has them (they start at arrival in the engine), else what we saw.
+  r.queue_s = d.timings.queue_ms >= 0 ? d.timings.queue_ms / 1e3 : -1;
+  r.ttft_s = d.timings.ttft_ms >= 0 ? d.timings.ttft_ms / 1e3
+                                    : (c.tokens_seen ? seconds(c.first_token - c.submitted) : -1);
+  r.e2e_s = d.timings.e2e_ms >= 0 ? d.timings.e2e_ms / 1e3 : seconds(now - c.submitted);
+  r.tpot_s = d.timings.tpot_ms >= 0 ? d.timings.tpot_ms / 1e3
+                                    : (c.tokens_seen > 1 ? seconds(c.last_token - c.first_token) / double(c.tokens_seen - 1) : -1);
+  r.itl_s = std::move(c.itl_s);
+  r.prompt_tokens = d.usage.prompt_tokens ? d.usage.prompt_tokens : c.prompt_tokens;
+  r.completion_tokens = d.usage.completion_tokens ? d.usage.completion_tokens : c.tokens_seen;
+  r.cached_tokens = d.usage.cached_tokens;
+  const ordered_json reason = finish_reason_json(d.finish);
+  r.finish_reason = reason.is_string() ? reason.get<std::string>() : "unknown";
+  metrics_.observe(r);
+}
+
+UsageTotals GenerationJob::usage() const {
+  UsageTotals u;
+  std::vector<bool> seen_prompt;
+  for (const Choice& c : choices_) {
+    u.completion_tokens += c.usage.completion_tokens;
+    if (size_t(c.prompt_index) >= seen_prompt.size()) seen_prompt.resize(size_t(c.prompt_index) + 1, false);
+    if (seen_prompt[size_t(c.prompt_index)]) continue;
+    seen_prompt[size_t(c.prompt_index)] = true;
+    u.prompt_tokens += c.usage.prompt_tokens ? c.usage.prompt_tokens : c.prompt_tokens;
+    u.cached_tokens += c.usage.cached_tokens;
+  }
+  return u;
+}
+
+}  // namespace kvasir::server

@@ -1,0 +1,74 @@
+// From a validated OpenAI request to engine requests and back: prompt checks against the model
+// (vocabulary, context length), GenerationParams per choice, and a GenerationJob that owns the
+// engine requests of one HTTP request, reads their deltas and records their metrics.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "server/metrics.h"
+#include "server/protocol.h"
+#include "server/responses.h"
+
+namespace kvasir::server {
+
+// Checks a tokenized prompt against the model and resolves max_tokens: the request's value, or
+// the endpoint default (16 for completions as in OpenAI; the rest of the context for chat).
+// A prompt that leaves no room, or prompt + max_tokens beyond the context, is a 400 with code
+// context_length_exceeded.
+Parsed<int32_t> check_prompt(const std::vector<int32_t>& prompt, const GenerationRequest& request, Endpoint endpoint,
+                             const Tokenizer& tokenizer, int32_t max_model_len);
+// Checks the token ids a request names outside its prompt (logit_bias, stop_token_ids).
+std::optional<ApiError> check_request_ids(const GenerationRequest& request, const Tokenizer& tokenizer);
+
+// The engine request for choice `choice_seq` (0, 1, ...) of a prompt: seeds seed, seed+1, ...
+engine::GenerationParams engine_params(const GenerationRequest& request, std::vector<int32_t> prompt,
+                                       int32_t max_tokens, uint64_t base_seed, int32_t choice_seq);
+
+class GenerationJob {
+ public:
+  struct Choice {
+    int32_t index = 0;         // OpenAI choice index
+    int32_t prompt_index = 0;  // which prompt of the request
+    int32_t prompt_tokens = 0;
+    std::shared_ptr<engine::RequestStream> stream;
+    bool finished = false;
+    engine::Usage usage;
+    // Server-side clock, for inter-token latencies and as a fallback for engine timings.
+    std::chrono::steady_clock::time_point submitted, first_token, last_token;
+    int64_t tokens_seen = 0;
+    std::vector<double> itl_s;
+  };
+
+  // Submits every choice (params[i] is choice i, of prompt prompt_of[i]). If one is refused, the
+  // ones already queued are aborted and the engine's message comes back as the error (503 while
+  // the engine drains, else 400).
+  static Parsed<std::unique_ptr<GenerationJob>> submit(engine::Engine& engine, Metrics& metrics,
+                                                       std::vector<engine::GenerationParams> params,
+                                                       std::vector<int32_t> prompt_of);
+  ~GenerationJob();  // aborts what has not finished: a dropped job frees its KV blocks
+  GenerationJob(const GenerationJob&) = delete;
+  GenerationJob& operator=(const GenerationJob&) = delete;
+
+  // The next delta of an unfinished choice, round robin; false once every choice has finished.
+  bool next(int32_t& choice, engine::Delta& delta);
+  void abort_all();
+  bool all_finished() const;
+  const std::vector<Choice>& choices() const { return choices_; }
+  // Prompt tokens count once per prompt, completion tokens once per choice.
+  UsageTotals usage() const;
+
+ private:
+  GenerationJob(engine::Engine& engine, Metrics& metrics) : engine_(engine), metrics_(metrics) {}
+  void record(Choice& c, const engine::Delta& final_delta);
+
+  engine::Engine& engine_;
+  Metrics& metrics_;
+  std::vector<Choice> choices_;
+  size_t cursor_ = 0;
+};
+
+}  // namespace kvasir::server

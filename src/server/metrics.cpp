@@ -1,0 +1,178 @@
+#include "server/metrics.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace kvasir::server {
+
+namespace {
+
+// Upper bounds in seconds. Finer at the low end than vLLM's, since a CPU engine on a small model
+// answers in milliseconds.
+const std::vector<double> kTtftBounds = {0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
+                                         0.75,  1.0,    2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0};
+const std::vector<double> kTokenBounds = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
+                                          0.4,   0.5,    0.75,  1.0,  2.5,   5.0,  7.5,   10.0, 20.0, 40.0, 80.0};
+const std::vector<double> kRequestBounds = {0.01, 0.025, 0.05, 0.1,  0.3,  0.5,  0.8,   1.0,   1.5,   2.0,   2.5,  5.0,
+                                            10.0, 15.0,  20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0,
+                                            7680.0};
+
+std::string num(double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.10g", x);
+  return buf;
+}
+
+std::string escape_label(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '"') out += "\\\"";
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
+
+// Upper bound of n's power-of-two bucket: 1, 2, 4, 8, ...
+int64_t bucket_upper(int64_t n) {
+  int64_t b = 1;
+  while (b < n && b < (int64_t(1) << 62)) b <<= 1;
+  return n <= 0 ? 0 : b;
+}
+
+std::string bucket_label(int64_t upper) {
+  if (upper <= 2) return std::to_string(upper);
+  return std::to_string(upper / 2 + 1) + "-" + std::to_string(upper);
+}
+
+class Writer {
+ public:
+  explicit Writer(std::string labels) : base_(std::move(labels)) {}
+  std::string out;
+
+  void header(const std::string& name, const char* type, const char* help) {
+    out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+  }
+  void sample(const std::string& name, const std::string& extra, double value) {
+    out += name + "{" + base_ + (extra.empty() ? "" : "," + extra) + "} " + num(value) + "\n";
+  }
+  void scalar(const std::string& name, const char* type, const char* help, double value) {
+    header(name, type, help);
+    sample(name, "", value);
+  }
+  void histogram(const std::string& name, const std::string& extra, const Histogram& h) {
+    uint64_t cum = 0;
+    const std::string pre = extra.empty() ? "" : extra + ",";
+    for (size_t i = 0; i < h.bounds().size(); ++i) {
+      cum += h.counts()[i];
+      sample(name + "_bucket", pre + "le=\"" + num(h.bounds()[i]) + "\"", double(cum));
+    }
+    sample(name + "_bucket", pre + "le=\"+Inf\"", double(h.count()));
+    sample(name + "_sum", extra, h.sum());
+    sample(name + "_count", extra, double(h.count()));
+  }
+
+ private:
+  std::string base_;
+};
+
+}  // namespace
+
+Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
+
+void Histogram::observe(double value) {
+  const size_t i = size_t(std::lower_bound(bounds_.begin(), bounds_.end(), value) - bounds_.begin());
+  ++counts_[i];
+  sum_ += value;
+  ++count_;
+}
+
+std::string length_bucket(int64_t n) { return bucket_label(bucket_upper(n)); }
+
+Metrics::Latencies::Latencies()
+    : ttft(kTtftBounds), itl(kTokenBounds), e2e(kRequestBounds), queue(kRequestBounds), tpot(kTokenBounds) {}
+
+Metrics::Metrics(std::string model_name) : model_name_(std::move(model_name)) {}
+
+void Metrics::observe(const RequestRecord& r) {
+  std::lock_guard lock(mutex_);
+  Latencies& cell = by_length_[{bucket_upper(r.prompt_tokens), bucket_upper(r.completion_tokens)}];
+  for (Latencies* l : {&all_, &cell}) {
+    if (r.ttft_s >= 0) l->ttft.observe(r.ttft_s);
+    if (r.e2e_s >= 0) l->e2e.observe(r.e2e_s);
+    if (r.queue_s >= 0) l->queue.observe(r.queue_s);
+    if (r.tpot_s >= 0) l->tpot.observe(r.tpot_s);
+    for (double g : r.itl_s) l->itl.observe(g);
+  }
+  ++finished_[r.finish_reason.empty() ? "unknown" : r.finish_reason];
+}
+
+void Metrics::count_http_error(int status) {
+  std::lock_guard lock(mutex_);
+  ++http_errors_[status];
+}
+
+std::string Metrics::render(const EngineGauges* g) const {
+  Writer w("model_name=\"" + escape_label(model_name_) + "\"");
+  w.scalar("kvasir:model_loaded", "gauge", "1 once the model is loaded and requests are served.", g ? 1 : 0);
+  if (g) {
+    w.scalar("kvasir:num_requests_running", "gauge", "Requests in the running batch.", double(g->num_running));
+    w.scalar("kvasir:num_requests_waiting", "gauge", "Requests waiting to be scheduled.", double(g->num_waiting));
+    const double usage = g->kv_blocks_total ? double(g->kv_blocks_used) / double(g->kv_blocks_total) : 0.0;
+    w.scalar("kvasir:kv_cache_usage_perc", "gauge", "KV-cache usage as a fraction: 1 means 100 percent.", usage);
+    w.scalar("kvasir:kv_cache_blocks_total", "gauge", "KV-cache blocks in the pool.", double(g->kv_blocks_total));
+    w.scalar("kvasir:prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.",
+             double(g->prefix_query_tokens));
+    w.scalar("kvasir:prefix_cache_hits_total", "counter", "Prompt tokens served by the prefix cache.",
+             double(g->prefix_hit_tokens));
+    w.scalar("kvasir:prompt_tokens_total", "counter", "Prefill tokens computed.", double(g->prompt_tokens_total));
+    w.scalar("kvasir:generation_tokens_total", "counter", "Tokens generated.", double(g->generation_tokens_total));
+    w.scalar("kvasir:num_preemptions_total", "counter", "Requests preempted to free KV blocks.",
+             double(g->num_preemptions));
+  }
+  std::lock_guard lock(mutex_);
+  w.header("kvasir:request_success_total", "counter", "Finished requests by finish reason.");
+  for (const char* reason : {"stop", "length", "abort"}) {
+    auto it = finished_.find(reason);
+    w.sample("kvasir:request_success_total", std::string("finished_reason=\"") + reason + "\"",
+             double(it == finished_.end() ? 0 : it->second));
+  }
+  if (!http_errors_.empty()) {
+    w.header("kvasir:http_errors_total", "counter", "Requests answered with an error status.");
+    for (const auto& [status, n] : http_errors_) w.sample("kvasir:http_errors_total", "status=\"" + std::to_string(status) + "\"", double(n));
+  }
+  struct Family {
+    const char* name;
+    const char* help;
+    Histogram Latencies::*member;
+  };
+  const Family families[] = {
+      {"time_to_first_token_seconds", "Time to first token (arrival to first generated token).", &Latencies::ttft},
+      {"inter_token_latency_seconds", "Time between consecutive output tokens.", &Latencies::itl},
+      {"e2e_request_latency_seconds", "Arrival to last token.", &Latencies::e2e},
+      {"request_queue_time_seconds", "Arrival to first scheduling.", &Latencies::queue},
+      {"request_time_per_output_token_seconds", "Mean time per output token after the first, per request.",
+       &Latencies::tpot},
+  };
+  for (const Family& f : families) {
+    const std::string name = std::string("kvasir:") + f.name;
+    w.header(name, "histogram", f.help);
+    w.histogram(name, "", all_.*f.member);
+  }
+  for (const Family& f : families) {
+    // kvasir:time_to_first_token_seconds -> kvasir:time_to_first_token_by_length_seconds
+    std::string base = f.name;
+    base.erase(base.size() - std::string("_seconds").size());
+    const std::string name = "kvasir:" + base + "_by_length_seconds";
+    w.header(name, "histogram", (std::string(f.help) + " By power-of-two input and output length bucket.").c_str());
+    for (const auto& [key, cell] : by_length_) {
+      const Histogram& h = cell.*f.member;
+      if (!h.count()) continue;
+      w.histogram(name, "input_len=\"" + bucket_label(key.first) + "\",output_len=\"" + bucket_label(key.second) + "\"", h);
+    }
+  }
+  return std::move(w.out);
+}
+
+}  // namespace kvasir::server

@@ -1,0 +1,388 @@
+#include "server/protocol.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+
+namespace kvasir::server {
+
+ApiError bad_request(std::string message, std::string param, std::string code) {
+  return ApiError{.status = 400, .message = std::move(message), .param = std::move(param), .code = std::move(code)};
+}
+
+ordered_json error_json(const ApiError& e) {
+  ordered_json err;
+  err["message"] = e.message;
+  err["type"] = e.type;
+  err["param"] = e.param.empty() ? ordered_json(nullptr) : ordered_json(e.param);
+  err["code"] = e.code.empty() ? ordered_json(nullptr) : ordered_json(e.code);
+  return ordered_json{{"error", std::move(err)}};
+}
+
+std::string error_body(const ApiError& e) {
+  return error_json(e).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+namespace {
+
+// Reads typed fields of one JSON object; the first problem is kept and later reads are no-ops, so
+// a parser reads every field in a row and checks `error` once.
+class Fields {
+ public:
+  Fields(const ordered_json& obj, std::string prefix = {}) : obj_(obj), prefix_(std::move(prefix)) {}
+
+  std::optional<ApiError> error;
+
+  // The value when present and not null.
+  const ordered_json* find(const char* key) const {
+    auto it = obj_.find(key);
+    if (it == obj_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+  std::string name(const char* key) const { return prefix_ + key; }
+
+  void fail(const char* key, std::string message) {
+    if (!error) error = bad_request(std::move(message), name(key));
+  }
+
+  template <typename Int>
+  void integer(const char* key, Int& out, int64_t lo, int64_t hi) {
+    const ordered_json* v = find(key);
+    if (!v || error) return;
+    if (!v->is_number_integer()) return fail(key, "'" + name(key) + "' must be an integer");
+    // Unsigned values above INT64_MAX are out of any range we accept.
+    if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
+      return fail(key, range_message(key, lo, hi));
+    const int64_t x = v->get<int64_t>();
+    if (x < lo || x > hi) return fail(key, range_message(key, lo, hi));
+    out = Int(x);
+  }
+  template <typename Int>
+  void integer(const char* key, std::optional<Int>& out, int64_t lo, int64_t hi) {
+    if (!find(key)) return;
+    Int x{};
+    integer(key, x, lo, hi);
+    if (!error) out = x;
+  }
+
+  void number(const char* key, float& out, double lo, double hi, bool lo_open = false) {
+    const ordered_json* v = find(key);
+    if (!v || error) return;
+    if (!v->is_number()) return fail(key, "'" + name(key) + "' must be a number");
+    const double x = v->get<double>();
+    if (!std::isfinite(x) || x < lo || x > hi || (lo_open && x == lo)) {
+      return fail(key, "'" + name(key) + "' must be " + (lo_open ? "> " : ">= ") + fmt(lo) + " and <= " + fmt(hi) +
+                           ", got " + fmt(x));
+    }
+    out = float(x);
+  }
+
+  void boolean(const char* key, bool& out) {
+    const ordered_json* v = find(key);
+    if (!v || error) return;
+    if (!v->is_boolean()) return fail(key, "'" + name(key) + "' must be a boolean");
+    out = v->get<bool>();
+  }
+
+  void string(const char* key, std::string& out) {
+    const ordered_json* v = find(key);
+    if (!v || error) return;
+    if (!v->is_string()) return fail(key, "'" + name(key) + "' must be a string");
+    out = v->get<std::string>();
+  }
+
+  static std::string fmt(double x) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%g", x);
+    return buf;
+  }
+
+ private:
+  std::string range_message(const char* key, int64_t lo, int64_t hi) const {
+    std::string m = "'" + name(key) + "' must be an integer";
+    if (hi == std::numeric_limits<int64_t>::max()) return m + " >= " + std::to_string(lo);
+    return m + " between " + std::to_string(lo) + " and " + std::to_string(hi);
+  }
+
+  const ordered_json& obj_;
+  std::string prefix_;
+};
+
+constexpr int64_t kI32Max = std::numeric_limits<int32_t>::max();
+constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max();
+
+Parsed<ordered_json> parse_object(std::string_view body) {
+  ordered_json doc = ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) return bad_request("the request body is not valid JSON", {}, "invalid_json");
+  if (!doc.is_object()) return bad_request("the request body must be a JSON object", {}, "invalid_json");
+  return doc;
+}
+
+// A token id list; `param` names the field in errors.
+std::optional<ApiError> read_ids(const ordered_json& v, const std::string& param, std::vector<int32_t>& out) {
+  if (!v.is_array()) return bad_request("'" + param + "' must be an array of token ids", param);
+  out.reserve(v.size());
+  for (const auto& x : v) {
+    if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > kI32Max || x.is_number_float())
+      return bad_request("'" + param + "' must hold non-negative integer token ids", param);
+    out.push_back(int32_t(x.get<int64_t>()));
+  }
+  return std::nullopt;
+}
+
+void read_stop(Fields& f, std::vector<std::string>& out) {
+  const ordered_json* v = f.find("stop");
+  if (!v || f.error) return;
+  auto add = [&](const ordered_json& s) {
+    if (!s.is_string()) return false;
+    if (!s.get_ref<const std::string&>().empty()) out.push_back(s.get<std::string>());  // "" never matches anything useful
+    return true;
+  };
+  if (v->is_string()) {
+    add(*v);
+    return;
+  }
+  if (!v->is_array()) return f.fail("stop", "'stop' must be a string or an array of strings");
+  if (v->size() > kMaxStopStrings)
+    return f.fail("stop", "'stop' holds at most " + std::to_string(kMaxStopStrings) + " strings");
+  for (const auto& s : *v) {
+    if (!add(s)) return f.fail("stop", "'stop' must be a string or an array of strings");
+  }
+}
+
+void read_logit_bias(Fields& f, std::vector<std::pair<int32_t, float>>& out) {
+  const ordered_json* v = f.find("logit_bias");
+  if (!v || f.error) return;
+  if (!v->is_object()) return f.fail("logit_bias", "'logit_bias' must be an object of token id -> bias");
+  for (const auto& [key, bias] : v->items()) {
+    char* end = nullptr;
+    errno = 0;
+    const long long id = std::strtoll(key.c_str(), &end, 10);
+    if (key.empty() || *end != '\0' || errno || id < 0 || id > kI32Max)
+      return f.fail("logit_bias", "'logit_bias' keys must be token ids, got '" + key + "'");
+    if (!bias.is_number() || !std::isfinite(bias.get<double>()) || std::fabs(bias.get<double>()) > 100.0)
+      return f.fail("logit_bias", "'logit_bias' values must be numbers between -100 and 100");
+    out.emplace_back(int32_t(id), bias.get<float>());
+  }
+}
+
+// Fields common to both generation endpoints. `logprobs` differs between them and is read by the caller.
+Parsed<GenerationRequest> read_generation(const ordered_json& doc) {
+  GenerationRequest g;
+  Fields f(doc);
+  f.string("model", g.model);
+  f.integer("max_tokens", g.max_tokens, 1, kI32Max);
+  if (!g.max_tokens) f.integer("max_completion_tokens", g.max_tokens, 1, kI32Max);
+  f.integer("min_tokens", g.min_tokens, 0, kI32Max);
+  f.number("temperature", g.sampling.temperature, 0.0, 2.0);
+  f.number("top_p", g.sampling.top_p, 0.0, 1.0, /*lo_open=*/true);
+  int32_t top_k = 0;
+  f.integer("top_k", top_k, -1, kI32Max);
+  g.sampling.top_k = top_k < 0 ? 0 : top_k;
+  f.number("min_p", g.sampling.min_p, 0.0, 1.0);
+  f.number("presence_penalty", g.sampling.presence_penalty, -2.0, 2.0);
+  f.number("frequency_penalty", g.sampling.frequency_penalty, -2.0, 2.0);
+  f.number("repetition_penalty", g.sampling.repetition_penalty, 0.0, 10.0, /*lo_open=*/true);
+  // Any JSON integer is a seed; negative ones wrap to their two's complement, as OpenAI's int64 does.
+  if (const ordered_json* s = f.find("seed"); s && !f.error) {
+    if (!s->is_number_integer()) f.fail("seed", "'seed' must be an integer");
+    else g.sampling.seed = s->is_number_unsigned() ? s->get<uint64_t>() : uint64_t(s->get<int64_t>());
+  }
+  read_stop(f, g.stop);
+  if (const ordered_json* ids = f.find("stop_token_ids"); ids && !f.error) {
+    if (auto e = read_ids(*ids, "stop_token_ids", g.stop_token_ids)) f.error = e;
+  }
+  f.integer("n", g.n, 1, kMaxChoices);
+  f.boolean("stream", g.stream);
+  if (const ordered_json* so = f.find("stream_options"); so && !f.error) {
+    if (!so->is_object()) {
+      f.fail("stream_options", "'stream_options' must be an object");
+    } else if (!g.stream) {
+      f.fail("stream_options", "'stream_options' is only allowed with \"stream\": true");
+    } else {
+      Fields sf(*so, "stream_options.");
+      sf.boolean("include_usage", g.include_usage);
+      if (sf.error) f.error = sf.error;
+    }
+  }
+  read_logit_bias(f, g.logit_bias);
+  f.boolean("ignore_eos", g.ignore_eos);
+  f.string("cache_salt", g.cache_salt);
+  f.string("user", g.user);
+  f.integer("priority", g.priority, -1000000, 1000000);
+  if (f.error) return *f.error;
+  if (g.max_tokens && g.min_tokens > *g.max_tokens)
+    return bad_request("'min_tokens' (" + std::to_string(g.min_tokens) + ") must not exceed 'max_tokens' (" +
+                           std::to_string(*g.max_tokens) + ")",
+                       "min_tokens");
+  return g;
+}
+
+// prompt: "text" | ["text", ...] | [id, ...] | [[id, ...], ...]
+std::optional<ApiError> read_prompts(const ordered_json& doc, std::vector<PromptInput>& out) {
+  auto it = doc.find("prompt");
+  if (it == doc.end() || it->is_null()) return bad_request("'prompt' is required", "prompt");
+  const ordered_json& p = *it;
+  const std::string shape = "'prompt' must be a string, an array of strings, an array of token ids or an array of "
+                            "token-id arrays";
+  if (p.is_string()) {
+    out.push_back(PromptInput{.text = p.get<std::string>()});
+    return std::nullopt;
+  }
+  if (!p.is_array() || p.empty()) return bad_request(p.is_array() ? "'prompt' must not be empty" : shape, "prompt");
+  if (p[0].is_number()) {
+    PromptInput in{.is_ids = true};
+    if (auto e = read_ids(p, "prompt", in.ids)) return e;
+    out.push_back(std::move(in));
+    return std::nullopt;
+  }
+  for (const auto& item : p) {
+    if (item.is_string()) {
+      out.push_back(PromptInput{.text = item.get<std::string>()});
+    } else if (item.is_array()) {
+      PromptInput in{.is_ids = true};
+      if (auto e = read_ids(item, "prompt", in.ids)) return e;
+      out.push_back(std::move(in));
+    } else {
+      return bad_request(shape, "prompt");
+    }
+  }
+  return std::nullopt;
+}
+
+// Checks the conversation and normalizes each message's content to a string (text parts joined by
+// newlines, as vLLM does), so every chat template sees the shape it expects.
+std::optional<ApiError> read_messages(const ordered_json& doc, ordered_json& out) {
+  auto it = doc.find("messages");
+  if (it == doc.end() || it->is_null()) return bad_request("'messages' is required", "messages");
+  if (!it->is_array()) return bad_request("'messages' must be an array", "messages");
+  if (it->empty()) return bad_request("'messages' must not be empty", "messages");
+  out = ordered_json::array();
+  for (size_t i = 0; i < it->size(); ++i) {
+    const ordered_json& m = (*it)[i];
+    const std::string at = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) return bad_request("'" + at + "' must be an object", at);
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string() || role->get_ref<const std::string&>().empty())
+      return bad_request("'" + at + ".role' must be a non-empty string", at + ".role");
+    ordered_json msg = m;
+    auto content = m.find("content");
+    if (content == m.end() || content->is_null()) {
+      // An assistant turn that only calls tools has no content; templates test for that.
+      msg["content"] = m.contains("tool_calls") ? ordered_json(nullptr) : ordered_json("");
+    } else if (content->is_array()) {
+      std::string text;
+      for (size_t j = 0; j < content->size(); ++j) {
+        const ordered_json& part = (*content)[j];
+        const std::string pat = at + ".content[" + std::to_string(j) + "]";
+        if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
+          return bad_request("'" + pat + "' must be an object with a 'type'", pat);
+        if (part["type"] != "text")
+          return bad_request("content parts of type '" + part["type"].get<std::string>() +
+                                 "' are not supported; only 'text'",
+                             pat + ".type");
+        if (!part.contains("text") || !part["text"].is_string())
+          return bad_request("'" + pat + ".text' must be a string", pat + ".text");
+        if (j) text += "\n";
+        text += part["text"].get<std::string>();
+      }
+      msg["content"] = std::move(text);
+    } else if (!content->is_string()) {
+      return bad_request("'" + at + ".content' must be a string, an array of text parts or null", at + ".content");
+    }
+    out.push_back(std::move(msg));
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+Parsed<CompletionRequest> parse_completion_request(std::string_view body) {
+  auto doc = parse_object(body);
+  if (!doc) return doc.error();
+  auto gen = read_generation(*doc);
+  if (!gen) return gen.error();
+  CompletionRequest r{.gen = std::move(*gen)};
+  if (auto e = read_prompts(*doc, r.prompts)) return *e;
+  Fields f(*doc);
+  f.integer("logprobs", r.gen.top_logprobs, 0, kMaxTopLogprobs);
+  f.boolean("echo", r.echo);
+  if (f.error) return *f.error;
+  if (int64_t(r.prompts.size()) * r.gen.n > kMaxChoices)
+    return bad_request("at most " + std::to_string(kMaxChoices) + " choices (prompts times n) per request", "n");
+  return r;
+}
+
+Parsed<ChatRequest> parse_chat_request(std::string_view body) {
+  auto doc = parse_object(body);
+  if (!doc) return doc.error();
+  auto gen = read_generation(*doc);
+  if (!gen) return gen.error();
+  ChatRequest r{.gen = std::move(*gen)};
+  if (auto e = read_messages(*doc, r.messages)) return *e;
+  Fields f(*doc);
+  bool logprobs = false;
+  f.boolean("logprobs", logprobs);
+  int32_t top = -1;
+  f.integer("top_logprobs", top, 0, kMaxTopLogprobs);
+  f.boolean("add_generation_prompt", r.add_generation_prompt);
+  f.boolean("continue_final_message", r.continue_final_message);
+  if (const ordered_json* t = f.find("tools"); t && !f.error) {
+    if (!t->is_array()) f.fail("tools", "'tools' must be an array");
+    else if (!t->empty()) r.tools = *t;
+  }
+  r.chat_template_kwargs = ordered_json::object();
+  if (const ordered_json* k = f.find("chat_template_kwargs"); k && !f.error) {
+    if (!k->is_object()) f.fail("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    else r.chat_template_kwargs = *k;
+  }
+  if (const ordered_json* rf = f.find("response_format"); rf && !f.error) {
+    if (!rf->is_object() || !rf->contains("type") || (*rf)["type"] != "text")
+      f.fail("response_format", "only {\"type\": \"text\"} is supported as 'response_format'");
+  }
+  if (f.error) return *f.error;
+  if (top >= 0 && !logprobs)
+    return bad_request("'top_logprobs' requires \"logprobs\": true", "top_logprobs");
+  r.gen.top_logprobs = logprobs ? std::max(top, 0) : -1;
+  if (r.continue_final_message && r.add_generation_prompt)
+    return bad_request("'continue_final_message' needs \"add_generation_prompt\": false", "continue_final_message");
+  return r;
+}
+
+Parsed<TokenizeRequest> parse_tokenize_request(std::string_view body) {
+  auto doc = parse_object(body);
+  if (!doc) return doc.error();
+  TokenizeRequest r;
+  Fields f(*doc);
+  f.string("model", r.model);
+  f.boolean("add_special_tokens", r.add_special_tokens);
+  f.boolean("add_generation_prompt", r.add_generation_prompt);
+  f.boolean("return_token_strs", r.return_token_strs);
+  if (f.error) return *f.error;
+  if (doc->contains("messages") && !(*doc)["messages"].is_null()) {
+    r.is_chat = true;
+    // Chat prompts carry their special tokens in the template already.
+    if (!doc->contains("add_special_tokens")) r.add_special_tokens = false;
+    if (auto e = read_messages(*doc, r.messages)) return *e;
+    return r;
+  }
+  f.string("prompt", r.prompt);
+  if (f.error) return *f.error;
+  if (!f.find("prompt")) return bad_request("'prompt' or 'messages' is required", "prompt");
+  return r;
+}
+
+Parsed<DetokenizeRequest> parse_detokenize_request(std::string_view body) {
+  auto doc = parse_object(body);
+  if (!doc) return doc.error();
+  DetokenizeRequest r;
+  Fields f(*doc);
+  f.string("model", r.model);
+  if (f.error) return *f.error;
+  const ordered_json* t = f.find("tokens");
+  if (!t) return bad_request("'tokens' is required", "tokens");
+  if (auto e = read_ids(*t, "tokens", r.tokens)) return *e;
+  return r;
+}
+
+}  // namespace kvasir::server

@@ -1,0 +1,132 @@
+// The OpenAI-compatible wire protocol: request bodies are parsed and validated here, once, into
+// typed structs; handlers never see raw JSON. Pure functions, no engine, no I/O.
+//
+// Rules (mirroring OpenAI / vLLM): unknown fields are ignored; a JSON null counts as "not given";
+// a field of the wrong type or out of range is a 400 with an OpenAI-style error naming the field.
+// Integers must be JSON integers (10.0 is not an integer); numbers may be integers or floats.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace kvasir::server {
+
+using ordered_json = nlohmann::ordered_json;
+
+// {"error": {"message", "type", "param", "code"}} with an HTTP status. Empty param/code print as null.
+struct ApiError {
+  int status = 400;
+  std::string message = {};
+  std::string type = "invalid_request_error";
+  std::string param = {};
+  std::string code = {};
+};
+
+ApiError bad_request(std::string message, std::string param = {}, std::string code = {});
+ordered_json error_json(const ApiError& error);
+std::string error_body(const ApiError& error);
+
+// A parsed value or the error that explains why there is none.
+template <typename T>
+class Parsed {
+ public:
+  Parsed(T value) : v_(std::move(value)) {}        // NOLINT: implicit by design
+  Parsed(ApiError error) : v_(std::move(error)) {}  // NOLINT
+  bool ok() const { return v_.index() == 0; }
+  explicit operator bool() const { return ok(); }
+  T& value() { return std::get<0>(v_); }
+  const T& value() const { return std::get<0>(v_); }
+  T* operator->() { return &value(); }
+  T& operator*() { return value(); }
+  const ApiError& error() const { return std::get<1>(v_); }
+
+ private:
+  std::variant<T, ApiError> v_;
+};
+
+// Sampling knobs with OpenAI's defaults (not the CLI's llama.cpp-style ones): temperature 1,
+// top_p 1, top_k and min_p off, no penalties.
+struct SamplingRequest {
+  float temperature = 1.0f;
+  float top_p = 1.0f;
+  int32_t top_k = 0;  // 0 (or -1 on the wire): off
+  float min_p = 0.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  float repetition_penalty = 1.0f;
+  std::optional<uint64_t> seed;  // absent: a random seed per request
+};
+
+// Fields shared by /v1/completions and /v1/chat/completions.
+struct GenerationRequest {
+  std::string model;                 // empty: the served model
+  std::optional<int32_t> max_tokens; // absent: the endpoint's default
+  int32_t min_tokens = 0;
+  SamplingRequest sampling;
+  std::vector<std::string> stop;     // non-empty strings
+  std::vector<int32_t> stop_token_ids;
+  int32_t n = 1;
+  bool stream = false;
+  bool include_usage = false;        // stream_options.include_usage
+  int32_t top_logprobs = -1;         // -1: no logprobs; k >= 0: chosen token + k alternatives
+  std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, bias), ids not yet checked against a vocabulary
+  bool ignore_eos = false;
+  std::string cache_salt;
+  std::string user;
+  int32_t priority = 0;
+};
+
+// One prompt of a completion request: text to tokenize, or token ids as given.
+struct PromptInput {
+  std::string text = {};
+  std::vector<int32_t> ids = {};
+  bool is_ids = false;
+};
+
+struct CompletionRequest {
+  GenerationRequest gen;
+  std::vector<PromptInput> prompts = {};  // a batch of prompts gives prompts.size() * n choices
+  bool echo = false;
+};
+
+struct ChatRequest {
+  GenerationRequest gen;
+  ordered_json messages = {};        // array of {role, content: string|null, ...}; text parts joined
+  bool add_generation_prompt = true;
+  bool continue_final_message = false;
+  ordered_json tools = nullptr;      // null when none
+  ordered_json chat_template_kwargs = {};  // object of extra template variables
+};
+
+struct TokenizeRequest {
+  std::string model;
+  bool is_chat = false;
+  std::string prompt;                // when !is_chat
+  ordered_json messages;             // when is_chat
+  bool add_generation_prompt = true;
+  bool add_special_tokens = true;
+  bool return_token_strs = false;
+};
+
+struct DetokenizeRequest {
+  std::string model;
+  std::vector<int32_t> tokens;
+};
+
+// Limits that are protocol facts rather than engine facts.
+inline constexpr int32_t kMaxChoices = 64;        // n (times the number of prompts)
+inline constexpr int32_t kMaxTopLogprobs = 20;
+inline constexpr size_t kMaxStopStrings = 16;
+
+Parsed<CompletionRequest> parse_completion_request(std::string_view body);
+Parsed<ChatRequest> parse_chat_request(std::string_view body);
+Parsed<TokenizeRequest> parse_tokenize_request(std::string_view body);
+Parsed<DetokenizeRequest> parse_detokenize_request(std::string_view body);
+
+}  // namespace kvasir::server

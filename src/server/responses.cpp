@@ -1,0 +1,153 @@
+#include "server/responses.h"
+
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+#include <random>
+
+namespace kvasir::server {
+
+namespace {
+
+// JSON has no -inf; vLLM prints a large negative number instead.
+double finite_logprob(float lp) { return std::isfinite(lp) ? double(lp) : -9999.0; }
+
+ordered_json bytes_json(const std::string& s) {
+  ordered_json b = ordered_json::array();
+  for (unsigned char c : s) b.push_back(int(c));
+  return b;
+}
+
+const char* object_name(Endpoint e, bool chunk) {
+  if (e == Endpoint::chat) return chunk ? "chat.completion.chunk" : "chat.completion";
+  return "text_completion";
+}
+
+ordered_json header(const ResponseMeta& meta, bool chunk) {
+  return ordered_json{{"id", meta.id}, {"object", object_name(meta.endpoint, chunk)}, {"created", meta.created},
+                      {"model", meta.model}};
+}
+
+}  // namespace
+
+ResponseMeta make_meta(Endpoint endpoint, std::string model) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  char hex[33];
+  std::snprintf(hex, sizeof hex, "%016llx%016llx", (unsigned long long)rng(), (unsigned long long)rng());
+  return ResponseMeta{.endpoint = endpoint,
+                      .id = std::string(endpoint == Endpoint::chat ? "chatcmpl-" : "cmpl-") + hex,
+                      .created = int64_t(std::time(nullptr)),
+                      .model = std::move(model)};
+}
+
+ordered_json finish_reason_json(engine::FinishReason reason) {
+  switch (reason) {
+    case engine::FinishReason::None: return nullptr;
+    case engine::FinishReason::Stop:
+    case engine::FinishReason::StopString: return "stop";
+    case engine::FinishReason::Length: return "length";
+    case engine::FinishReason::Abort: return "abort";
+  }
+  return nullptr;
+}
+
+ordered_json usage_json(const UsageTotals& u) {
+  return ordered_json{{"prompt_tokens", u.prompt_tokens},
+                      {"completion_tokens", u.completion_tokens},
+                      {"total_tokens", u.prompt_tokens + u.completion_tokens},
+                      {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+}
+
+ordered_json completion_logprobs_json(const Tokenizer& tok, std::span<const engine::TokenLogprob> lps,
+                                      int64_t& offset) {
+  ordered_json tokens = ordered_json::array(), token_lps = ordered_json::array(), tops = ordered_json::array(),
+               offsets = ordered_json::array();
+  for (const auto& lp : lps) {
+    const std::string piece = tok.piece(lp.token);
+    tokens.push_back(piece);
+    token_lps.push_back(finite_logprob(lp.logprob));
+    ordered_json top = ordered_json::object();
+    for (const auto& [id, v] : lp.top) {
+      const std::string p = tok.piece(id);
+      if (!top.contains(p)) top[p] = finite_logprob(v);  // two ids with one text: keep the likelier
+    }
+    tops.push_back(std::move(top));
+    offsets.push_back(offset);
+    offset += int64_t(piece.size());
+  }
+  return ordered_json{{"tokens", std::move(tokens)},
+                      {"token_logprobs", std::move(token_lps)},
+                      {"top_logprobs", std::move(tops)},
+                      {"text_offset", std::move(offsets)}};
+}
+
+ordered_json chat_logprobs_json(const Tokenizer& tok, std::span<const engine::TokenLogprob> lps, bool with_top) {
+  ordered_json content = ordered_json::array();
+  for (const auto& lp : lps) {
+    const std::string piece = tok.piece(lp.token);
+    ordered_json entry{{"token", piece}, {"logprob", finite_logprob(lp.logprob)}, {"bytes", bytes_json(piece)}};
+    ordered_json top = ordered_json::array();
+    if (with_top) {
+      for (const auto& [id, v] : lp.top) {
+        const std::string p = tok.piece(id);
+        top.push_back(ordered_json{{"token", p}, {"logprob", finite_logprob(v)}, {"bytes", bytes_json(p)}});
+      }
+    }
+    entry["top_logprobs"] = std::move(top);
+    content.push_back(std::move(entry));
+  }
+  return ordered_json{{"content", std::move(content)}};
+}
+
+ordered_json full_response(const ResponseMeta& meta, const Tokenizer& tok, std::span<const ChoiceOutput> choices,
+                           const UsageTotals& usage, bool logprobs, int32_t top_logprobs) {
+  ordered_json out = header(meta, false);
+  ordered_json list = ordered_json::array();
+  for (const ChoiceOutput& c : choices) {
+    ordered_json choice{{"index", c.index}};
+    if (meta.endpoint == Endpoint::chat) {
+      choice["message"] = ordered_json{{"role", "assistant"}, {"content", c.text}};
+      choice["logprobs"] = logprobs ? chat_logprobs_json(tok, c.logprobs, top_logprobs > 0) : ordered_json(nullptr);
+    } else {
+      choice["text"] = c.text;
+      int64_t offset = 0;
+      choice["logprobs"] = logprobs ? completion_logprobs_json(tok, c.logprobs, offset) : ordered_json(nullptr);
+    }
+    choice["finish_reason"] = finish_reason_json(c.finish);
+    list.push_back(std::move(choice));
+  }
+  out["choices"] = std::move(list);
+  out["usage"] = usage_json(usage);
+  return out;
+}
+
+ordered_json stream_chunk(const ResponseMeta& meta, const ChunkContent& c) {
+  ordered_json out = header(meta, true);
+  ordered_json choice{{"index", c.index}};
+  if (meta.endpoint == Endpoint::chat) {
+    ordered_json delta = ordered_json::object();
+    if (c.first) delta["role"] = "assistant";
+    if (!c.text.empty() || c.first) delta["content"] = c.text;
+    choice["delta"] = std::move(delta);
+  } else {
+    choice["text"] = c.text;
+  }
+  choice["logprobs"] = c.logprobs;
+  choice["finish_reason"] = finish_reason_json(c.finish);
+  out["choices"] = ordered_json::array({std::move(choice)});
+  if (c.with_usage_field) out["usage"] = nullptr;
+  return out;
+}
+
+ordered_json usage_chunk(const ResponseMeta& meta, const UsageTotals& usage) {
+  ordered_json out = header(meta, true);
+  out["choices"] = ordered_json::array();
+  out["usage"] = usage_json(usage);
+  return out;
+}
+
+std::string dump_json(const ordered_json& value) {
+  return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace kvasir::server

@@ -1,0 +1,74 @@
+// OpenAI response objects built from engine output: whole responses, stream chunks, usage and
+// logprobs, for /v1/completions ("text_completion") and /v1/chat/completions ("chat.completion").
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/engine.h"
+
+namespace kvasir::server {
+
+using ordered_json = nlohmann::ordered_json;
+
+enum class Endpoint { completions, chat };
+
+// Identity shared by a response and all of its chunks.
+struct ResponseMeta {
+  Endpoint endpoint = Endpoint::completions;
+  std::string id = {};  // "cmpl-..." or "chatcmpl-..."
+  int64_t created = 0;  // unix seconds
+  std::string model = {};
+};
+ResponseMeta make_meta(Endpoint endpoint, std::string model);  // fresh random id, current time
+
+struct UsageTotals {
+  int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+};
+
+// One finished choice of a non-streaming response.
+struct ChoiceOutput {
+  int32_t index = 0;
+  std::string text = {};
+  std::vector<engine::TokenLogprob> logprobs = {};
+  engine::FinishReason finish = engine::FinishReason::None;
+};
+
+// "stop" (EOS, stop token or stop string), "length", "abort"; null while unfinished.
+ordered_json finish_reason_json(engine::FinishReason reason);
+ordered_json usage_json(const UsageTotals& usage);
+
+// Completions: {tokens, token_logprobs, top_logprobs: [{piece: logprob}], text_offset}.
+// `offset` is the text offset of the first token; it is advanced past each token.
+ordered_json completion_logprobs_json(const Tokenizer& tokenizer, std::span<const engine::TokenLogprob> logprobs,
+                                      int64_t& offset);
+// Chat: {content: [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]}.
+ordered_json chat_logprobs_json(const Tokenizer& tokenizer, std::span<const engine::TokenLogprob> logprobs,
+                                bool with_top);
+
+// A whole non-streaming response. `logprobs`: whether they were requested (else null per choice);
+// `top_logprobs` the number of alternatives asked for (chat prints none with 0).
+ordered_json full_response(const ResponseMeta& meta, const Tokenizer& tokenizer, std::span<const ChoiceOutput> choices,
+                           const UsageTotals& usage, bool logprobs, int32_t top_logprobs);
+
+// One stream chunk for one choice: `text` new text, `logprobs` json (null for none), `finish`
+// None while the choice goes on. `first` (chat only) adds the assistant role to the delta.
+struct ChunkContent {
+  int32_t index = 0;
+  std::string text = {};
+  ordered_json logprobs = nullptr;  // null: none
+  engine::FinishReason finish = engine::FinishReason::None;
+  bool first = false;
+  bool with_usage_field = false;  // include_usage: every chunk carries "usage": null
+};
+ordered_json stream_chunk(const ResponseMeta& meta, const ChunkContent& content);
+// The last chunk when include_usage is set: no choices, only usage.
+ordered_json usage_chunk(const ResponseMeta& meta, const UsageTotals& usage);
+
+// Serializes for the wire; never throws (invalid UTF-8 is replaced by U+FFFD).
+std::string dump_json(const ordered_json& value);
+
+}  // namespace kvasir::server

@@ -1,0 +1,192 @@
+// POST /v1/completions and /v1/chat/completions: typed request -> prompt tokens -> one engine
+// request per choice -> a JSON response, or an SSE stream that aborts its engine requests when the
+// client goes away.
+#include <random>
+
+#include "server/generation.h"
+#include "server/http_util.h"
+#include "server/protocol.h"
+#include "server/responses.h"
+#include "server/routes.h"
+#include "server/sse.h"
+
+namespace kvasir::server {
+
+namespace {
+
+// Engine requests of one HTTP request, before submission.
+struct PreparedChoices {
+  std::vector<engine::GenerationParams> params;
+  std::vector<int32_t> prompt_of;  // per choice
+  std::vector<std::string> echo;   // per choice: text to print before the answer (completions echo)
+};
+
+uint64_t random_seed() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return rng();
+}
+
+// Everything a stream needs between calls of the content provider.
+struct StreamState {
+  std::shared_ptr<ActiveGuard> guard;
+  std::unique_ptr<GenerationJob> job;
+  ResponseMeta meta;
+  const Tokenizer* tokenizer = nullptr;
+  bool include_usage = false;
+  int32_t top_logprobs = -1;
+  std::vector<std::string> echo;
+  std::vector<int64_t> text_offsets;  // completions logprobs: where the next token starts
+  bool started = false;
+};
+
+ordered_json delta_logprobs(StreamState& s, int32_t choice, const engine::Delta& d) {
+  if (s.top_logprobs < 0 || d.logprobs.empty()) return nullptr;
+  if (s.meta.endpoint == Endpoint::chat) return chat_logprobs_json(*s.tokenizer, d.logprobs, s.top_logprobs > 0);
+  return completion_logprobs_json(*s.tokenizer, d.logprobs, s.text_offsets[size_t(choice)]);
+}
+
+// One call of the content provider: the next piece of the stream. False: the client is gone.
+bool pump(StreamState& s, httplib::DataSink& sink) {
+  std::string out;
+  const bool with_usage = s.include_usage;
+  if (!s.started) {
+    s.started = true;
+    for (const auto& c : s.job->choices()) {
+      const std::string& echo = s.echo[size_t(c.index)];
+      if (s.meta.endpoint == Endpoint::chat || !echo.empty()) {
+        out += sse_event(dump_json(stream_chunk(
+            s.meta, ChunkContent{.index = c.index, .text = echo, .first = true, .with_usage_field = with_usage})));
+      }
+    }
+  }
+  int32_t choice = 0;
+  engine::Delta d;
+  if (s.job->next(choice, d)) {
+    if (!d.text.empty() || d.finish != engine::FinishReason::None || (!d.logprobs.empty() && s.top_logprobs >= 0)) {
+      out += sse_event(dump_json(stream_chunk(s.meta, ChunkContent{.index = choice,
+                                                                   .text = d.text,
+                                                                   .logprobs = delta_logprobs(s, choice, d),
+                                                                   .finish = d.finish,
+                                                                   .with_usage_field = with_usage})));
+    }
+  }
+  const bool done = s.job->all_finished();
+  if (done) {
+    if (with_usage) out += sse_event(dump_json(usage_chunk(s.meta, s.job->usage())));
+    out += kSseDone;
+  }
+  // An empty write would end the chunked body early, so write only when there is something.
+  if (!out.empty() && !sink.write(out.data(), out.size())) {
+    s.job->abort_all();
+    return false;
+  }
+  if (done) sink.done();
+  return true;
+}
+
+void respond_whole(ServerState& st, Backend& b, httplib::Response& res, const GenerationRequest& gen,
+                   GenerationJob& job, const ResponseMeta& meta, const std::vector<std::string>& echo) {
+  std::vector<ChoiceOutput> outs(job.choices().size());
+  for (size_t i = 0; i < outs.size(); ++i) outs[i] = ChoiceOutput{.index = int32_t(i), .text = echo[i]};
+  int32_t choice = 0;
+  engine::Delta d;
+  while (job.next(choice, d)) {
+    ChoiceOutput& o = outs[size_t(choice)];
+    o.text += d.text;
+    for (auto& lp : d.logprobs) o.logprobs.push_back(std::move(lp));
+    if (d.finish != engine::FinishReason::None) o.finish = d.finish;
+  }
+  send_json(res, 200,
+            full_response(meta, *b.tokenizer, outs, job.usage(), gen.top_logprobs >= 0, gen.top_logprobs));
+}
+
+void run_generation(ServerState& st, Backend& b, httplib::Response& res, Endpoint endpoint,
+                    const GenerationRequest& gen, PreparedChoices pc) {
+  auto guard = std::make_shared<ActiveGuard>(st);
+  auto job = GenerationJob::submit(*b.engine, st.metrics, std::move(pc.params), std::move(pc.prompt_of));
+  if (!job) return send_error(res, job.error(), &st.metrics);
+  ResponseMeta meta = make_meta(endpoint, st.options.served_model_name);
+  if (!gen.stream) return respond_whole(st, b, res, gen, **job, meta, pc.echo);
+
+  auto s = std::make_shared<StreamState>();
+  s->guard = std::move(guard);
+  s->job = std::move(*job);
+  s->meta = std::move(meta);
+  s->tokenizer = &*b.tokenizer;
+  s->include_usage = gen.include_usage;
+  s->top_logprobs = gen.top_logprobs;
+  for (const std::string& e : pc.echo) s->text_offsets.push_back(int64_t(e.size()));
+  s->echo = std::move(pc.echo);
+  res.status = 200;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider(
+      "text/event-stream", [s](size_t, httplib::DataSink& sink) { return pump(*s, sink); },
+      // Called when the response ends; a broken connection frees the engine requests now.
+      [s](bool success) {
+        if (!success) s->job->abort_all();
+      });
+}
+
+void handle_completions(ServerState& st, const httplib::Request& req, httplib::Response& res) {
+  Backend* b = serving_backend(st, res);
+  if (!b) return;
+  auto r = parse_completion_request(req.body);
+  if (!r) return send_error(res, r.error(), &st.metrics);
+  if (auto e = check_model(r->gen.model, st)) return send_error(res, *e, &st.metrics);
+  if (auto e = check_request_ids(r->gen, *b->tokenizer)) return send_error(res, *e, &st.metrics);
+  const uint64_t seed = r->gen.sampling.seed ? *r->gen.sampling.seed : random_seed();
+  PreparedChoices pc;
+  for (size_t p = 0; p < r->prompts.size(); ++p) {
+    PromptInput& in = r->prompts[p];
+    std::vector<int32_t> ids = in.is_ids ? std::move(in.ids) : b->tokenizer->encode(in.text);
+    auto max_tokens = check_prompt(ids, r->gen, Endpoint::completions, *b->tokenizer, b->max_model_len);
+    if (!max_tokens) return send_error(res, max_tokens.error(), &st.metrics);
+    std::string echo;
+    if (r->echo) echo = in.is_ids ? b->tokenizer->decode(ids, /*skip_special=*/true) : in.text;
+    for (int32_t j = 0; j < r->gen.n; ++j) {
+      pc.params.push_back(engine_params(r->gen, ids, *max_tokens, seed, j));
+      pc.prompt_of.push_back(int32_t(p));
+      pc.echo.push_back(echo);
+    }
+  }
+  run_generation(st, *b, res, Endpoint::completions, r->gen, std::move(pc));
+}
+
+void handle_chat(ServerState& st, const httplib::Request& req, httplib::Response& res) {
+  Backend* b = serving_backend(st, res);
+  if (!b) return;
+  auto r = parse_chat_request(req.body);
+  if (!r) return send_error(res, r.error(), &st.metrics);
+  if (auto e = check_model(r->gen.model, st)) return send_error(res, *e, &st.metrics);
+  if (auto e = check_request_ids(r->gen, *b->tokenizer)) return send_error(res, *e, &st.metrics);
+  auto text = b->chat.render(r->messages, ChatRenderOptions{.add_generation_prompt = r->add_generation_prompt,
+                                                            .continue_final_message = r->continue_final_message,
+                                                            .tools = r->tools,
+                                                            .extra = r->chat_template_kwargs});
+  if (!text) return send_error(res, bad_request("chat template: " + text.error(), "messages"), &st.metrics);
+  std::vector<int32_t> ids = b->chat.tokenize(*b->tokenizer, *text);
+  auto max_tokens = check_prompt(ids, r->gen, Endpoint::chat, *b->tokenizer, b->max_model_len);
+  if (!max_tokens) return send_error(res, max_tokens.error(), &st.metrics);
+  const uint64_t seed = r->gen.sampling.seed ? *r->gen.sampling.seed : random_seed();
+  PreparedChoices pc;
+  for (int32_t j = 0; j < r->gen.n; ++j) {
+    pc.params.push_back(engine_params(r->gen, ids, *max_tokens, seed, j));
+    pc.prompt_of.push_back(0);
+    pc.echo.emplace_back();
+  }
+  run_generation(st, *b, res, Endpoint::chat, r->gen, std::move(pc));
+}
+
+}  // namespace
+
+void register_generation_routes(httplib::Server& http, ServerState& st) {
+  http.Post("/v1/completions", [&st](const httplib::Request& req, httplib::Response& res) {
+    handle_completions(st, req, res);
+  });
+  http.Post("/v1/chat/completions", [&st](const httplib::Request& req, httplib::Response& res) {
+    handle_chat(st, req, res);
+  });
+}
+
+}  // namespace kvasir::server

@@ -1,0 +1,137 @@
+// Everything but generation: the web page, health, metrics, the model list and the tokenizer.
+#include "server/http_util.h"
+#include "server/responses.h"
+#include "server/routes.h"
+#include "server/web_ui.h"
+
+namespace kvasir::server {
+
+Backend* serving_backend(ServerState& st, httplib::Response& res) {
+  switch (st.phase()) {
+    case Phase::ready: return st.backend();
+    case Phase::loading:
+      send_error(res, ApiError{.status = 503, .message = "the model is still loading", .type = "server_error",
+                               .code = "model_loading"},
+                 &st.metrics);
+      return nullptr;
+    case Phase::draining:
+      send_error(res, ApiError{.status = 503, .message = "the server is shutting down", .type = "server_error",
+                               .code = "shutting_down"},
+                 &st.metrics);
+      return nullptr;
+    case Phase::failed: break;
+  }
+  send_error(res, ApiError{.status = 503, .message = "the model failed to load", .type = "server_error"}, &st.metrics);
+  return nullptr;
+}
+
+std::optional<ApiError> check_model(const std::string& model, const ServerState& st) {
+  if (model.empty() || model == st.options.served_model_name) return std::nullopt;
+  return ApiError{.status = 404,
+                  .message = "The model `" + model + "` does not exist; this server serves `" +
+                             st.options.served_model_name + "`.",
+                  .param = "model",
+                  .code = "model_not_found"};
+}
+
+namespace {
+
+EngineGauges gauges_of(const engine::EngineStats& s) {
+  return EngineGauges{.num_running = s.num_running,
+                      .num_waiting = s.num_waiting,
+                      .kv_blocks_total = s.kv_blocks_total,
+                      .kv_blocks_used = s.kv_blocks_used,
+                      .prefix_query_tokens = s.prefix_query_tokens,
+                      .prefix_hit_tokens = s.prefix_hit_tokens,
+                      .num_preemptions = s.num_preemptions,
+                      .prompt_tokens_total = s.prompt_tokens_total,
+                      .generation_tokens_total = s.generation_tokens_total};
+}
+
+void handle_health(ServerState& st, httplib::Response& res) {
+  if (st.phase() == Phase::ready) return send_json(res, 200, ordered_json{{"status", "ok"}});
+  serving_backend(st, res);  // the 503 that says why
+}
+
+void handle_metrics(ServerState& st, httplib::Response& res) {
+  Backend* b = st.backend();
+  std::string text;
+  if (b && b->engine) {
+    const EngineGauges g = gauges_of(b->engine->stats());
+    text = st.metrics.render(&g);
+  } else {
+    text = st.metrics.render(nullptr);
+  }
+  res.status = 200;
+  res.set_content(text, "text/plain; version=0.0.4; charset=utf-8");
+}
+
+void handle_models(ServerState& st, httplib::Response& res) {
+  Backend* b = serving_backend(st, res);
+  if (!b) return;
+  ordered_json model{{"id", st.options.served_model_name},
+                     {"object", "model"},
+                     {"created", int64_t(std::time(nullptr))},
+                     {"owned_by", "kvasir"},
+                     {"root", b->model->path()},
+                     {"parent", nullptr},
+                     {"max_model_len", b->max_model_len}};
+  send_json(res, 200, ordered_json{{"object", "list"}, {"data", ordered_json::array({std::move(model)})}});
+}
+
+void handle_tokenize(ServerState& st, const httplib::Request& req, httplib::Response& res) {
+  Backend* b = serving_backend(st, res);
+  if (!b) return;
+  auto r = parse_tokenize_request(req.body);
+  if (!r) return send_error(res, r.error(), &st.metrics);
+  if (auto e = check_model(r->model, st)) return send_error(res, *e, &st.metrics);
+  const Tokenizer& tok = *b->tokenizer;
+  std::vector<int32_t> ids;
+  if (r->is_chat) {
+    auto text = b->chat.render(r->messages, ChatRenderOptions{.add_generation_prompt = r->add_generation_prompt});
+    if (!text) return send_error(res, bad_request("chat template: " + text.error(), "messages"), &st.metrics);
+    ids = r->add_special_tokens ? b->chat.tokenize(tok, *text)
+                                : tok.encode(*text, EncodeOptions{.add_special = false, .parse_special = true});
+  } else {
+    ids = tok.encode(r->prompt, EncodeOptions{.add_special = r->add_special_tokens});
+  }
+  ordered_json out{{"count", ids.size()}, {"max_model_len", b->max_model_len}, {"tokens", ids}};
+  if (r->return_token_strs) {
+    ordered_json strs = ordered_json::array();
+    for (int32_t id : ids) strs.push_back(tok.piece(id));
+    out["token_strs"] = std::move(strs);
+  }
+  send_json(res, 200, out);
+}
+
+void handle_detokenize(ServerState& st, const httplib::Request& req, httplib::Response& res) {
+  Backend* b = serving_backend(st, res);
+  if (!b) return;
+  auto r = parse_detokenize_request(req.body);
+  if (!r) return send_error(res, r.error(), &st.metrics);
+  if (auto e = check_model(r->model, st)) return send_error(res, *e, &st.metrics);
+  for (int32_t id : r->tokens) {
+    if (!b->tokenizer->valid_id(id))
+      return send_error(res,
+                        bad_request("token id " + std::to_string(id) + " is outside the vocabulary of " +
+                                        std::to_string(b->tokenizer->n_vocab()) + " tokens",
+                                    "tokens"),
+                        &st.metrics);
+  }
+  send_json(res, 200, ordered_json{{"prompt", b->tokenizer->decode(r->tokens)}});
+}
+
+}  // namespace
+
+void register_info_routes(httplib::Server& http, ServerState& st) {
+  using Req = httplib::Request;
+  using Res = httplib::Response;
+  http.Get("/", [](const Req&, Res& res) { res.set_content(std::string(web_ui_html()), "text/html; charset=utf-8"); });
+  http.Get("/health", [&st](const Req&, Res& res) { handle_health(st, res); });
+  http.Get("/metrics", [&st](const Req&, Res& res) { handle_metrics(st, res); });
+  http.Get("/v1/models", [&st](const Req&, Res& res) { handle_models(st, res); });
+  http.Post("/tokenize", [&st](const Req& req, Res& res) { handle_tokenize(st, req, res); });
+  http.Post("/detokenize", [&st](const Req& req, Res& res) { handle_detokenize(st, req, res); });
+}
+
+}  // namespace kvasir::server

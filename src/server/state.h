@@ -1,0 +1,77 @@
+// What every HTTP handler shares: options, metrics, the lifecycle phase and, once loaded, the
+// model, tokenizer, engine and chat formatter.
+#pragma once
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "engine/engine.h"
+#include "model/model.h"
+#include "server/chat_format.h"
+#include "server/metrics.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvasir::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;                   // 0: any free port (see HttpServer::port())
+  std::string api_key;               // empty: no authentication
+  size_t max_body_bytes = 8u << 20;  // larger request bodies get 413
+  int http_threads = 0;              // 0: enough for every engine slot to stream, at least 64
+  std::string served_model_name;     // the id clients name in "model"
+};
+
+// Everything loaded from the model file. Members are declared so that the engine, which holds
+// references to the model and tokenizer, is destroyed first.
+struct Backend {
+  std::unique_ptr<Model> model;
+  std::optional<Tokenizer> tokenizer;
+  ChatFormatter chat;
+  std::unique_ptr<engine::Engine> engine;
+  int32_t max_model_len = 0;
+};
+
+enum class Phase { loading, ready, draining, failed };
+
+class ServerState {
+ public:
+  explicit ServerState(ServerOptions options) : options(std::move(options)), metrics(this->options.served_model_name) {}
+
+  const ServerOptions options;
+  Metrics metrics;
+
+  Phase phase() const { return phase_.load(std::memory_order_acquire); }
+  void set_phase(Phase p) { phase_.store(p, std::memory_order_release); }
+  // Publishes the backend; handlers see it once phase() is ready.
+  void attach(std::unique_ptr<Backend> backend) {
+    backend_ = std::move(backend);
+    set_phase(Phase::ready);
+  }
+  Backend* backend() const { return phase() == Phase::loading ? nullptr : backend_.get(); }
+  std::unique_ptr<Backend> detach() { return std::move(backend_); }
+
+  // Generation requests still writing a response; drain waits for zero.
+  std::atomic<int64_t> active_generations{0};
+
+ private:
+  std::atomic<Phase> phase_{Phase::loading};
+  std::unique_ptr<Backend> backend_;
+};
+
+// Counts one in-flight generation for as long as it lives.
+class ActiveGuard {
+ public:
+  explicit ActiveGuard(ServerState& s) : s_(s) { s_.active_generations.fetch_add(1); }
+  ~ActiveGuard() { s_.active_generations.fetch_sub(1); }
+  ActiveGuard(const ActiveGuard&) = delete;
+  ActiveGuard& operator=(const ActiveGuard&) = delete;
+
+ private:
+  ServerState& s_;
+};
+
+}  // namespace kvasir::server

@@ -1,0 +1,244 @@
+// Request parsing and validation: exact status codes, error fields and defaults.
+#include <gtest/gtest.h>
+
+#include "server/protocol.h"
+
+namespace kvasir::server {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+// Parses a completion body that must fail; returns its error.
+ApiError completion_error(const std::string& body) {
+  auto r = parse_completion_request(body);
+  EXPECT_FALSE(r.ok()) << body;
+  return r.ok() ? ApiError{} : r.error();
+}
+
+ApiError chat_error(const std::string& body) {
+  auto r = parse_chat_request(body);
+  EXPECT_FALSE(r.ok()) << body;
+  return r.ok() ? ApiError{} : r.error();
+}
+
+TEST(Protocol, ErrorBodyHasOpenAIShape) {
+  const ApiError e = bad_request("'max_tokens' must be an integer", "max_tokens");
+  EXPECT_EQ(error_body(e),
+            R"({"error":{"message":"'max_tokens' must be an integer","type":"invalid_request_error","param":"max_tokens","code":null}})");
+  ApiError ctx = bad_request("too long", "prompt", "context_length_exceeded");
+  EXPECT_EQ(error_json(ctx)["error"]["code"], "context_length_exceeded");
+  EXPECT_EQ(ctx.status, 400);
+}
+
+TEST(Protocol, CompletionDefaults) {
+  auto r = parse_completion_request(R"({"model": "m", "prompt": "Once upon a time"})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->gen.model, "m");
+  ASSERT_EQ(r->prompts.size(), 1u);
+  EXPECT_FALSE(r->prompts[0].is_ids);
+  EXPECT_EQ(r->prompts[0].text, "Once upon a time");
+  EXPECT_FALSE(r->gen.max_tokens.has_value());
+  EXPECT_EQ(r->gen.n, 1);
+  EXPECT_FLOAT_EQ(r->gen.sampling.temperature, 1.0f);
+  EXPECT_FLOAT_EQ(r->gen.sampling.top_p, 1.0f);
+  EXPECT_EQ(r->gen.sampling.top_k, 0);
+  EXPECT_FLOAT_EQ(r->gen.sampling.min_p, 0.0f);
+  EXPECT_FALSE(r->gen.sampling.seed.has_value());
+  EXPECT_EQ(r->gen.top_logprobs, -1);
+  EXPECT_FALSE(r->gen.stream);
+  EXPECT_FALSE(r->echo);
+}
+
+TEST(Protocol, CompletionAllFields) {
+  auto r = parse_completion_request(R"({
+    "prompt": [1, 2, 3], "max_tokens": 7, "min_tokens": 2, "temperature": 0, "top_p": 0.5, "top_k": -1,
+    "min_p": 0.1, "presence_penalty": -2, "frequency_penalty": 1.5, "repetition_penalty": 1.1, "seed": 42,
+    "stop": ["\n", "", "END"], "stop_token_ids": [9], "n": 3, "stream": true, "stream_options": {"include_usage": true},
+    "logprobs": 5, "logit_bias": {"17": -100, "3": 2.5}, "ignore_eos": true, "cache_salt": "t1", "user": "u",
+    "priority": -3, "echo": true, "some_unknown_field": {"x": 1}})");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  ASSERT_TRUE(r->prompts[0].is_ids);
+  EXPECT_EQ(r->prompts[0].ids, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(*r->gen.max_tokens, 7);
+  EXPECT_EQ(r->gen.min_tokens, 2);
+  EXPECT_FLOAT_EQ(r->gen.sampling.temperature, 0.0f);
+  EXPECT_FLOAT_EQ(r->gen.sampling.top_p, 0.5f);
+  EXPECT_EQ(r->gen.sampling.top_k, 0);  // -1 means off
+  EXPECT_FLOAT_EQ(r->gen.sampling.presence_penalty, -2.0f);
+  EXPECT_EQ(*r->gen.sampling.seed, 42u);
+  EXPECT_EQ(r->gen.stop, (std::vector<std::string>{"\n", "END"}));  // empty strings dropped
+  EXPECT_EQ(r->gen.stop_token_ids, (std::vector<int32_t>{9}));
+  EXPECT_EQ(r->gen.n, 3);
+  EXPECT_TRUE(r->gen.stream);
+  EXPECT_TRUE(r->gen.include_usage);
+  EXPECT_EQ(r->gen.top_logprobs, 5);
+  ASSERT_EQ(r->gen.logit_bias.size(), 2u);
+  EXPECT_EQ(r->gen.logit_bias[0], (std::pair<int32_t, float>{17, -100.0f}));
+  EXPECT_TRUE(r->gen.ignore_eos);
+  EXPECT_EQ(r->gen.cache_salt, "t1");
+  EXPECT_EQ(r->gen.priority, -3);
+  EXPECT_TRUE(r->echo);
+}
+
+TEST(Protocol, PromptShapes) {
+  auto batch = parse_completion_request(R"({"prompt": ["a", "b"], "n": 2})");
+  ASSERT_TRUE(batch.ok());
+  EXPECT_EQ(batch->prompts.size(), 2u);
+  auto ids = parse_completion_request(R"({"prompt": [[1, 2], [3]]})");
+  ASSERT_TRUE(ids.ok());
+  ASSERT_EQ(ids->prompts.size(), 2u);
+  EXPECT_EQ(ids->prompts[1].ids, (std::vector<int32_t>{3}));
+  EXPECT_EQ(completion_error(R"({"prompt": []})").param, "prompt");
+  EXPECT_EQ(completion_error(R"({"prompt": 5})").param, "prompt");
+  EXPECT_EQ(completion_error(R"({"prompt": [1, "a"]})").param, "prompt");
+  EXPECT_EQ(completion_error(R"({"prompt": [1, -2]})").param, "prompt");
+  EXPECT_EQ(completion_error(R"({"prompt": [1.5]})").param, "prompt");
+  EXPECT_EQ(completion_error(R"({"prompt": [{"x": 1}]})").param, "prompt");
+  EXPECT_EQ(completion_error(R"({"max_tokens": 5})").param, "prompt");
+  // 33 prompts x n = 2 is more choices than one request may ask for.
+  std::string many = R"({"n": 2, "prompt": [)";
+  for (int i = 0; i < 33; ++i) many += std::string(i ? "," : "") + "\"p\"";
+  EXPECT_EQ(completion_error(many + "]}").param, "n");
+}
+
+TEST(Protocol, MalformedBodies) {
+  for (const char* body : {"", "{", "not json", R"({"prompt": "a",})", "[1, 2]", "\"text\"", "null", "{\"prompt\": \"\xff\"}"}) {
+    const ApiError e = completion_error(body);
+    EXPECT_EQ(e.status, 400) << body;
+    EXPECT_EQ(e.type, "invalid_request_error");
+    EXPECT_EQ(e.code, "invalid_json") << body;
+  }
+}
+
+TEST(Protocol, WrongTypesAndRanges) {
+  struct Case {
+    const char* fields;
+    const char* param;
+  };
+  const Case cases[] = {
+      {R"("max_tokens": "10")", "max_tokens"},   {R"("max_tokens": 10.0)", "max_tokens"},
+      {R"("max_tokens": true)", "max_tokens"},   {R"("max_tokens": 0)", "max_tokens"},
+      {R"("max_tokens": -1)", "max_tokens"},     {R"("max_tokens": 99999999999)", "max_tokens"},
+      {R"("max_tokens": 18446744073709551615)", "max_tokens"},
+      {R"("max_completion_tokens": "x")", "max_completion_tokens"},
+      {R"("temperature": "hot")", "temperature"}, {R"("temperature": 2.5)", "temperature"},
+      {R"("temperature": -0.1)", "temperature"},  {R"("top_p": 0)", "top_p"},
+      {R"("top_p": 1.01)", "top_p"},              {R"("top_k": -2)", "top_k"},
+      {R"("top_k": 1.5)", "top_k"},               {R"("min_p": 2)", "min_p"},
+      {R"("presence_penalty": 3)", "presence_penalty"}, {R"("frequency_penalty": -2.5)", "frequency_penalty"},
+      {R"("repetition_penalty": 0)", "repetition_penalty"}, {R"("seed": "7")", "seed"},
+      {R"("seed": 1.5)", "seed"},                 {R"("n": 0)", "n"},
+      {R"("n": 65)", "n"},                        {R"("n": "2")", "n"},
+      {R"("stop": 5)", "stop"},                   {R"("stop": [1])", "stop"},
+      {R"("stop": ["a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"])", "stop"},
+      {R"("stop_token_ids": [-1])", "stop_token_ids"}, {R"("stop_token_ids": 3)", "stop_token_ids"},
+      {R"("stream": "yes")", "stream"},           {R"("stream_options": {"include_usage": true})", "stream_options"},
+      {R"("stream": true, "stream_options": {"include_usage": 1})", "stream_options.include_usage"},
+      {R"("stream": true, "stream_options": 1)", "stream_options"},
+      {R"("logprobs": 21)", "logprobs"},          {R"("logprobs": true)", "logprobs"},
+      {R"("logit_bias": [1])", "logit_bias"},     {R"("logit_bias": {"abc": 1})", "logit_bias"},
+      {R"("logit_bias": {"-1": 1})", "logit_bias"}, {R"("logit_bias": {"5": 101})", "logit_bias"},
+      {R"("logit_bias": {"5": "1"})", "logit_bias"}, {R"("ignore_eos": 1)", "ignore_eos"},
+      {R"("min_tokens": -1)", "min_tokens"},      {R"("max_tokens": 4, "min_tokens": 5)", "min_tokens"},
+      {R"("cache_salt": 5)", "cache_salt"},       {R"("user": ["x"])", "user"},
+      {R"("model": 3)", "model"},                 {R"("echo": "true")", "echo"},
+  };
+  for (const Case& c : cases) {
+    const std::string body = std::string(R"({"prompt": "hi", )") + c.fields + "}";
+    const ApiError e = completion_error(body);
+    EXPECT_EQ(e.status, 400) << body;
+    EXPECT_EQ(e.type, "invalid_request_error") << body;
+    EXPECT_EQ(e.param, c.param) << body << " -> " << e.message;
+    EXPECT_FALSE(e.message.empty());
+    EXPECT_EQ(e.code, "") << body;
+  }
+}
+
+TEST(Protocol, NullMeansAbsentAndSeedsWrap) {
+  auto r = parse_completion_request(
+      R"({"prompt": "hi", "max_tokens": null, "temperature": null, "stop": null, "seed": -1, "logit_bias": null})");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_FALSE(r->gen.max_tokens.has_value());
+  EXPECT_FLOAT_EQ(r->gen.sampling.temperature, 1.0f);
+  EXPECT_EQ(*r->gen.sampling.seed, ~uint64_t(0));
+  auto alias = parse_completion_request(R"({"prompt": "hi", "max_completion_tokens": 9})");
+  ASSERT_TRUE(alias.ok());
+  EXPECT_EQ(*alias->gen.max_tokens, 9);
+  auto one_stop = parse_completion_request(R"({"prompt": "hi", "stop": "\n\n"})");
+  ASSERT_TRUE(one_stop.ok());
+  EXPECT_EQ(one_stop->gen.stop, (std::vector<std::string>{"\n\n"}));
+}
+
+TEST(Protocol, ChatMessages) {
+  auto r = parse_chat_request(R"({"messages": [
+      {"role": "system", "content": "Be brief."},
+      {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+      {"role": "assistant", "content": null},
+      {"role": "assistant", "content": null, "tool_calls": []}],
+    "max_completion_tokens": 5, "logprobs": true, "top_logprobs": 3})");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  ASSERT_EQ(r->messages.size(), 4u);
+  EXPECT_EQ(r->messages[1]["content"], "a\nb");
+  EXPECT_EQ(r->messages[2]["content"], "");
+  EXPECT_TRUE(r->messages[3]["content"].is_null());
+  EXPECT_EQ(*r->gen.max_tokens, 5);
+  EXPECT_EQ(r->gen.top_logprobs, 3);
+  EXPECT_TRUE(r->add_generation_prompt);
+  EXPECT_TRUE(r->tools.is_null());
+
+  auto plain = parse_chat_request(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true})");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->gen.top_logprobs, 0);
+  auto none = parse_chat_request(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": false})");
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->gen.top_logprobs, -1);
+}
+
+TEST(Protocol, ChatErrors) {
+  EXPECT_EQ(chat_error(R"({"model": "m"})").param, "messages");
+  EXPECT_EQ(chat_error(R"({"messages": "hi"})").param, "messages");
+  EXPECT_EQ(chat_error(R"({"messages": []})").param, "messages");
+  EXPECT_EQ(chat_error(R"({"messages": [5]})").param, "messages[0]");
+  EXPECT_EQ(chat_error(R"({"messages": [{"content": "x"}]})").param, "messages[0].role");
+  EXPECT_EQ(chat_error(R"({"messages": [{"role": 1, "content": "x"}]})").param, "messages[0].role");
+  EXPECT_EQ(chat_error(R"({"messages": [{"role": "user", "content": 5}]})").param, "messages[0].content");
+  EXPECT_EQ(chat_error(R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]})").param,
+            "messages[0].content[0].type");
+  EXPECT_EQ(chat_error(R"({"messages": [{"role": "user", "content": [{"type": "text"}]}]})").param,
+            "messages[0].content[0].text");
+  const std::string msg = R"("messages": [{"role": "user", "content": "x"}])";
+  EXPECT_EQ(chat_error("{" + msg + R"(, "top_logprobs": 2})").param, "top_logprobs");
+  EXPECT_EQ(chat_error("{" + msg + R"(, "logprobs": 3})").param, "logprobs");
+  EXPECT_EQ(chat_error("{" + msg + R"(, "logprobs": true, "top_logprobs": 21})").param, "top_logprobs");
+  EXPECT_EQ(chat_error("{" + msg + R"(, "tools": {}})").param, "tools");
+  EXPECT_EQ(chat_error("{" + msg + R"(, "chat_template_kwargs": []})").param, "chat_template_kwargs");
+  EXPECT_EQ(chat_error("{" + msg + R"(, "response_format": {"type": "json_object"}})").param, "response_format");
+  EXPECT_EQ(chat_error("{" + msg + R"(, "continue_final_message": true})").param, "continue_final_message");
+  EXPECT_EQ(chat_error("{" + msg + R"(, "temperature": "0"})").param, "temperature");
+}
+
+TEST(Protocol, TokenizeAndDetokenize) {
+  auto t = parse_tokenize_request(R"({"prompt": "hello", "add_special_tokens": false, "return_token_strs": true})");
+  ASSERT_TRUE(t.ok());
+  EXPECT_FALSE(t->is_chat);
+  EXPECT_EQ(t->prompt, "hello");
+  EXPECT_FALSE(t->add_special_tokens);
+  EXPECT_TRUE(t->return_token_strs);
+  auto c = parse_tokenize_request(R"({"messages": [{"role": "user", "content": "x"}]})");
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->is_chat);
+  EXPECT_FALSE(c->add_special_tokens);  // the template carries them
+  EXPECT_EQ(parse_tokenize_request(R"({"model": "m"})").error().param, "prompt");
+  EXPECT_EQ(parse_tokenize_request(R"({"prompt": 5})").error().param, "prompt");
+
+  auto d = parse_detokenize_request(R"({"tokens": [1, 2, 300]})");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->tokens, (std::vector<int32_t>{1, 2, 300}));
+  EXPECT_EQ(parse_detokenize_request(R"({})").error().param, "tokens");
+  EXPECT_EQ(parse_detokenize_request(R"({"tokens": "1 2"})").error().param, "tokens");
+  EXPECT_EQ(parse_detokenize_request(R"({"tokens": [1, "2"]})").error().param, "tokens");
+  EXPECT_EQ(parse_detokenize_request("{").error().code, "invalid_json");
+}
+
+}  // namespace
+}  // namespace kvasir::server
