@@ -100,9 +100,11 @@ nlohmann::ordered_json run_json(const SweepPoint& sp, bool detailed) {
     j["request_rate"] = std::isinf(l.rate) ? nlohmann::ordered_json("inf") : nlohmann::ordered_json(l.rate);
     j["burstiness"] = l.burstiness;
   }
-  for (auto& [k, v] : metrics_json(sp.metrics).items()) j[k] = v;
+  const nlohmann::ordered_json metrics = metrics_json(sp.metrics);  // a temporary would die before the loop
+  for (auto& [k, v] : metrics.items()) j[k] = v;
   if (detailed) {
-    nlohmann::ordered_json in = nlohmann::ordered_json::array(), out = in, ttfts = in, itls = in, errors = in;
+    const auto empty = nlohmann::ordered_json::array();
+    nlohmann::ordered_json in = empty, out = empty, ttfts = empty, itls = empty, errors = empty;
     for (const RequestOutcome& o : sp.run.outcomes) {
       in.push_back(o.input_tokens);
       out.push_back(o.output_tokens);
