@@ -1,5 +1,7 @@
 #include "chat/chat_template.h"
 
+#include <exception>
+
 #include "chat/jinja/jinja.h"
 
 namespace kvasir::chat {
@@ -14,7 +16,13 @@ Result<std::string> render_chat_template(std::string_view template_source, const
 
 Result<std::string> render_chat_template(std::string_view template_source, const nlohmann::json& context,
                                          const RenderOptions& options) {
-  return render_chat_template(template_source, nlohmann::ordered_json::parse(context.dump()), options);
+  nlohmann::ordered_json ordered;
+  try {
+    ordered = nlohmann::ordered_json(context);  // converts between the two json types, keys stay sorted
+  } catch (const std::exception& e) {
+    return Error{std::string("TypeError: cannot use the context: ") + e.what()};
+  }
+  return render_chat_template(template_source, ordered, options);
 }
 
 }  // namespace kvasir::chat

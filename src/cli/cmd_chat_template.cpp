@@ -47,7 +47,7 @@ Result<ordered_json> load_case(const std::string& path, const std::string& name)
       return Error{path + " holds " + std::to_string(doc.size()) + " cases; pick one with --case-name"};
     }
     for (auto& c : doc) {
-      if (c.is_object() && c.value("name", "") == name) return c;
+      if (c.is_object() && c.contains("name") && c["name"].is_string() && c["name"].get<std::string>() == name) return c;
     }
     return Error{path + ": no case named '" + name + "'"};
   }
