@@ -1,5 +1,6 @@
 #include "chat/jinja/jinja.h"
 
+#include <ctime>
 #include <exception>
 #include <new>
 
@@ -58,6 +59,20 @@ auto guarded(F&& f) -> decltype(f()) {
 }
 
 }  // namespace
+
+std::tm make_time(int year, int month, int day, int hour, int minute, int second) {
+  std::tm tm{};
+  tm.tm_year = year - 1900;
+  tm.tm_mon = month - 1;
+  tm.tm_mday = day;
+  tm.tm_hour = hour;
+  tm.tm_min = minute;
+  tm.tm_sec = second;
+  std::time_t t = timegm(&tm);
+  std::tm out{};
+  gmtime_r(&t, &out);
+  return out;
+}
 
 Result<Template> Template::parse(std::string_view source, const Limits& limits) {
   return guarded([&]() -> Result<Template> {

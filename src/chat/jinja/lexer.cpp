@@ -158,7 +158,7 @@ class Lexer {
     } else {
       emit(kind == '{' ? Tok::kVariableBegin : Tok::kBlockBegin, i);
       pos_ = body;
-      lex_tag(kind == '%', i);
+      lex_tag(kind == '%');
     }
   }
 
@@ -206,7 +206,7 @@ class Lexer {
   }
 
   // Inside {{ }} or {% %}: tokens until the end delimiter (only recognized with brackets balanced).
-  void lex_tag(bool block, size_t start) {
+  void lex_tag(bool block) {
     std::string_view s(src_);
     std::vector<char> balance;
     while (true) {
@@ -244,7 +244,6 @@ class Lexer {
       if (c == '\'' || c == '"') { lex_string(); continue; }
       lex_operator(balance);
     }
-    (void)start;
   }
 
   // (\d+_)*\d+ starting at i; returns the end, or i when there is no digit.

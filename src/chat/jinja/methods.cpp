@@ -70,7 +70,7 @@ int64_t window_offset(const std::string& s, const std::optional<Value>& start) {
   return std::min(b, n);
 }
 
-bool affix_match(Interpreter& in, const std::string& s, CallArgs& args, bool prefix) {
+bool affix_match(const std::string& s, CallArgs& args, bool prefix) {
   const char* fn = prefix ? "startswith" : "endswith";
   auto a = bind_args(args, fn, {"prefix", "start", "end"});
   if (!a[0]) type_error(std::string(fn) + "() takes at least 1 argument (0 given)");
@@ -89,7 +89,6 @@ bool affix_match(Interpreter& in, const std::string& s, CallArgs& args, bool pre
     }
     return false;
   }
-  (void)in;
   return test(*a[0]);
 }
 
@@ -125,7 +124,7 @@ Value pad_to(Interpreter& in, const std::string& s, CallArgs& args, const char* 
 
 Value string_method(Interpreter& in, const std::string& s, std::string_view name, CallArgs& args) {
   const size_t max = in.limits().max_output_bytes;
-  if (name == "startswith" || name == "endswith") return Value::boolean(affix_match(in, s, args, name == "startswith"));
+  if (name == "startswith" || name == "endswith") return Value::boolean(affix_match(s, args, name == "startswith"));
   if (name == "strip" || name == "lstrip" || name == "rstrip") {
     auto a = bind_args(args, name, {"chars"});
     return Value::string(pystr::strip(s, opt_str(a[0], name), name != "rstrip", name != "lstrip"));

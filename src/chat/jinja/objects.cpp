@@ -303,18 +303,4 @@ std::vector<std::pair<std::string, Value>> make_builtins(Interpreter& in) {
   return out;
 }
 
-std::tm make_time(int year, int month, int day, int hour, int minute, int second) {
-  std::tm tm{};
-  tm.tm_year = year - 1900;
-  tm.tm_mon = month - 1;
-  tm.tm_mday = day;
-  tm.tm_hour = hour;
-  tm.tm_min = minute;
-  tm.tm_sec = second;
-  std::time_t t = timegm(&tm);
-  std::tm out{};
-  gmtime_r(&t, &out);
-  return out;
-}
-
 }  // namespace kvasir::jinja
