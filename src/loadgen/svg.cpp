@@ -52,6 +52,16 @@ std::string bucket_name(int64_t upper) {
 
 std::string value_text(double v) { return v >= 100 ? fmt("%.0f", v) : v >= 10 ? fmt("%.1f", v) : fmt("%.2f", v); }
 
+// A round tick step (1, 2 or 5 times a power of ten) giving about five ticks up to `max`.
+double nice_step(double max) {
+  const double raw = max / 5, mag = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double m : {1.0, 2.0, 5.0})
+    if (raw <= m * mag) return m * mag;
+  return 10 * mag;
+}
+
+std::string tick_text(double v) { return v == std::floor(v) ? fmt("%.0f", v) : fmt("%g", v); }
+
 }  // namespace
 
 int64_t pow2_bucket(int64_t n) {
@@ -81,7 +91,8 @@ std::string heatmap_svg(const std::string& title, const std::string& unit, std::
     hi = std::max(hi, med[k]);
   }
   const double cw = 90, ch = 44, left = 110, top = 60;
-  const double width = left + cw * double(std::max<size_t>(xs.size(), 1)) + 30;
+  // Wide enough for the title and the legend line too.
+  const double width = std::max(left + cw * double(std::max<size_t>(xs.size(), 1)) + 30, 7.5 * double(title.size()) + left + 20);
   const double height = top + ch * double(std::max<size_t>(ys.size(), 1)) + 70;
   std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + fmt("%.0f", width) + "\" height=\"" +
                     fmt("%.0f", height) + "\" font-family=\"sans-serif\" font-size=\"12\">\n";
@@ -157,36 +168,36 @@ std::string curve_svg(const std::string& title, const std::string& x_label, cons
     xmax = std::max(xmax, p.throughput);
     ymax = std::max(ymax, p.latency);
   }
-  xmax = xmax > 0 ? xmax * 1.1 : 1;
-  ymax = ymax > 0 ? ymax * 1.1 : 1;
+  const double xstep = nice_step(xmax > 0 ? xmax * 1.05 : 1), ystep = nice_step(ymax > 0 ? ymax * 1.05 : 1);
+  xmax = xstep * std::ceil((xmax > 0 ? xmax * 1.05 : 1) / xstep);
+  ymax = ystep * std::ceil((ymax > 0 ? ymax * 1.05 : 1) / ystep);
   auto X = [&](double v) { return left + pw * v / xmax; };
   auto Y = [&](double v) { return top + ph - ph * v / ymax; };
   std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + fmt("%.0f", W) + "\" height=\"" +
                     fmt("%.0f", H) + "\" font-family=\"sans-serif\" font-size=\"12\">\n";
   svg += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   svg += text(left, 26, title, "font-size=\"15\" font-weight=\"bold\"");
-  // Axes with five ticks each.
+  // Axes with round ticks.
   svg += "<path d=\"M" + fmt("%.1f", left) + " " + fmt("%.1f", top) + " V" + fmt("%.1f", top + ph) + " H" +
          fmt("%.1f", left + pw) + "\" stroke=\"black\" fill=\"none\"/>\n";
-  for (int i = 0; i <= 5; ++i) {
-    const double xv = xmax * i / 5, yv = ymax * i / 5;
+  for (double xv = 0; xv <= xmax * (1 + 1e-9); xv += xstep) {
     svg += "<line x1=\"" + fmt("%.1f", X(xv)) + "\" y1=\"" + fmt("%.1f", top) + "\" x2=\"" + fmt("%.1f", X(xv)) +
            "\" y2=\"" + fmt("%.1f", top + ph) + "\" stroke=\"#eee\"/>\n";
+    svg += text(X(xv), top + ph + 16, tick_text(xv), "text-anchor=\"middle\"");
+  }
+  for (double yv = 0; yv <= ymax * (1 + 1e-9); yv += ystep) {
     svg += "<line x1=\"" + fmt("%.1f", left) + "\" y1=\"" + fmt("%.1f", Y(yv)) + "\" x2=\"" + fmt("%.1f", left + pw) +
            "\" y2=\"" + fmt("%.1f", Y(yv)) + "\" stroke=\"#eee\"/>\n";
-    svg += text(X(xv), top + ph + 16, value_text(xv), "text-anchor=\"middle\"");
-    svg += text(left - 6, Y(yv) + 4, value_text(yv), "text-anchor=\"end\"");
+    svg += text(left - 6, Y(yv) + 4, tick_text(yv), "text-anchor=\"end\"");
   }
   svg += text(left + pw / 2, H - 14, x_label, "text-anchor=\"middle\"");
   svg += text(16, top + ph / 2, y_label,
               ("text-anchor=\"middle\" transform=\"rotate(-90 16 " + fmt("%.1f", top + ph / 2) + ")\"").c_str());
-  std::vector<size_t> order(points.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return points[a].throughput < points[b].throughput; });
-  if (!order.empty()) {
+  // Joined in sweep order: past saturation the line bends back (more load, less throughput).
+  if (!points.empty()) {
     std::string d;
-    for (size_t k = 0; k < order.size(); ++k)
-      d += (k ? " L" : "M") + fmt("%.1f", X(points[order[k]].throughput)) + " " + fmt("%.1f", Y(points[order[k]].latency));
+    for (size_t k = 0; k < points.size(); ++k)
+      d += (k ? " L" : "M") + fmt("%.1f", X(points[k].throughput)) + " " + fmt("%.1f", Y(points[k].latency));
     svg += "<path d=\"" + d + "\" stroke=\"#2060c0\" stroke-width=\"2\" fill=\"none\"/>\n";
   }
   for (size_t i = 0; i < points.size(); ++i) {

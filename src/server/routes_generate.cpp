@@ -46,7 +46,7 @@ ordered_json delta_logprobs(StreamState& s, int32_t choice, const engine::Delta&
 }
 
 // One call of the content provider: the next piece of the stream. False: the client is gone.
-bool pump(StreamState& s, httplib::DataSink& sink) {
+bool pump_once(StreamState& s, httplib::DataSink& sink) {
   std::string out;
   const bool with_usage = s.include_usage;
   if (!s.started) {
@@ -84,7 +84,18 @@ bool pump(StreamState& s, httplib::DataSink& sink) {
   return true;
 }
 
-void respond_whole(ServerState& st, Backend& b, httplib::Response& res, const GenerationRequest& gen,
+// cpp-httplib does not catch what a content provider throws (it would end the process); nothing
+// here should throw, but if it does the stream ends and the engine requests are freed.
+bool pump(StreamState& s, httplib::DataSink& sink) {
+  try {
+    return pump_once(s, sink);
+  } catch (...) {
+    s.job->abort_all();
+    return false;
+  }
+}
+
+void respond_whole(Backend& b, httplib::Response& res, const GenerationRequest& gen,
                    GenerationJob& job, const ResponseMeta& meta, const std::vector<std::string>& echo) {
   std::vector<ChoiceOutput> outs(job.choices().size());
   for (size_t i = 0; i < outs.size(); ++i) outs[i] = ChoiceOutput{.index = int32_t(i), .text = echo[i]};
@@ -106,7 +117,7 @@ void run_generation(ServerState& st, Backend& b, httplib::Response& res, Endpoin
   auto job = GenerationJob::submit(*b.engine, st.metrics, std::move(pc.params), std::move(pc.prompt_of));
   if (!job) return send_error(res, job.error(), &st.metrics);
   ResponseMeta meta = make_meta(endpoint, st.options.served_model_name);
-  if (!gen.stream) return respond_whole(st, b, res, gen, **job, meta, pc.echo);
+  if (!gen.stream) return respond_whole(b, res, gen, **job, meta, pc.echo);
 
   auto s = std::make_shared<StreamState>();
   s->guard = std::move(guard);
