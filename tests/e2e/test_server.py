@@ -385,6 +385,18 @@ def test_loadgen(server, tmp_path):
     assert rate.returncode == 0, rate.stderr
     assert "| rate=20 | 10 | 0 |" in rate.stdout and "| rate=inf | 10 | 0 |" in rate.stdout
 
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"prompt": "Once upon a time", "output_len": 5}\n\n'
+                       '{"messages": [{"role": "user", "content": "Tell me a story."}], "max_tokens": 7}\n')
+    out = tmp_path / "chat.json"
+    chat = subprocess.run([BIN, "loadgen", "--url", server.base_url + "/v1", "--api-key", API_KEY, "--endpoint", "chat",
+                           "--dataset", "jsonl", "--prompt-file", str(prompts), "--concurrency", "2",
+                           "--num-prompts", "4", "--warmup", "0", "--detailed", "--result-json", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert chat.returncode == 0, chat.stderr
+    run = json.loads(out.read_text())["runs"][0]
+    assert run["completed"] == 4 and run["output_lens"] == [5, 7, 5, 7]
+
 
 # ---- shutdown ---------------------------------------------------------------------------------
 
