@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -27,7 +28,10 @@ std::string shell_quote(const std::string& s) {
 
 // Runs kvasir with args; captures stdout and stderr separately.
 Output kvasir(const std::vector<std::string>& args) {
-  const std::string err_path = ::testing::TempDir() + "/kvasir_stderr.txt";
+  // A file per call: ctest runs test processes in parallel.
+  static int calls = 0;
+  const std::string err_path =
+      ::testing::TempDir() + "/kvasir_stderr_" + std::to_string(getpid()) + "_" + std::to_string(calls++) + ".txt";
   std::string cmd = std::string(KVASIR_BIN_DIR) + "/kvasir";
   for (const auto& a : args) cmd += " " + shell_quote(a);
   cmd += " 2>" + err_path;
@@ -106,7 +110,8 @@ TEST(Cli, CorruptFilesExitWithOneAndAMessage) {
       {"text.gguf", "this is not a model"},
       {"truncated-header.gguf", good.substr(0, 100)},
       {"truncated-middle.gguf", good.substr(0, good.size() / 2)},
-      {"truncated-end.gguf", good.substr(0, good.size() - 1)},
+      // The last tensor ends before the alignment padding: cut well into its data.
+      {"truncated-end.gguf", good.substr(0, good.size() - 100)},
   };
   std::mt19937 rng(5);
   for (int i = 0; i < 6; ++i) {  // bit flips in the header and metadata
