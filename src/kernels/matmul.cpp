@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 
+#include "kernels/quant/gemm.h"
 #include "kernels/quant/quant.h"
 
 namespace kvasir::kernels {
@@ -15,10 +17,17 @@ namespace {
   std::abort();
 }
 
-// Output rows per tile: as many weight rows as fit in ~32 KiB (L1/L2-resident while every
-// activation row passes over them), at least 1, at most 64.
-int64_t tile_rows(size_t w_row_bytes) {
-  return std::clamp<int64_t>(int64_t((32u << 10) / std::max<size_t>(w_row_bytes, 1)), 1, 64);
+// Per-thread scratch of the tile kernels (packed panels, widened activations): grows to the
+// largest request once, then every matmul reuses it; nothing is allocated per token.
+void* thread_scratch(size_t bytes) {
+  thread_local std::unique_ptr<uint8_t[]> buf;
+  thread_local size_t cap = 0;
+  if (bytes + 64 > cap) {
+    cap = bytes + 64;
+    buf.reset(new uint8_t[cap]);
+  }
+  auto p = reinterpret_cast<uintptr_t>(buf.get());
+  return reinterpret_cast<void*>((p + 63) & ~uintptr_t(63));
 }
 
 }  // namespace
@@ -35,20 +44,20 @@ void matmul_rows(DType wtype, const void* w, int64_t n_in, int64_t out_begin, in
                  const void* act_q, int64_t n_rows, float* y, int64_t y_stride) {
   const QuantTraits* t = quant_traits(wtype);
   if (!t || !t->vec_dot) unsupported("matmul_rows", wtype);
-  const VecDotFn dot = t->vec_dot;
+  if (out_begin >= out_end || n_rows <= 0) return;
   const size_t w_row = row_bytes(wtype, n_in);
-  const size_t a_row = row_bytes(t->vec_dot_type, n_in);
-  const auto* wb = static_cast<const uint8_t*>(w);
-  const auto* ab = static_cast<const uint8_t*>(act_q);
-  const int64_t tile = tile_rows(w_row);
-  for (int64_t o0 = out_begin; o0 < out_end; o0 += tile) {
-    const int64_t o1 = std::min(out_end, o0 + tile);
-    for (int64_t r = 0; r < n_rows; ++r) {
-      const uint8_t* act = ab + size_t(r) * a_row;
-      float* yr = y + r * y_stride;
-      for (int64_t o = o0; o < o1; ++o) yr[o] = dot(n_in, wb + size_t(o) * w_row, act);
-    }
-  }
+  GemmTile tile{.wtype = wtype,
+                .n = n_in,
+                .w = static_cast<const uint8_t*>(w) + size_t(out_begin) * w_row,
+                .w_stride = w_row,
+                .n_cols = out_end - out_begin,
+                .a = static_cast<const uint8_t*>(act_q),
+                .a_stride = row_bytes(t->vec_dot_type, n_in),
+                .n_rows = n_rows,
+                .y = y + out_begin,
+                .y_stride = y_stride};
+  if (gemm_has_simd(wtype)) gemm_simd(tile, thread_scratch(gemm_scratch_bytes(wtype, n_in, n_rows)));
+  else gemm_ref(tile);
 }
 
 }  // namespace kvasir::kernels

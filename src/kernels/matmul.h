@@ -1,4 +1,4 @@
-// Matrix-vector / matrix-matrix products on weights kept in their file type.
+// Matrix-vector / matrix-matrix products on weights kept in their file type (tiles: quant/gemm.h).
 // y[r][o] = dot(W row o, x row r): W is [n_out x n_in] (row o at byte o * row_bytes(wtype, n_in)),
 // activations are first converted once per row to the weight type's vec_dot_type.
 #pragma once
@@ -15,7 +15,8 @@ void quantize_activations(DType vec_dot_type, const float* x, int64_t n_rows, in
 // For every activation row r in [0, n_rows) and output o in [out_begin, out_end):
 //   y[r * y_stride + o] = dot(W row o, act row r)
 // `act_q` is the output of quantize_activations(vec_dot_type of wtype, ..., n_in, ...). Pure:
-// touches only those y entries, so threads may split [0, n_out) between them.
+// touches only those y entries, so threads may split [0, n_out) between them. Batch invariant:
+// y[r][o] is bitwise the same for any n_rows, any range holding o, and any thread (gemm.h).
 void matmul_rows(DType wtype, const void* w, int64_t n_in, int64_t out_begin, int64_t out_end,
                  const void* act_q, int64_t n_rows, float* y, int64_t y_stride);
 

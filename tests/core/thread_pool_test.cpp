@@ -40,3 +40,21 @@ TEST(ThreadPool, ManyBackToBackCalls) {
 }
 
 TEST(ThreadPool, DefaultThreadsIsPositive) { EXPECT_GE(ThreadPool::default_threads(), 1); }
+
+// Back-to-back jobs of different sizes and grains with more threads than cores, so workers wake
+// late, mid-way through or after a job: each job must see exactly its own ranges, once.
+TEST(ThreadPool, LateWorkersNeverRunStaleJobs) {
+  for (int threads : {2, 3, 5}) {
+    ThreadPool pool(threads);
+    for (int job = 0; job < 3000; ++job) {
+      const int64_t n = 1 + (job * 37) % 257, grain = 1 + job % 7;
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      pool.parallel_for(n, grain, [&](int64_t b, int64_t e, int t) {
+        ASSERT_LT(t, threads);
+        ASSERT_LE(e, n);
+        for (int64_t i = b; i < e; ++i) hits[size_t(i)]++;
+      }, 1 + job % 5);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[size_t(i)].load(), 1) << "job " << job << " i " << i;
+    }
+  }
+}

@@ -1,0 +1,123 @@
+// Float matmul tiles (F32, F16, BF16 weights): register tiles of up to 4 activation rows x 4
+// weight rows, one 8-lane FMA accumulator per output (the contract in gemm.h). Activation rows
+// are widened to f32 once per row group (exact), weight vectors once per k-step and shared by
+// every row of the tile. Column blocks keep the weights a row group sweeps in L2.
+#include "kernels/quant/simd.h"
+
+#if KVASIR_HAVE_AVX2
+#include <algorithm>
+#include <cmath>
+
+#include "core/fp16.h"
+#include "kernels/quant/gemm_avx2.h"
+
+namespace kvasir::kernels::simd {
+namespace {
+
+struct F32W {
+  using T = float;
+  static __m256 load(const T* p) { return _mm256_loadu_ps(p); }
+  static float scalar(T v) { return v; }
+};
+struct F16W {
+  using T = uint16_t;
+  static __m256 load(const T* p) { return _mm256_cvtph_ps(load128(p)); }
+  static float scalar(T v) { return half_to_float(v); }
+};
+struct BF16W {
+  using T = uint16_t;
+  static __m256 load(const T* p) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(load128(p)), 16)); }
+  static float scalar(T v) { return bf16_to_f32(v); }
+};
+
+// y[r][c] for R rows (f32, stride `as` floats) and C weight rows (stride `ws` elements).
+template <class L, int R, int C>
+void micro(int64_t n, const typename L::T* w, int64_t ws, const float* a, int64_t as, float* y, int64_t ys) {
+  __m256 acc[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+  const int64_t n8 = n & ~int64_t(7);
+  for (int64_t k = 0; k < n8; k += 8) {
+    __m256 wv[C];
+    for (int c = 0; c < C; ++c) wv[c] = L::load(w + c * ws + k);
+    for (int r = 0; r < R; ++r) {
+      const __m256 av = _mm256_loadu_ps(a + r * as + k);
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(wv[c], av, acc[r][c]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) {
+      float s = hsum(acc[r][c]);
+      for (int64_t k = n8; k < n; ++k) s = std::fma(L::scalar(w[c * ws + k]), a[r * as + k], s);
+      y[r * ys + c] = s;
+    }
+  }
+}
+
+template <class L, int R>
+void micro_cols(int C, int64_t n, const typename L::T* w, int64_t ws, const float* a, int64_t as, float* y, int64_t ys) {
+  switch (C) {
+    case 1: return micro<L, R, 1>(n, w, ws, a, as, y, ys);
+    case 2: return micro<L, R, 2>(n, w, ws, a, as, y, ys);
+    case 3: return micro<L, R, 3>(n, w, ws, a, as, y, ys);
+    default: return micro<L, R, 4>(n, w, ws, a, as, y, ys);
+  }
+}
+
+template <class L, class A>
+void run(const GemmTile& t, float* widened) {
+  using T = typename L::T;
+  const int64_t ws = int64_t(t.w_stride / sizeof(T));
+  // ~192 KiB of weights per column block: stays in L2 while every row group passes over it.
+  const int64_t block_cols = std::max<int64_t>(4, (192 << 10) / std::max<int64_t>(1, t.n * int64_t(sizeof(T))));
+  for (int64_t c0 = 0; c0 < t.n_cols; c0 += block_cols) {
+    const int64_t c1 = std::min(t.n_cols, c0 + block_cols);
+    for (int64_t r0 = 0; r0 < t.n_rows; r0 += 4) {
+      const int R = int(std::min<int64_t>(4, t.n_rows - r0));
+      const float* a;
+      int64_t as;
+      if constexpr (std::is_same_v<A, float>) {
+        a = reinterpret_cast<const float*>(t.a + size_t(r0) * t.a_stride);
+        as = int64_t(t.a_stride / 4);
+      } else {
+        for (int r = 0; r < R; ++r) {
+          const auto* src = reinterpret_cast<const uint16_t*>(t.a + size_t(r0 + r) * t.a_stride);
+          float* dst = widened + r * t.n;
+          int64_t k = 0;
+          for (; k + 8 <= t.n; k += 8) _mm256_storeu_ps(dst + k, L::load(src + k));
+          for (; k < t.n; ++k) dst[k] = L::scalar(src[k]);
+        }
+        a = widened;
+        as = t.n;
+      }
+      // 4 rows x 3 columns = 12 accumulators; fewer rows leave room for 4 columns.
+      const int cw = R >= 3 ? 3 : 4;
+      for (int64_t c = c0; c < c1; c += cw) {
+        const int C = int(std::min<int64_t>(cw, c1 - c));
+        const T* w = reinterpret_cast<const T*>(t.w + size_t(c) * t.w_stride);
+        float* y = t.y + r0 * t.y_stride + c;
+        switch (R) {
+          case 1: micro_cols<L, 1>(C, t.n, w, ws, a, as, y, t.y_stride); break;
+          case 2: micro_cols<L, 2>(C, t.n, w, ws, a, as, y, t.y_stride); break;
+          case 3: micro_cols<L, 3>(C, t.n, w, ws, a, as, y, t.y_stride); break;
+          default: micro_cols<L, 4>(C, t.n, w, ws, a, as, y, t.y_stride); break;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void gemm_float(const GemmTile& t, void* scratch) {
+  float* widened = static_cast<float*>(scratch);
+  switch (t.wtype) {
+    case DType::F32: return run<F32W, float>(t, widened);
+    case DType::F16: return run<F16W, uint16_t>(t, widened);
+    case DType::BF16: return run<BF16W, uint16_t>(t, widened);
+    default: std::abort();
+  }
+}
+
+}  // namespace kvasir::kernels::simd
+#endif
