@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "core/fp16.h"
+#include "kernels/quant/quant.h"
+#include "kernels/vec_math.h"
 
 namespace kvasir::kernels {
 namespace {
@@ -19,22 +21,86 @@ inline uint8_t* kv_row(void* pool, const KvLayerView& kv, const int32_t* block_t
   return static_cast<uint8_t*>(pool) + size_t(row) * size_t(kv.n_kv_heads * kv.head_dim) * elem_bytes(kv.type);
 }
 
-inline void load_head(const uint8_t* row, DType type, int64_t offset, int64_t n, float* out) {
-  if (type == DType::F32) {
-    std::memcpy(out, reinterpret_cast<const float*>(row) + offset, size_t(n) * 4);
-  } else {
-    const uint16_t* h = reinterpret_cast<const uint16_t*>(row) + offset;
-    for (int64_t i = 0; i < n; ++i) out[i] = fp16_to_f32(h[i]);
-  }
-}
+inline int64_t window_start(int64_t pos, int64_t window) { return window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0; }
 
+// q.k over n floats: two 8-lane FMA chains (alternating chunks), the fixed hsum, then the tail.
 inline float dot(const float* a, const float* b, int64_t n) {
+  int64_t i = 0;
   float s = 0;
-  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
+#if KVASIR_HAVE_AVX2
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  for (; i + 16 <= n; i += 16) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+  }
+  if (i + 8 <= n) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    i += 8;
+  }
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(_mm256_add_ps(acc0, acc1)), _mm256_extractf128_ps(_mm256_add_ps(acc0, acc1), 1));
+  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  s = _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+#endif
+  for (; i < n; ++i) s = std::fma(a[i], b[i], s);
   return s;
 }
 
-inline int64_t window_start(int64_t pos, int64_t window) { return window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0; }
+// acc[d] = acc[d] * c.
+inline void scale_row(float* acc, int64_t n, float c) {
+  int64_t d = 0;
+#if KVASIR_HAVE_AVX2
+  for (; d + 8 <= n; d += 8) _mm256_storeu_ps(acc + d, _mm256_mul_ps(_mm256_loadu_ps(acc + d), _mm256_set1_ps(c)));
+#endif
+  for (; d < n; ++d) acc[d] *= c;
+}
+
+// acc[d] = fma(w, v[d], acc[d]).
+inline void axpy(float* acc, const float* v, int64_t n, float w) {
+  int64_t d = 0;
+#if KVASIR_HAVE_AVX2
+  const __m256 wv = _mm256_set1_ps(w);
+  for (; d + 8 <= n; d += 8) _mm256_storeu_ps(acc + d, _mm256_fmadd_ps(wv, _mm256_loadu_ps(v + d), _mm256_loadu_ps(acc + d)));
+#endif
+  for (; d < n; ++d) acc[d] = std::fma(w, v[d], acc[d]);
+}
+
+// w[t] = exp(s[t] - mx) for t < n (lanes past n are computed and ignored).
+inline void exp_shifted(const float* s, int64_t n, float mx, float* w) {
+  int64_t t = 0;
+#if KVASIR_HAVE_AVX2
+  for (; t + 8 <= n; t += 8) _mm256_storeu_ps(w + t, exp8(_mm256_sub_ps(_mm256_loadu_ps(s + t), _mm256_set1_ps(mx))));
+#endif
+  for (; t < n; ++t) w[t] = exp1(s[t] - mx);
+}
+
+// Running softmax state of one (row, head).
+struct HeadState {
+  float max, sum;
+};
+
+// One head of one row over n keys/values (rows of k, v with head_dim floats): scores, then the
+// online-softmax update of (max, sum) and of the unnormalized output acc.
+void attend_block(const float* q, const float* k, const float* v, int64_t n, int64_t hd, const AttentionParams& p,
+                  float* s, float* w, HeadState& st, float* acc) {
+  float block_max = -std::numeric_limits<float>::infinity();
+  for (int64_t t = 0; t < n; ++t) {
+    float x = dot(q, k + t * hd, hd) * p.scale;
+    if (p.softcap > 0) x = p.softcap * std::tanh(x / p.softcap);
+    s[t] = x;
+    block_max = std::max(block_max, x);
+  }
+  const float new_max = std::max(st.max, block_max);
+  const float correction = std::exp(st.max - new_max);  // 0 on the first block
+  if (correction != 1.f) scale_row(acc, hd, correction);
+  exp_shifted(s, n, new_max, w);
+  float sum = 0;
+  for (int64_t t = 0; t < n; ++t) {
+    sum += w[t];
+    axpy(acc, v + t * hd, hd, w[t]);
+  }
+  st.sum = std::fma(st.sum, correction, sum);
+  st.max = new_max;
+}
 
 }  // namespace
 
@@ -46,75 +112,65 @@ void kv_store(const KvLayerView& kv, const int32_t* block_table, int64_t pos, co
     std::memcpy(kr, k, size_t(n) * 4);
     std::memcpy(vr, v, size_t(n) * 4);
   } else {
-    auto* kh = reinterpret_cast<uint16_t*>(kr);
-    auto* vh = reinterpret_cast<uint16_t*>(vr);
-    for (int64_t i = 0; i < n; ++i) {
-      kh[i] = f32_to_fp16(k[i]);
-      vh[i] = f32_to_fp16(v[i]);
-    }
+    // Round to nearest even like f32_to_fp16 (vectorized where compiled in).
+    const auto to_f16 = quant_traits(DType::F16)->quantize_row_fast;
+    to_f16(k, kr, n);
+    to_f16(v, vr, n);
   }
 }
 
 int64_t attention_scratch_floats(const KvLayerView& kv, const AttentionParams& p) {
   const int64_t group = p.n_heads / kv.n_kv_heads;
-  // K and V of one block, scores of the group for one block, running max and sum per head.
-  return 2 * kv.block_size * kv.head_dim + group * kv.block_size + 2 * group;
+  // K and V of one block, scores and weights of one block (padded to 8), the tile's states.
+  return 2 * kv.block_size * kv.head_dim + 2 * (kv.block_size + 8) + 2 * kAttentionTileRows * group;
+}
+
+void attention_rows(const float* q, int64_t n_rows, int64_t row_stride, const KvLayerView& kv,
+                    const int32_t* block_table, int64_t pos0, const AttentionParams& p, int64_t kv_begin,
+                    int64_t kv_end, float* out, float* scratch) {
+  const int64_t hd = kv.head_dim, bs = kv.block_size;
+  const int64_t group = p.n_heads / kv.n_kv_heads;
+  const bool f16 = kv.type == DType::F16;
+  float* kblk = scratch;           // [bs][hd]
+  float* vblk = kblk + bs * hd;    // [bs][hd]
+  float* s = vblk + bs * hd;       // [bs + 8]
+  float* w = s + bs + 8;           // [bs + 8]
+  auto* state = reinterpret_cast<HeadState*>(w + bs + 8);  // [n_rows][group]
+  const int64_t last = pos0 + n_rows - 1;
+  const int64_t lo_first = window_start(pos0, p.window);
+  for (int64_t g = kv_begin; g < kv_end; ++g) {
+    for (int64_t m = 0; m < n_rows; ++m) {
+      std::fill(out + m * row_stride + g * group * hd, out + m * row_stride + (g + 1) * group * hd, 0.f);
+      for (int64_t h = 0; h < group; ++h) state[m * group + h] = {-std::numeric_limits<float>::infinity(), 0.f};
+    }
+    for (int64_t start = lo_first - lo_first % bs; start <= last; start += bs) {
+      // Convert the keys any row of the tile needs from this block, once.
+      const int64_t first = std::max(start, lo_first), end = std::min(start + bs - 1, last);
+      for (int64_t t = first; t <= end; ++t) {
+        const size_t off = size_t(g * hd) * elem_bytes(kv.type);
+        widen_row(kv_row(kv.k, kv, block_table, t) + off, f16, kblk + (t - first) * hd, hd);
+        widen_row(kv_row(kv.v, kv, block_table, t) + off, f16, vblk + (t - first) * hd, hd);
+      }
+      for (int64_t m = 0; m < n_rows; ++m) {
+        const int64_t pos = pos0 + m;
+        const int64_t t0 = std::max(start, window_start(pos, p.window)), t1 = std::min(start + bs - 1, pos);
+        if (t0 > t1) continue;
+        for (int64_t h = 0; h < group; ++h) {
+          const int64_t head = g * group + h;
+          attend_block(q + m * row_stride + head * hd, kblk + (t0 - first) * hd, vblk + (t0 - first) * hd, t1 - t0 + 1,
+                       hd, p, s, w, state[m * group + h], out + m * row_stride + head * hd);
+        }
+      }
+    }
+    for (int64_t m = 0; m < n_rows; ++m)
+      for (int64_t h = 0; h < group; ++h)
+        scale_row(out + m * row_stride + (g * group + h) * hd, hd, 1.f / state[m * group + h].sum);
+  }
 }
 
 void attention(const float* q, const KvLayerView& kv, const int32_t* block_table, int64_t pos,
                const AttentionParams& p, float* out, float* scratch) {
-  const int64_t hd = kv.head_dim, bs = kv.block_size;
-  const int64_t group = p.n_heads / kv.n_kv_heads;
-  float* kblk = scratch;             // [bs][hd]
-  float* vblk = kblk + bs * hd;      // [bs][hd]
-  float* scores = vblk + bs * hd;    // [group][bs]
-  float* run_max = scores + group * bs;  // [group]
-  float* run_sum = run_max + group;      // [group]
-  const int64_t lo = window_start(pos, p.window);
-
-  for (int64_t g = 0; g < kv.n_kv_heads; ++g) {
-    const float* qg = q + g * group * hd;
-    float* og = out + g * group * hd;
-    std::fill(og, og + group * hd, 0.f);
-    std::fill(run_max, run_max + group, -std::numeric_limits<float>::infinity());
-    std::fill(run_sum, run_sum + group, 0.f);
-    for (int64_t start = lo - lo % bs; start <= pos; start += bs) {
-      const int64_t t0 = std::max(start, lo), t1 = std::min(start + bs - 1, pos);
-      const int64_t n = t1 - t0 + 1;
-      for (int64_t t = 0; t < n; ++t) {
-        load_head(kv_row(kv.k, kv, block_table, t0 + t), kv.type, g * hd, hd, kblk + t * hd);
-        load_head(kv_row(kv.v, kv, block_table, t0 + t), kv.type, g * hd, hd, vblk + t * hd);
-      }
-      for (int64_t h = 0; h < group; ++h) {
-        float* s = scores + h * bs;
-        float block_max = -std::numeric_limits<float>::infinity();
-        for (int64_t t = 0; t < n; ++t) {
-          float x = dot(qg + h * hd, kblk + t * hd, hd) * p.scale;
-          if (p.softcap > 0) x = p.softcap * std::tanh(x / p.softcap);
-          s[t] = x;
-          block_max = std::max(block_max, x);
-        }
-        const float new_max = std::max(run_max[h], block_max);
-        const float correction = std::exp(run_max[h] - new_max);  // 0 on the first block
-        float* acc = og + h * hd;
-        if (correction != 1.f)
-          for (int64_t d = 0; d < hd; ++d) acc[d] *= correction;
-        float sum = 0;
-        for (int64_t t = 0; t < n; ++t) {
-          const float w = std::exp(s[t] - new_max);
-          sum += w;
-          const float* vt = vblk + t * hd;
-          for (int64_t d = 0; d < hd; ++d) acc[d] += w * vt[d];
-        }
-        run_sum[h] = run_sum[h] * correction + sum;
-        run_max[h] = new_max;
-      }
-    }
-    for (int64_t h = 0; h < group; ++h) {
-      const float inv = 1.f / run_sum[h];
-      for (int64_t d = 0; d < hd; ++d) og[h * hd + d] *= inv;
-    }
-  }
+  attention_rows(q, 1, 0, kv, block_table, pos, p, 0, kv.n_kv_heads, out, scratch);
 }
 
 void attention_ref(const float* q, const float* k, const float* v, int64_t n_kv_heads, int64_t head_dim,

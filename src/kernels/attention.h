@@ -1,7 +1,8 @@
-// Paged attention, FlashAttention-style: for one query row, walk the sequence's KV blocks
+// Paged attention, FlashAttention-style: for each query row, walk the sequence's KV blocks
 // through its block table keeping a running max and sum per head (online softmax); the score
-// matrix is never materialized. GQA-aware: each KV block is converted once and serves the whole
-// group of query heads that share its KV head.
+// matrix is never materialized. GQA-aware and tiled: each KV block is converted to f32 once and
+// serves every query head of its group and every row of a tile (consecutive positions of one
+// sequence, e.g. a prefill chunk). A row's result never depends on the tile it is in.
 #pragma once
 #include <cstdint>
 
@@ -22,6 +23,9 @@ struct KvLayerView {
 // Stores one token's K and V (each n_kv_heads * head_dim floats) at logical position pos.
 void kv_store(const KvLayerView& kv, const int32_t* block_table, int64_t pos, const float* k, const float* v);
 
+// Most rows attention_rows() takes at once (the scratch is sized for it).
+inline constexpr int64_t kAttentionTileRows = 16;
+
 struct AttentionParams {
   int64_t n_heads = 0;   // query heads; a multiple of n_kv_heads
   int64_t window = 0;    // sliding window: keys in [pos - window + 1, pos]; 0 = unlimited
@@ -29,13 +33,21 @@ struct AttentionParams {
   float softcap = 0.f;   // 0 = none, else scores = softcap * tanh(scores / softcap)
 };
 
-// Floats of scratch attention() needs.
+// Floats of scratch attention() / attention_rows() need (per thread).
 int64_t attention_scratch_floats(const KvLayerView& kv, const AttentionParams& p);
 
 // q: [n_heads][head_dim] at position pos; attends causally to positions [lo, pos] of the
 // sequence whose blocks are listed in block_table. out: [n_heads][head_dim].
 void attention(const float* q, const KvLayerView& kv, const int32_t* block_table, int64_t pos,
                const AttentionParams& p, float* out, float* scratch);
+
+// A tile: rows m = 0..n_rows-1 (n_rows <= kAttentionTileRows) of one sequence at positions
+// pos0 + m, q row m at q + m * row_stride, out row m at out + m * row_stride, only the query
+// heads of KV heads [kv_begin, kv_end) (threads may split the KV heads). Each output is
+// bitwise what attention() computes for that row alone.
+void attention_rows(const float* q, int64_t n_rows, int64_t row_stride, const KvLayerView& kv,
+                    const int32_t* block_table, int64_t pos0, const AttentionParams& p, int64_t kv_begin,
+                    int64_t kv_end, float* out, float* scratch);
 
 // Scalar reference over contiguous K/V ([n_tokens][n_kv_heads * head_dim] floats) with an
 // explicit full softmax: the twin that tests compare the paged kernel against.

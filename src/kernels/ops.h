@@ -1,4 +1,6 @@
-// Elementwise and per-row kernels: pure functions on spans of floats.
+// Elementwise and per-row kernels: pure functions on spans of floats, vectorized where AVX2 is
+// compiled in. Each element goes through one fixed sequence of float operations (no path
+// depends on the row length's alignment or the caller), so results are deterministic.
 #pragma once
 #include <cstdint>
 
@@ -19,6 +21,12 @@ struct RopeParams {
 
 // Rotates n_heads heads of head_dim floats in place for position pos.
 void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const RopeParams& p);
+
+// The cos/sin of every rotated pair at position pos (rot_dims / 2 each): computed once per row
+// and shared by its Q and K heads with rope_apply (rope() = rope_angles + rope_apply).
+void rope_angles(int64_t pos, const RopeParams& p, float* cos_out, float* sin_out);
+void rope_apply(float* x, int64_t n_heads, int64_t head_dim, const RopeParams& p, const float* cos_in,
+                const float* sin_in);
 
 void silu_mul(const float* gate, const float* up, int64_t n, float* out);       // silu(g) * u
 void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out);  // gelu(g) * u

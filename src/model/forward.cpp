@@ -1,6 +1,7 @@
 #include "model/forward.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <string>
 
@@ -10,6 +11,38 @@
 #include "kernels/quant/quant.h"
 
 namespace kvasir {
+namespace {
+
+// Rows below which per-row kernels run on the calling thread: a pool round trip costs more.
+constexpr int64_t kParallelRows = 4;
+
+// The distinct vec_dot_types of matrices that share an input, in first-seen order (at most 3).
+struct ActTypes {
+  std::array<DType, 3> type{};
+  int n = 0;
+  int index_of(DType t) {
+    for (int i = 0; i < n; ++i)
+      if (type[size_t(i)] == t) return i;
+    type[size_t(n)] = t;
+    return n++;
+  }
+};
+
+DType act_type_of(const Matrix& w) { return kernels::quant_traits(w.type)->vec_dot_type; }
+
+// Bytes of converted activations one row of a linear() group needs.
+size_t act_row_bytes(std::initializer_list<const Matrix*> group) {
+  ActTypes types;
+  size_t bytes = 0;
+  for (const Matrix* w : group) {
+    const int before = types.n;
+    const DType t = act_type_of(*w);
+    if (types.index_of(t) == before) bytes += row_bytes(t, w->n_in) + 64;
+  }
+  return bytes;
+}
+
+}  // namespace
 
 Forward::Forward(const Model& model, const ForwardOptions& o)
     : model_(model),
@@ -26,11 +59,17 @@ Forward::Forward(const Model& model, const ForwardOptions& o)
   proj_.resize(T * c_.n_embd);
   gate_.resize(T * c_.n_ff);
   up_.resize(T * c_.n_ff);
+  rope_cs_.resize(T * size_t(std::max<int64_t>(2, c_.rope_dims)));
   logits_.resize(T * c_.n_vocab);
   logit_rows_.reserve(T);
-  // The widest activation row any weight converts to: at most 4 bytes per element.
-  const int64_t widest = std::max({c_.n_embd, c_.q_dim(), c_.n_ff});
-  act_q_.resize(T * size_t(widest) * 4 + 64);
+  tiles_.reserve(T);
+  // The widest group of converted activation rows any linear() call holds.
+  const Weights& w = model.weights();
+  size_t widest = act_row_bytes({&w.output});
+  for (const auto& l : w.layers)
+    widest = std::max({widest, act_row_bytes({&l.wq, &l.wk, &l.wv}), act_row_bytes({&l.wo}),
+                       act_row_bytes({&l.w_gate, &l.w_up}), act_row_bytes({&l.w_down})});
+  act_q_.resize(T * widest + 64);
   kernels::KvLayerView probe{nullptr, nullptr, DType::F32, 16, c_.n_kv_heads, c_.head_dim};
   kernels::AttentionParams ap{c_.n_heads, 0, 1.f, 0.f};
   // Block size is a KvCache option; size the scratch for blocks of up to 256 tokens.
@@ -62,33 +101,83 @@ Status Forward::validate(const Batch& b, const KvCache& kv) const {
   return {};
 }
 
-void Forward::linear(const Matrix& w, const float* x, int64_t T, float* y) {
-  const kernels::QuantTraits* tr = kernels::quant_traits(w.type);
-  const DType act_type = tr->vec_dot_type;
-  const size_t rb = row_bytes(act_type, w.n_in);
-  uint8_t* aq = act_q_.data();
-  pool_.parallel_for(T, 1, [&](int64_t b, int64_t e, int) {
-    kernels::quantize_activations(act_type, x + b * w.n_in, e - b, w.n_in, aq + size_t(b) * rb);
+void Forward::for_rows(int64_t T, const std::function<void(int64_t, int64_t)>& fn) {
+  if (T < kParallelRows) return fn(0, T);
+  pool_.parallel_for(T, 1, [&](int64_t b, int64_t e, int) { fn(b, e); }, 2);
+}
+
+void Forward::linear(std::initializer_list<LinearJob> jobs, const float* x, int64_t T) {
+  const int64_t n_in = jobs.begin()->w->n_in;
+  // Convert the input once per distinct vec_dot_type; job j reads region act_of[j].
+  ActTypes types;
+  std::array<int, 3> act_of{};
+  int j = 0;
+  for (const LinearJob& job : jobs) act_of[size_t(j++)] = types.index_of(act_type_of(*job.w));
+  std::array<uint8_t*, 3> region{};
+  std::array<size_t, 3> rb{};
+  uint8_t* next = act_q_.data();
+  for (int i = 0; i < types.n; ++i) {
+    rb[size_t(i)] = row_bytes(types.type[size_t(i)], n_in);
+    region[size_t(i)] = next;
+    next += (size_t(T) * rb[size_t(i)] + 63) & ~size_t(63);
+  }
+  for_rows(T, [&](int64_t b, int64_t e) {
+    for (int i = 0; i < types.n; ++i)
+      kernels::quantize_activations(types.type[size_t(i)], x + b * n_in, e - b, n_in,
+                                    region[size_t(i)] + size_t(b) * rb[size_t(i)]);
   });
-  // Split output rows across threads; every y element is one full dot product whatever the
-  // split, so results do not depend on the thread count or the batch composition.
-  pool_.parallel_for(w.n_out, 16, [&](int64_t b, int64_t e, int) {
-    kernels::matmul_rows(w.type, w.data, w.n_in, b, e, aq, T, y, w.n_out);
+  // One pass over the concatenated outputs of every job. Each y element is one full dot
+  // product whatever the split (kernels/quant/gemm.h), so results do not depend on the thread
+  // count, the batch composition or which matrices share the pass.
+  int64_t total = 0;
+  for (const LinearJob& job : jobs) total += job.w->n_out;
+  pool_.parallel_for(total, 16, [&](int64_t b, int64_t e, int) {
+    int64_t offset = 0;
+    int k = 0;
+    for (const LinearJob& job : jobs) {
+      const Matrix& w = *job.w;
+      const int64_t lo = std::max(b, offset), hi = std::min(e, offset + w.n_out);
+      if (lo < hi)
+        kernels::matmul_rows(w.type, w.data, w.n_in, lo - offset, hi - offset, region[size_t(act_of[size_t(k)])], T,
+                             job.y, w.n_out);
+      offset += w.n_out;
+      ++k;
+    }
   });
 }
 
 void Forward::norm_rows(const float* x, const Vector& weight, int64_t T, int64_t n, float* out) {
-  for (int64_t t = 0; t < T; ++t) kernels::rms_norm(x + t * n, weight.data(), n, c_.norm_eps, out + t * n);
+  for_rows(T, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) kernels::rms_norm(x + t * n, weight.data(), n, c_.norm_eps, out + t * n);
+  });
 }
 
 void Forward::embed(const Batch& b) {
   const Matrix& e = model_.weights().token_embd;
   const auto* tr = kernels::quant_traits(e.type);
   const size_t rb = row_bytes(e.type, e.n_in);
+  for_rows(b.size(), [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      float* row = x_.data() + t * c_.n_embd;
+      tr->dequantize_row(static_cast<const uint8_t*>(e.data) + size_t(b.tokens[t]) * rb, row, c_.n_embd);
+      if (c_.embed_scale != 1.f) kernels::scale_inplace(row, c_.n_embd, c_.embed_scale);
+    }
+  });
+}
+
+void Forward::build_tiles(const Batch& b) {
+  tiles_.clear();
   for (int64_t t = 0; t < b.size(); ++t) {
-    float* row = x_.data() + t * c_.n_embd;
-    tr->dequantize_row(static_cast<const uint8_t*>(e.data) + size_t(b.tokens[t]) * rb, row, c_.n_embd);
-    if (c_.embed_scale != 1.f) kernels::scale_inplace(row, c_.n_embd, c_.embed_scale);
+    if (!tiles_.empty()) {
+      AttnTile& last = tiles_.back();
+      const int64_t prev = last.row + last.n_rows - 1;
+      if (prev == t - 1 && b.seq_index[t] == b.seq_index[prev] && b.positions[t] == b.positions[prev] + 1 &&
+          last.n_rows < kernels::kAttentionTileRows) {
+        ++last.n_rows;
+        continue;
+      }
+    }
+    tiles_.push_back({t, 1});
   }
 }
 
@@ -96,54 +185,71 @@ void Forward::attention_block(int64_t il, const Batch& b, KvCache& kv) {
   const LayerWeights& l = model_.weights().layers[size_t(il)];
   const int64_t T = b.size(), hd = c_.head_dim;
   norm_rows(x_.data(), l.attn_norm, T, c_.n_embd, xn_.data());
-  linear(l.wq, xn_.data(), T, q_.data());
-  linear(l.wk, xn_.data(), T, k_.data());
-  linear(l.wv, xn_.data(), T, v_.data());
+  linear({{&l.wq, q_.data()}, {&l.wk, k_.data()}, {&l.wv, v_.data()}}, xn_.data(), T);
 
   const bool swa = c_.layer_is_swa[size_t(il)];
   kernels::RopeParams rope{c_.rope_mode, c_.rope_dims, swa ? c_.rope_base_swa : c_.rope_base, c_.rope_freq_scale,
                            model_.weights().rope_freqs.empty() ? nullptr : model_.weights().rope_freqs.data()};
   const kernels::KvLayerView view = kv.layer(il);
-  for (int64_t t = 0; t < T; ++t) {
-    float* q = q_.data() + t * c_.q_dim();
-    float* k = k_.data() + t * c_.kv_dim();
-    float* v = v_.data() + t * c_.kv_dim();
-    if (c_.qkv_bias) {
-      kernels::add_inplace(q, l.bq.data(), c_.q_dim());
-      kernels::add_inplace(k, l.bk.data(), c_.kv_dim());
-      kernels::add_inplace(v, l.bv.data(), c_.kv_dim());
+  const int64_t half = c_.rope_dims / 2;
+  for_rows(T, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      float* q = q_.data() + t * c_.q_dim();
+      float* k = k_.data() + t * c_.kv_dim();
+      float* v = v_.data() + t * c_.kv_dim();
+      if (c_.qkv_bias) {
+        kernels::add_inplace(q, l.bq.data(), c_.q_dim());
+        kernels::add_inplace(k, l.bk.data(), c_.kv_dim());
+        kernels::add_inplace(v, l.bv.data(), c_.kv_dim());
+      }
+      if (c_.qk_norm) {
+        for (int64_t h = 0; h < c_.n_heads; ++h) kernels::rms_norm(q + h * hd, l.q_norm.data(), hd, c_.norm_eps, q + h * hd);
+        for (int64_t h = 0; h < c_.n_kv_heads; ++h) kernels::rms_norm(k + h * hd, l.k_norm.data(), hd, c_.norm_eps, k + h * hd);
+      }
+      // One set of angles per row serves its Q and K heads.
+      float* cs = rope_cs_.data() + t * 2 * half;
+      kernels::rope_angles(b.positions[t], rope, cs, cs + half);
+      kernels::rope_apply(q, c_.n_heads, hd, rope, cs, cs + half);
+      kernels::rope_apply(k, c_.n_kv_heads, hd, rope, cs, cs + half);
+      kernels::kv_store(view, b.block_tables[size_t(b.seq_index[t])]->data(), b.positions[t], k, v);
     }
-    if (c_.qk_norm) {
-      norm_rows(q, l.q_norm, c_.n_heads, hd, q);
-      norm_rows(k, l.k_norm, c_.n_kv_heads, hd, k);
-    }
-    kernels::rope(q, c_.n_heads, hd, b.positions[t], rope);
-    kernels::rope(k, c_.n_kv_heads, hd, b.positions[t], rope);
-    // Every row's K/V is stored before any row attends, so a prefill chunk sees itself causally.
-    kernels::kv_store(view, b.block_tables[size_t(b.seq_index[t])]->data(), b.positions[t], k, v);
-  }
-  const kernels::AttentionParams ap{c_.n_heads, swa ? c_.sliding_window : 0, c_.attn_scale, 0.f};
-  pool_.parallel_for(T, 1, [&](int64_t begin, int64_t end, int thread) {
-    float* scratch = attn_scratch_.data() + size_t(thread) * size_t(attn_scratch_floats_);
-    for (int64_t t = begin; t < end; ++t)
-      kernels::attention(q_.data() + t * c_.q_dim(), view, b.block_tables[size_t(b.seq_index[t])]->data(),
-                         b.positions[t], ap, att_.data() + t * c_.q_dim(), scratch);
   });
-  linear(l.wo, att_.data(), T, proj_.data());
+  // Every row's K/V is stored before any row attends, so a prefill chunk sees itself causally.
+  // Work units are (tile, KV head): disjoint outputs, each computed the same way wherever it runs.
+  const kernels::AttentionParams ap{c_.n_heads, swa ? c_.sliding_window : 0, c_.attn_scale, 0.f};
+  const int64_t units = int64_t(tiles_.size()) * c_.n_kv_heads;
+  pool_.parallel_for(units, 1, [&](int64_t begin, int64_t end, int thread) {
+    float* scratch = attn_scratch_.data() + size_t(thread) * size_t(attn_scratch_floats_);
+    for (int64_t u = begin; u < end; ++u) {
+      const AttnTile& tile = tiles_[size_t(u / c_.n_kv_heads)];
+      const int64_t g = u % c_.n_kv_heads;
+      kernels::attention_rows(q_.data() + tile.row * c_.q_dim(), tile.n_rows, c_.q_dim(), view,
+                              b.block_tables[size_t(b.seq_index[tile.row])]->data(), b.positions[tile.row], ap, g,
+                              g + 1, att_.data() + tile.row * c_.q_dim(), scratch);
+    }
+  }, 16);
+  linear({{&l.wo, proj_.data()}}, att_.data(), T);
   if (c_.post_norms) norm_rows(proj_.data(), l.post_attn_norm, T, c_.n_embd, proj_.data());
-  kernels::add_inplace(x_.data(), proj_.data(), T * c_.n_embd);
+  for_rows(T, [&](int64_t begin, int64_t end) {
+    kernels::add_inplace(x_.data() + begin * c_.n_embd, proj_.data() + begin * c_.n_embd, (end - begin) * c_.n_embd);
+  });
 }
 
 void Forward::ffn_block(int64_t il, int64_t T) {
   const LayerWeights& l = model_.weights().layers[size_t(il)];
   norm_rows(x_.data(), l.ffn_norm, T, c_.n_embd, xn_.data());
-  linear(l.w_gate, xn_.data(), T, gate_.data());
-  linear(l.w_up, xn_.data(), T, up_.data());
-  if (c_.ffn_act == FfnAct::Silu) kernels::silu_mul(gate_.data(), up_.data(), T * c_.n_ff, gate_.data());
-  else kernels::gelu_tanh_mul(gate_.data(), up_.data(), T * c_.n_ff, gate_.data());
-  linear(l.w_down, gate_.data(), T, proj_.data());
+  linear({{&l.w_gate, gate_.data()}, {&l.w_up, up_.data()}}, xn_.data(), T);
+  for_rows(T, [&](int64_t b, int64_t e) {
+    float* g = gate_.data() + b * c_.n_ff;
+    const float* u = up_.data() + b * c_.n_ff;
+    if (c_.ffn_act == FfnAct::Silu) kernels::silu_mul(g, u, (e - b) * c_.n_ff, g);
+    else kernels::gelu_tanh_mul(g, u, (e - b) * c_.n_ff, g);
+  });
+  linear({{&l.w_down, proj_.data()}}, gate_.data(), T);
   if (c_.post_norms) norm_rows(proj_.data(), l.post_ffn_norm, T, c_.n_embd, proj_.data());
-  kernels::add_inplace(x_.data(), proj_.data(), T * c_.n_embd);
+  for_rows(T, [&](int64_t b, int64_t e) {
+    kernels::add_inplace(x_.data() + b * c_.n_embd, proj_.data() + b * c_.n_embd, (e - b) * c_.n_embd);
+  });
 }
 
 void Forward::output_logits(const Batch& b) {
@@ -152,16 +258,23 @@ void Forward::output_logits(const Batch& b) {
   for (int64_t t = 0; t < b.size(); ++t)
     if (b.want_logits[t]) logit_rows_.push_back(t);
   const int64_t n = int64_t(logit_rows_.size());
-  for (int64_t i = 0; i < n; ++i)
-    kernels::rms_norm(x_.data() + logit_rows_[i] * c_.n_embd, model_.weights().output_norm.data(), c_.n_embd,
-                      c_.norm_eps, xn_.data() + i * c_.n_embd);
   if (n == 0) return;
-  linear(model_.weights().output, xn_.data(), n, logits_.data());
-  if (c_.final_logit_softcap > 0) kernels::softcap_inplace(logits_.data(), n * c_.n_vocab, c_.final_logit_softcap);
+  for_rows(n, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i)
+      kernels::rms_norm(x_.data() + logit_rows_[size_t(i)] * c_.n_embd, model_.weights().output_norm.data(), c_.n_embd,
+                        c_.norm_eps, xn_.data() + i * c_.n_embd);
+  });
+  linear({{&model_.weights().output, logits_.data()}}, xn_.data(), n);
+  if (c_.final_logit_softcap > 0) {
+    pool_.parallel_for(n * c_.n_vocab, 4096, [&](int64_t begin, int64_t end, int) {
+      kernels::softcap_inplace(logits_.data() + begin, end - begin, c_.final_logit_softcap);
+    });
+  }
 }
 
 Result<const float*> Forward::forward(const Batch& batch, KvCache& kv) {
   if (auto s = validate(batch, kv); !s) return Error{s.error()};
+  build_tiles(batch);
   embed(batch);
   for (int64_t il = 0; il < c_.n_layers; ++il) {
     attention_block(il, batch, kv);

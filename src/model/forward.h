@@ -2,6 +2,8 @@
 // All activations are preallocated for max_batch_tokens rows; forward() allocates nothing.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <initializer_list>
 #include <memory>
 #include <vector>
 
@@ -32,15 +34,30 @@ class Forward {
   ThreadPool& pool() { return pool_; }
 
  private:
+  // One weight matrix applied to the shared input of a linear() call.
+  struct LinearJob {
+    const Matrix* w;
+    float* y;  // [T][w->n_out]
+  };
+  // A run of rows of one sequence at consecutive positions: attention converts each KV block
+  // once for all of them (at most kernels::kAttentionTileRows rows).
+  struct AttnTile {
+    int64_t row, n_rows;
+  };
+
   Status validate(const Batch& batch, const KvCache& kv) const;
   void embed(const Batch& batch);
   void attention_block(int64_t il, const Batch& batch, KvCache& kv);
   void ffn_block(int64_t il, int64_t T);
   void output_logits(const Batch& batch);
-  // y[T][w.n_out] = x[T][w.n_in] · Wᵀ
-  void linear(const Matrix& w, const float* x, int64_t T, float* y);
+  // For each job: y[T][w.n_out] = x[T][w.n_in] · Wᵀ. All matrices share x (same n_in): the
+  // activations are converted once per vec_dot_type and one parallel pass covers every output.
+  void linear(std::initializer_list<LinearJob> jobs, const float* x, int64_t T);
   // out[t] = rms_norm(x[t]) * weight for T rows of n floats (in place allowed).
   void norm_rows(const float* x, const Vector& weight, int64_t T, int64_t n, float* out);
+  // fn(begin, end) over rows [0, T): on the pool when T is large enough to pay for the sync.
+  void for_rows(int64_t T, const std::function<void(int64_t, int64_t)>& fn);
+  void build_tiles(const Batch& batch);
 
   const Model& model_;
   const ModelConfig& c_;
@@ -56,9 +73,11 @@ class Forward {
   std::vector<float> proj_;     // [T][n_embd] block output before the residual add
   std::vector<float> gate_;     // [T][n_ff]
   std::vector<float> up_;       // [T][n_ff]
-  std::vector<uint8_t> act_q_;  // activations converted to a weight's vec_dot_type
+  std::vector<float> rope_cs_;  // [T][rope_dims] cos then sin of each rotated pair
+  std::vector<uint8_t> act_q_;  // activations converted to the weights' vec_dot_types
   std::vector<float> attn_scratch_;  // per thread
   int64_t attn_scratch_floats_ = 0;
+  std::vector<AttnTile> tiles_;
   std::vector<float> logits_;   // [T][n_vocab]
   std::vector<int64_t> logit_rows_;
 };

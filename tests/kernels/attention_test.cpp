@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -110,4 +111,49 @@ TEST(Attention, SlidingWindowIgnoresOldKeys) {
   }
   attention(q.data(), view, table.data(), n - 1, p, b.data(), scratch.data());
   EXPECT_EQ(a, b);
+}
+
+// A tile of consecutive rows (a prefill chunk), split over KV heads as threads do, gives every
+// row bitwise what attention() gives it alone: the batch-invariance half of the kernel.
+TEST(Attention, TileRowsEqualSingleRowsBitwise) {
+  struct TileCase {
+    int64_t n_heads, n_kv_heads, head_dim, block_size, window;
+    DType type;
+  };
+  const TileCase cases[] = {{8, 2, 64, 16, 0, DType::F16}, {4, 1, 36, 4, 7, DType::F32}, {6, 6, 8, 16, 0, DType::F16},
+                            {4, 1, 256, 16, 20, DType::F16}, {2, 2, 100, 3, 0, DType::F32}};
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (const auto& c : cases) {
+    const int64_t n = 70, kv_dim = c.n_kv_heads * c.head_dim, q_dim = c.n_heads * c.head_dim;
+    const int64_t blocks = (n + c.block_size - 1) / c.block_size;
+    std::vector<int32_t> table(static_cast<size_t>(blocks));
+    std::iota(table.rbegin(), table.rend(), 0);  // descending: nothing contiguous
+    const size_t elem = c.type == DType::F32 ? 4 : 2;
+    std::vector<uint8_t> kpool(size_t(blocks * c.block_size * kv_dim) * elem), vpool(kpool.size());
+    KvLayerView view{kpool.data(), vpool.data(), c.type, c.block_size, c.n_kv_heads, c.head_dim};
+    std::vector<float> k(static_cast<size_t>(kv_dim)), v(k.size());
+    for (int64_t t = 0; t < n; ++t) {
+      for (auto& x : k) x = nd(rng);
+      for (auto& x : v) x = nd(rng);
+      kv_store(view, table.data(), t, k.data(), v.data());
+    }
+    const AttentionParams p{c.n_heads, c.window, 1.f / std::sqrt(float(c.head_dim)), 0.f};
+    std::vector<float> scratch(size_t(attention_scratch_floats(view, p)));
+    for (auto [pos0, rows] : {std::pair<int64_t, int64_t>{0, 16}, {5, 1}, {30, 13}, {54, 16}, {69, 1}}) {
+      std::vector<float> q(size_t(rows * q_dim)), tile(q.size(), -1.f);
+      for (auto& x : q) x = nd(rng);
+      // Two "threads": KV heads [0, h) and [h, n_kv_heads).
+      const int64_t half = c.n_kv_heads / 2;
+      attention_rows(q.data(), rows, q_dim, view, table.data(), pos0, p, 0, half, tile.data(), scratch.data());
+      attention_rows(q.data(), rows, q_dim, view, table.data(), pos0, p, half, c.n_kv_heads, tile.data(), scratch.data());
+      for (int64_t m = 0; m < rows; ++m) {
+        std::vector<float> one(static_cast<size_t>(q_dim));
+        attention(q.data() + m * q_dim, view, table.data(), pos0 + m, p, one.data(), scratch.data());
+        for (int64_t i = 0; i < q_dim; ++i)
+          ASSERT_EQ(std::memcmp(&one[size_t(i)], &tile[size_t(m * q_dim + i)], 4), 0)
+              << "row " << m << " of tile at " << pos0 << " elem " << i << " head_dim " << c.head_dim;
+      }
+    }
+  }
 }
