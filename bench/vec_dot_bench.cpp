@@ -1,8 +1,8 @@
 // Microbenchmarks of the quantized kernels (Google Benchmark): vec_dot (SIMD) against its
 // scalar twin per weight type, the activation quantizers, and matmul_rows on a 4096 x 4096
-// matrix (one token and an 8-token batch). Not wired into CMake yet; build e.g.
-//   g++ -O2 -march=native -std=c++20 -Isrc bench/vec_dot_bench.cpp <build>/libkvasir_kernels.a \
-//       <build>/libkvasir_core.a -lbenchmark -lpthread
+// matrix (one token: the direct tiles; 8 and 64 rows: the packed-panel prefill tiles).
+//   cmake -S . -B build-perf -G Ninja -DKVASIR_BENCH=ON && ninja -C build-perf vec_dot_bench
+//   build-perf/bin/vec_dot_bench --benchmark_filter=matmul
 #include <benchmark/benchmark.h>
 
 #include <random>
@@ -87,10 +87,11 @@ const int kRegistered = [] {
     benchmark::RegisterBenchmark(("quantize_fast/" + name).c_str(), bm_quantize_act, t, true);
     benchmark::RegisterBenchmark(("quantize_ref/" + name).c_str(), bm_quantize_act, t, false);
   }
-  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::F16})
+  for (DType t : {DType::Q4_0, DType::Q5_0, DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::F16})
     benchmark::RegisterBenchmark(("matmul_4096x4096/" + std::string(dtype_name(t))).c_str(), bm_matmul, t)
         ->Arg(1)
         ->Arg(8)
+        ->Arg(64)
         ->Unit(benchmark::kMillisecond);
   return 0;
 }();
