@@ -100,8 +100,8 @@ nlohmann::ordered_json run_json(const SweepPoint& sp, bool detailed) {
     j["request_rate"] = std::isinf(l.rate) ? nlohmann::ordered_json("inf") : nlohmann::ordered_json(l.rate);
     j["burstiness"] = l.burstiness;
   }
-  const nlohmann::ordered_json metrics = metrics_json(sp.metrics);  // a temporary would die before the loop
-  for (auto& [k, v] : metrics.items()) j[k] = v;
+  const nlohmann::ordered_json metrics = metrics_json(sp.metrics);
+  for (auto it = metrics.begin(); it != metrics.end(); ++it) j[it.key()] = it.value();
   if (detailed) {
     const auto empty = nlohmann::ordered_json::array();
     nlohmann::ordered_json in = empty, out = empty, ttfts = empty, itls = empty, errors = empty;
