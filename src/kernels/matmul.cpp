@@ -7,6 +7,10 @@
 
 #include "kernels/quant/gemm.h"
 #include "kernels/quant/quant.h"
+#include "kernels/quant/simd.h"
+#if KVASIR_HAVE_AVX2
+#include "kernels/quant/gemm_avx2.h"
+#endif
 
 namespace kvasir::kernels {
 namespace {
@@ -58,6 +62,48 @@ void matmul_rows(DType wtype, const void* w, int64_t n_in, int64_t out_begin, in
                 .y_stride = y_stride};
   if (gemm_has_simd(wtype)) gemm_simd(tile, thread_scratch(gemm_scratch_bytes(wtype, n_in, n_rows)));
   else gemm_ref(tile);
+}
+
+PackedMatrix pack_matrix_alloc(DType wtype, int64_t n_in, int64_t n_out) {
+  PackedMatrix pm;
+#if KVASIR_HAVE_AVX2
+  pm.panel_bytes = simd::prepacked_panel_bytes(wtype, n_in);
+  if (pm.panel_bytes == 0 || n_out <= 0) return pm;
+  pm.type = wtype;
+  pm.n_in = n_in;
+  pm.n_out = n_out;
+  const size_t bytes = size_t((n_out + 7) / 8) * pm.panel_bytes;
+  pm.data = std::shared_ptr<uint8_t[]>(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) & ~size_t(63))),
+                                       [](uint8_t* p) { std::free(p); });
+#else
+  (void)wtype, (void)n_in, (void)n_out;
+#endif
+  return pm;
+}
+
+void pack_panels(PackedMatrix& pm, const void* w, int64_t p_begin, int64_t p_end) {
+#if KVASIR_HAVE_AVX2
+  const size_t w_row = row_bytes(pm.type, pm.n_in);
+  for (int64_t p = p_begin; p < p_end; ++p)
+    simd::prepack_panel(pm.type, static_cast<const uint8_t*>(w) + size_t(8 * p) * w_row, w_row,
+                        std::min<int64_t>(8, pm.n_out - 8 * p), pm.n_in, pm.data.get() + size_t(p) * pm.panel_bytes);
+#else
+  (void)pm, (void)w, (void)p_begin, (void)p_end;
+#endif
+}
+
+void matmul_rows_packed(const PackedMatrix& pm, int64_t out_begin, int64_t out_end, const void* act_q,
+                        int64_t n_rows, float* y, int64_t y_stride) {
+#if KVASIR_HAVE_AVX2
+  if (out_begin >= out_end || n_rows <= 0) return;
+  const DType at = quant_traits(pm.type)->vec_dot_type;
+  simd::gemm_prepacked(pm.type, pm.data.get(), pm.panel_bytes, pm.n_in, out_begin, out_end,
+                       static_cast<const uint8_t*>(act_q), row_bytes(at, pm.n_in), n_rows, y, y_stride,
+                       thread_scratch(simd::prepacked_scratch_bytes(pm.type, pm.n_in, n_rows)));
+#else
+  (void)pm, (void)out_begin, (void)out_end, (void)act_q, (void)n_rows, (void)y, (void)y_stride;
+  std::abort();  // pack_matrix_alloc never returns a non-empty matrix here
+#endif
 }
 
 }  // namespace kvasir::kernels

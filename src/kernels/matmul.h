@@ -3,6 +3,7 @@
 // activations are first converted once per row to the weight type's vec_dot_type.
 #pragma once
 #include <cstdint>
+#include <memory>
 
 #include "core/dtype.h"
 
@@ -19,5 +20,26 @@ void quantize_activations(DType vec_dot_type, const float* x, int64_t n_rows, in
 // y[r][o] is bitwise the same for any n_rows, any range holding o, and any thread (gemm.h).
 void matmul_rows(DType wtype, const void* w, int64_t n_in, int64_t out_begin, int64_t out_end,
                  const void* act_q, int64_t n_rows, float* y, int64_t y_stride);
+
+// A weight matrix repacked once for decode: panels of 8 rows interleaved so that every vector
+// lane of the kernels is one row (llama.cpp repacks Q4_0 the same way). Same bytes per panel as
+// the file's blocks; the file's copy stays what prefill reads. Only types whose file layout
+// costs the decode kernels most have a packed form (Q4_0, Q4_K, Q6_K); others give an empty PackedMatrix.
+struct PackedMatrix {
+  DType type = DType::F32;
+  int64_t n_in = 0, n_out = 0;
+  std::shared_ptr<uint8_t[]> data;  // [ceil(n_out / 8) panels][panel_bytes], 64-byte aligned
+  size_t panel_bytes = 0;
+  bool empty() const { return !data; }
+};
+
+// Allocates the packed form (empty when the type has none), then pack_panels fills panels
+// [p_begin, p_end) from the file's rows (threads may split the panels).
+PackedMatrix pack_matrix_alloc(DType wtype, int64_t n_in, int64_t n_out);
+void pack_panels(PackedMatrix& pm, const void* w, int64_t p_begin, int64_t p_end);
+
+// matmul_rows on a packed matrix: bitwise the same outputs (the contract of quant/gemm.h).
+void matmul_rows_packed(const PackedMatrix& pm, int64_t out_begin, int64_t out_end, const void* act_q,
+                        int64_t n_rows, float* y, int64_t y_stride);
 
 }  // namespace kvasir::kernels

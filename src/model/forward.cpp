@@ -76,6 +76,26 @@ Forward::Forward(const Model& model, const ForwardOptions& o)
   probe.block_size = 256;
   attn_scratch_floats_ = kernels::attention_scratch_floats(probe, ap);
   attn_scratch_.resize(size_t(attn_scratch_floats_) * size_t(pool_.num_threads()));
+  pack_weights();
+}
+
+void Forward::pack_weights() {
+  const Weights& w = model_.weights();
+  std::vector<const Matrix*> all = {&w.output};
+  for (const auto& l : w.layers)
+    for (const Matrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) all.push_back(m);
+  for (const Matrix* m : all) {
+    if (packed_.count(m->data)) continue;
+    kernels::PackedMatrix pm = kernels::pack_matrix_alloc(m->type, m->n_in, m->n_out);
+    if (pm.empty()) continue;
+    pool_.parallel_for((m->n_out + 7) / 8, 1, [&](int64_t b, int64_t e, int) { kernels::pack_panels(pm, m->data, b, e); });
+    packed_.emplace(m->data, std::move(pm));
+  }
+}
+
+const kernels::PackedMatrix* Forward::packed_for(const Matrix& w) const {
+  const auto it = packed_.find(w.data);
+  return it == packed_.end() ? nullptr : &it->second;
 }
 
 Status Forward::validate(const Batch& b, const KvCache& kv) const {
@@ -130,16 +150,23 @@ void Forward::linear(std::initializer_list<LinearJob> jobs, const float* x, int6
   // product whatever the split (kernels/quant/gemm.h), so results do not depend on the thread
   // count, the batch composition or which matrices share the pass.
   int64_t total = 0;
-  for (const LinearJob& job : jobs) total += job.w->n_out;
+  std::array<const kernels::PackedMatrix*, 3> packed{};
+  j = 0;
+  for (const LinearJob& job : jobs) {
+    total += job.w->n_out;
+    packed[size_t(j++)] = packed_for(*job.w);
+  }
   pool_.parallel_for(total, 16, [&](int64_t b, int64_t e, int) {
     int64_t offset = 0;
     int k = 0;
     for (const LinearJob& job : jobs) {
       const Matrix& w = *job.w;
       const int64_t lo = std::max(b, offset), hi = std::min(e, offset + w.n_out);
-      if (lo < hi)
-        kernels::matmul_rows(w.type, w.data, w.n_in, lo - offset, hi - offset, region[size_t(act_of[size_t(k)])], T,
-                             job.y, w.n_out);
+      const uint8_t* act = region[size_t(act_of[size_t(k)])];
+      if (lo < hi && packed[size_t(k)])
+        kernels::matmul_rows_packed(*packed[size_t(k)], lo - offset, hi - offset, act, T, job.y, w.n_out);
+      else if (lo < hi)
+        kernels::matmul_rows(w.type, w.data, w.n_in, lo - offset, hi - offset, act, T, job.y, w.n_out);
       offset += w.n_out;
       ++k;
     }

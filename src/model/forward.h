@@ -5,10 +5,12 @@
 #include <functional>
 #include <initializer_list>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "kernels/matmul.h"
 #include "model/batch.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
@@ -58,6 +60,9 @@ class Forward {
   // fn(begin, end) over rows [0, T): on the pool when T is large enough to pay for the sync.
   void for_rows(int64_t T, const std::function<void(int64_t, int64_t)>& fn);
   void build_tiles(const Batch& batch);
+  // Repacks (once, at construction) every matrix whose type has a decode layout.
+  void pack_weights();
+  const kernels::PackedMatrix* packed_for(const Matrix& w) const;
 
   const Model& model_;
   const ModelConfig& c_;
@@ -78,6 +83,8 @@ class Forward {
   std::vector<float> attn_scratch_;  // per thread
   int64_t attn_scratch_floats_ = 0;
   std::vector<AttnTile> tiles_;
+  // Repacked copies keyed by the file data they come from (a tied output shares its embedding's).
+  std::unordered_map<const void*, kernels::PackedMatrix> packed_;
   std::vector<float> logits_;   // [T][n_vocab]
   std::vector<int64_t> logit_rows_;
 };

@@ -149,3 +149,35 @@ TEST_P(Gemm, MatmulRowsIsBatchInvariant) {
 INSTANTIATE_TEST_SUITE_P(Types, Gemm, ::testing::ValuesIn(weight_types()), type_param_name);
 
 }  // namespace
+
+namespace {
+
+// Weights repacked once for decode give bitwise the same outputs as the file's layout, for any
+// output range (panels cut anywhere) and row count.
+TEST_P(Gemm, PackedMatrixMatchesFileLayoutBitwise) {
+  const DType t = GetParam();
+  const int64_t n = 2 * std::max<int64_t>(256, block_size(t)), n_out = 37, rows = 5;
+  kernels::PackedMatrix pm = kernels::pack_matrix_alloc(t, n, n_out);
+  if (pm.empty()) GTEST_SKIP() << "no packed form";
+  const Operands o = make(t, n, n_out, rows, 99, true);
+  kernels::pack_panels(pm, o.w.data(), 0, (n_out + 7) / 8);
+  std::vector<float> want(size_t(rows * n_out));
+  kernels::matmul_rows(t, o.w.data(), n, 0, n_out, o.a.data(), rows, want.data(), n_out);
+  for (int64_t r : {int64_t(1), int64_t(2), rows}) {
+    for (auto [b, e] : {std::pair<int64_t, int64_t>{0, n_out}, {3, 21}, {8, 16}, {36, 37}}) {
+      std::vector<float> got(size_t(r * n_out), -1.f);
+      kernels::matmul_rows_packed(pm, b, e, o.a.data(), r, got.data(), n_out);
+      for (int64_t i = 0; i < r; ++i)
+        for (int64_t c = 0; c < n_out; ++c) {
+          const float g = got[size_t(i * n_out + c)];
+          if (c < b || c >= e) {
+            ASSERT_EQ(g, -1.f) << "wrote outside [" << b << "," << e << ") at " << c;
+            continue;
+          }
+          ASSERT_TRUE(same_bits(g, want[size_t(i * n_out + c)])) << "rows " << r << " row " << i << " col " << c;
+        }
+    }
+  }
+}
+
+}  // namespace

@@ -98,6 +98,20 @@ inline void k4_scales_mins(const uint8_t* packed, uint8_t sc[8], uint8_t mn[8]) 
 // Tiles of the float types and the quantized types; each handles any n_cols / n_rows.
 void gemm_float(const GemmTile& t, void* scratch);
 void gemm_direct(const GemmTile& t);
+// Weights repacked once for decode (PackedMatrix); prepacked_panel_bytes is 0 for types
+// without a packed form. prepack_panel packs n_rows (<= 8; repeats pad) rows of w.
+size_t prepacked_panel_bytes(DType wtype, int64_t n_in);
+void prepack_panel(DType wtype, const uint8_t* w, size_t w_stride, int64_t n_rows, int64_t n_in, uint8_t* dst);
+size_t prepacked_scratch_bytes(DType wtype, int64_t n_in, int64_t n_rows);
+void gemm_prepacked(DType wtype, const uint8_t* panels, size_t panel_bytes, int64_t n_in, int64_t out_begin,
+                    int64_t out_end, const uint8_t* act, size_t a_stride, int64_t n_rows, float* y, int64_t y_stride,
+                    void* scratch);
+// The k-quant half of the above (Q4_K, Q6_K; gemm_avx2_prepacked_k.cpp).
+size_t prepacked_k_panel_bytes(DType wtype, int64_t n_in);
+void prepack_k_panel(DType wtype, const uint8_t* w, size_t w_stride, int64_t n_rows, int64_t n_in, uint8_t* dst);
+void gemm_prepacked_k(DType wtype, const uint8_t* panels, size_t panel_bytes, int64_t n_in, int64_t out_begin,
+                      int64_t out_end, const uint8_t* act, size_t a_stride, int64_t n_rows, float* y,
+                      int64_t y_stride);
 // Packed panels for the heavy types of prefill; false when the type has no packed kernel.
 bool gemm_packed(const GemmTile& t, void* scratch);
 size_t gemm_packed_scratch_bytes(DType wtype, int64_t n, int64_t n_rows);

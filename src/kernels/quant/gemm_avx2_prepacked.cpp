@@ -1,0 +1,132 @@
+// Decode kernels on weights repacked once (PackedMatrix, kernels/matmul.h), Q4_0: a panel block
+// holds the codes of 8 rows x 32 elements as 4 vectors of nibbles, low nibbles = elements
+// 4(2m)..4(2m)+3 of each row (4 bytes per row, row c at bytes 4c..4c+3), high nibbles = the next
+// 4 elements, then the 8 row scales (fp16). Two ANDs and a shift give the vectors the packed
+// prefill kernel builds per call, so one broadcast + vpmaddubsw per 4 elements feeds all 8
+// rows: no horizontal sums, no scale gathers, one sequential stream per thread. Same bytes per
+// panel as the file (8 x 18), and the same float steps as every other kernel (gemm.h).
+#include "kernels/quant/simd.h"
+
+#if KVASIR_HAVE_AVX2
+#include <cstddef>
+
+#include "kernels/quant/blocks.h"
+#include "kernels/quant/gemm_avx2_packed.h"
+
+namespace kvasir::kernels::simd {
+namespace {
+
+constexpr size_t kQ4_0Codes = 128;                  // 4 x 32 bytes of nibbles
+constexpr size_t kQ4_0Block = kQ4_0Codes + 16;      // + 8 fp16 scales
+
+struct Prep {
+  float da;
+  int32_t corr;  // 8 * sum of the activation block (the code offset)
+};
+
+template <int R>
+void panel_q4_0(const uint8_t* panel, int64_t nb, const BlockQ8_0* const a[], const Prep* const pr[], __m256 acc[]) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t* pb = panel + size_t(i) * kQ4_0Block;
+    // Hardware prefetch alone leaves DRAM idle between blocks; 2 KiB ahead, 3 lines a block.
+    for (int l = 0; l < 3; ++l) _mm_prefetch(reinterpret_cast<const char*>(pb) + 2048 + 64 * l, _MM_HINT_T0);
+    __m256i v[8];
+    for (int m = 0; m < 4; ++m) {
+      const __m256i l = load256(pb + 32 * m);
+      v[2 * m] = _mm256_and_si256(l, low4);
+      v[2 * m + 1] = _mm256_and_si256(_mm256_srli_epi16(l, 4), low4);
+    }
+    const __m256 dw = _mm256_cvtph_ps(load128(pb + kQ4_0Codes));
+    for (int r = 0; r < R; ++r) {
+      __m256i p = _mm256_maddubs_epi16(v[0], bcast4(a[r][i].qs));
+      for (int k = 1; k < 8; ++k) {
+        p = _mm256_add_epi16(p, _mm256_maddubs_epi16(v[k], bcast4(a[r][i].qs + 4 * k)));
+        keep_chain(p);
+      }
+      const __m256i isum = _mm256_sub_epi32(_mm256_madd_epi16(p, ones), _mm256_set1_epi32(pr[r][i].corr));
+      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(pr[r][i].da)), _mm256_cvtepi32_ps(isum), acc[r]);
+    }
+  }
+}
+
+}  // namespace
+
+size_t prepacked_panel_bytes(DType wtype, int64_t n_in) {
+  return wtype == DType::Q4_0 ? size_t(n_in / kQ) * kQ4_0Block : prepacked_k_panel_bytes(wtype, n_in);
+}
+
+void prepack_panel(DType wtype, const uint8_t* w, size_t w_stride, int64_t n_rows, int64_t n_in, uint8_t* dst) {
+  if (wtype != DType::Q4_0) return prepack_k_panel(wtype, w, w_stride, n_rows, n_in, dst);
+  const int64_t nb = n_in / kQ;
+  for (int64_t i = 0; i < nb; ++i) {
+    __m256i codes[8];
+    alignas(16) uint16_t d[8];
+    for (int c = 0; c < 8; ++c) {
+      const auto& b = reinterpret_cast<const BlockQ4_0*>(w + size_t(std::min<int64_t>(c, n_rows - 1)) * w_stride)[i];
+      codes[c] = unpack_nibbles(b.qs);
+      d[c] = b.d;
+    }
+    transpose8x8_epi32(codes);
+    uint8_t* pb = dst + size_t(i) * kQ4_0Block;
+    for (int m = 0; m < 4; ++m)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(pb + 32 * m),
+                          _mm256_or_si256(codes[2 * m], _mm256_slli_epi16(codes[2 * m + 1], 4)));
+    std::memcpy(pb + kQ4_0Codes, d, 16);
+  }
+}
+
+size_t prepacked_scratch_bytes(DType wtype, int64_t n_in, int64_t n_rows) {
+  if (wtype != DType::Q4_0) return 0;
+  return size_t(n_rows * (n_in / kQ)) * sizeof(Prep);
+}
+
+void gemm_prepacked(DType wtype, const uint8_t* panels, size_t panel_bytes, int64_t n_in, int64_t out_begin,
+                    int64_t out_end, const uint8_t* act, size_t a_stride, int64_t n_rows, float* y, int64_t y_stride,
+                    void* scratch) {
+  if (wtype != DType::Q4_0) return gemm_prepacked_k(wtype, panels, panel_bytes, n_in, out_begin, out_end, act, a_stride,
+                                                     n_rows, y, y_stride);
+  const int64_t nb = n_in / kQ;
+  auto* prep = static_cast<Prep*>(scratch);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const auto* a = reinterpret_cast<const BlockQ8_0*>(act + size_t(r) * a_stride);
+    for (int64_t i = 0; i < nb; ++i) prep[r * nb + i] = {half_to_float(a[i].d), 8 * sum_i8_32(a[i].qs)};
+  }
+  // Blocks of panels that fit in L2 while every row group passes over them (prefill); a row
+  // group's activations stay in L1 across the block.
+  const int64_t first = out_begin / 8, last = (out_end - 1) / 8;
+  const int64_t per_block = std::max<int64_t>(1, int64_t(kPackedBudget / panel_bytes));
+  for (int64_t p0 = first; p0 <= last; p0 += per_block) {
+    const int64_t p1 = std::min(last + 1, p0 + per_block);
+    for (int64_t r0 = 0; r0 < n_rows; r0 += kRowGroup) {
+      const int R = int(std::min<int64_t>(kRowGroup, n_rows - r0));
+      const BlockQ8_0* a[kRowGroup];
+      const Prep* pr[kRowGroup];
+      for (int r = 0; r < R; ++r) {
+        a[r] = reinterpret_cast<const BlockQ8_0*>(act + size_t(r0 + r) * a_stride);
+        pr[r] = prep + (r0 + r) * nb;
+      }
+      for (int64_t p = p0; p < p1; ++p) {
+        const int lo = int(std::max<int64_t>(out_begin - 8 * p, 0)), hi = int(std::min<int64_t>(out_end - 8 * p, 8));
+        const uint8_t* panel = panels + size_t(p) * panel_bytes;
+        __m256 acc[kRowGroup];
+        switch (R) {
+          case 1: panel_q4_0<1>(panel, nb, a, pr, acc); break;
+          case 2: panel_q4_0<2>(panel, nb, a, pr, acc); break;
+          case 3: panel_q4_0<3>(panel, nb, a, pr, acc); break;
+          default: panel_q4_0<4>(panel, nb, a, pr, acc); break;
+        }
+        for (int r = 0; r < R; ++r) {
+          alignas(32) float tmp[8];
+          _mm256_store_ps(tmp, acc[r]);
+          float* yr = y + (r0 + r) * y_stride + 8 * p;
+          for (int c = lo; c < hi; ++c) yr[c] = tmp[c];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace kvasir::kernels::simd
+#endif

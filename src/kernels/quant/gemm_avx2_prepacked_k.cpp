@@ -1,0 +1,254 @@
+// Decode kernels on repacked k-quant weights (PackedMatrix): Q4_K and Q6_K, the types of the
+// Q4_K_M mix. A panel super-block holds 8 rows x 256 elements, codes as in the Q4_0 panels
+// (vector k = elements 4k..4k+3 of every row, row c at bytes 4c..4c+3) plus the rows' scales
+// laid out [sub-block][row] so one load gives a sub-block's 8 scales:
+//   Q4_K: 32 x 32 bytes of nibble pairs | scales u8[8][8] | mins u8[8][8] | d f16[8] | dmin f16[8]
+//   Q6_K: 32 x 32 bytes of low-nibble pairs | 16 x 32 bytes of high 2-bit quads | scales i8[16][8] | d f16[8]
+// Same bytes per panel as the file (8 x 144, 8 x 210), same float steps as every kernel (gemm.h).
+#include "kernels/quant/simd.h"
+
+#if KVASIR_HAVE_AVX2
+#include <cstddef>
+
+#include "kernels/quant/blocks.h"
+#include "kernels/quant/gemm_avx2_packed.h"
+
+namespace kvasir::kernels::simd {
+namespace {
+
+constexpr size_t kQ4KScales = 1024, kQ4KMins = kQ4KScales + 64, kQ4KD = kQ4KMins + 64, kQ4KDmin = kQ4KD + 16;
+constexpr size_t kQ4KBlock = kQ4KDmin + 16;
+constexpr size_t kQ6KHigh = 1024, kQ6KScales = kQ6KHigh + 512, kQ6KD = kQ6KScales + 128;
+constexpr size_t kQ6KBlock = kQ6KD + 16;
+
+inline __m256i loadu(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+
+// 8 bytes -> int16 lanes (2c, 2c+1) = v[c] (unsigned or signed bytes).
+template <bool kSigned>
+inline __m256i dup16(const uint8_t* p) {
+  const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  const __m128i w = kSigned ? _mm_cvtepi8_epi16(b) : _mm_cvtepu8_epi16(b);
+  return _mm256_set_m128i(_mm_unpackhi_epi16(w, w), _mm_unpacklo_epi16(w, w));
+}
+// int16 lanes (2c, 2c+1) = (p[c], q[c]) for two 8-byte rows.
+template <bool kSigned>
+inline __m256i interleave16(const uint8_t* p, const uint8_t* q) {
+  const __m128i b = _mm_unpacklo_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)),
+                                      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q)));
+  return kSigned ? _mm256_cvtepi8_epi16(b) : _mm256_cvtepu8_epi16(b);
+}
+
+// Nibble pair chunk -> the two code vectors it holds.
+inline void nibble_vectors(const uint8_t* chunk, __m256i& lo, __m256i& hi) {
+  const __m256i l = loadu(chunk), m = _mm256_set1_epi8(0x0F);
+  lo = _mm256_and_si256(l, m);
+  hi = _mm256_and_si256(_mm256_srli_epi16(l, 4), m);
+}
+
+template <int R>
+void panel_q4_k(const uint8_t* panel, int64_t nb, const BlockQ8_K* const a[], __m256 acc[]) {
+  const __m256 neg = _mm256_set1_ps(-0.0f);
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t* pb = panel + size_t(i) * kQ4KBlock;
+    __m256i sumi[R];
+    for (int j = 0; j < 8; ++j) {
+      for (int l = 0; l < 2; ++l) _mm_prefetch(reinterpret_cast<const char*>(pb) + 2048 + 128 * j + 64 * l, _MM_HINT_T0);
+      __m256i v[8];
+      for (int m = 0; m < 4; ++m) nibble_vectors(pb + 128 * j + 32 * m, v[2 * m], v[2 * m + 1]);
+      const __m256i sc = dup16<false>(pb + kQ4KScales + 8 * j);
+      for (int r = 0; r < R; ++r) {
+        const int8_t* q = a[r][i].qs + 32 * j;
+        __m256i p = _mm256_maddubs_epi16(v[0], bcast4(q));
+        for (int k = 1; k < 8; ++k) {
+          p = _mm256_add_epi16(p, _mm256_maddubs_epi16(v[k], bcast4(q + 4 * k)));
+          keep_chain(p);
+        }
+        const __m256i s = _mm256_madd_epi16(p, sc);
+        sumi[r] = j == 0 ? s : _mm256_add_epi32(sumi[r], s);
+      }
+    }
+    const __m256 dw = _mm256_cvtph_ps(load128(pb + kQ4KD)), dmin = _mm256_cvtph_ps(load128(pb + kQ4KDmin));
+    __m256i mins[4];
+    for (int t = 0; t < 4; ++t) mins[t] = interleave16<false>(pb + kQ4KMins + 16 * t, pb + kQ4KMins + 16 * t + 8);
+    for (int r = 0; r < R; ++r) {
+      // Minimums: sum over sub-blocks j of m_j * (bsums[2j] + bsums[2j+1]), pairs of j per madd.
+      alignas(16) int16_t pairs[8];
+      _mm_store_si128(reinterpret_cast<__m128i*>(pairs),
+                      _mm_hadd_epi16(load128(a[r][i].bsums), load128(a[r][i].bsums + 8)));
+      __m256i msum = _mm256_madd_epi16(mins[0], bcast4(pairs));
+      for (int t = 1; t < 4; ++t) msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mins[t], bcast4(pairs + 2 * t)));
+      const __m256 da = _mm256_set1_ps(a[r][i].d);
+      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
+      acc[r] = _mm256_fmadd_ps(_mm256_xor_ps(_mm256_mul_ps(dmin, da), neg), _mm256_cvtepi32_ps(msum), acc[r]);
+    }
+  }
+}
+
+template <int R>
+void panel_q6_k(const uint8_t* panel, int64_t nb, const BlockQ8_K* const a[], __m256 acc[]) {
+  const __m256i low2 = _mm256_set1_epi8(3);
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t* pb = panel + size_t(i) * kQ6KBlock;
+    __m256i sumi[R];
+    for (int s = 0; s < 16; ++s) {
+      _mm_prefetch(reinterpret_cast<const char*>(pb) + 2048 + 64 * s, _MM_HINT_T0);
+      // Sub-block s = code vectors 4s..4s+3: low nibbles from chunks 2s, 2s+1, high bits from chunk s.
+      __m256i v[4];
+      nibble_vectors(pb + 64 * s, v[0], v[1]);
+      nibble_vectors(pb + 64 * s + 32, v[2], v[3]);
+      const __m256i h = loadu(pb + kQ6KHigh + 32 * s);
+      for (int k = 0; k < 4; ++k)
+        v[k] = _mm256_or_si256(v[k], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2 * k), low2), 4));
+      const __m256i sc = dup16<true>(pb + kQ6KScales + 8 * s);
+      for (int r = 0; r < R; ++r) {
+        const int8_t* q = a[r][i].qs + 16 * s;
+        const __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(v[0], bcast4(q)), _mm256_maddubs_epi16(v[1], bcast4(q + 4)));
+        const __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(v[2], bcast4(q + 8)), _mm256_maddubs_epi16(v[3], bcast4(q + 12)));
+        const __m256i t = _mm256_add_epi32(_mm256_madd_epi16(p01, sc), _mm256_madd_epi16(p23, sc));
+        sumi[r] = s == 0 ? t : _mm256_add_epi32(sumi[r], t);
+        keep_chain(sumi[r]);
+      }
+    }
+    const __m256 dw = _mm256_cvtph_ps(load128(pb + kQ6KD));
+    __m256i bias_sc[8];
+    for (int t = 0; t < 8; ++t) bias_sc[t] = interleave16<true>(pb + kQ6KScales + 16 * t, pb + kQ6KScales + 16 * t + 8);
+    for (int r = 0; r < R; ++r) {
+      // Codes are value + 32: subtract 32 * sum over sub-blocks of scale * bsum.
+      __m256i bias = _mm256_madd_epi16(bias_sc[0], bcast4(a[r][i].bsums));
+      for (int t = 1; t < 8; ++t) bias = _mm256_add_epi32(bias, _mm256_madd_epi16(bias_sc[t], bcast4(a[r][i].bsums + 2 * t)));
+      const __m256i isum = _mm256_sub_epi32(sumi[r], _mm256_slli_epi32(bias, 5));
+      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(a[r][i].d)), _mm256_cvtepi32_ps(isum), acc[r]);
+    }
+  }
+}
+
+// Packs the 8 rows' 32-element code groups g (element order) into 8 transposed vectors.
+inline void transpose_group(__m256i codes[8], __m256i out[8]) {
+  for (int c = 0; c < 8; ++c) out[c] = codes[c];
+  transpose8x8_epi32(out);
+}
+
+void pack_q4_k(const uint8_t* const rows[8], int64_t i, uint8_t* dst) {
+  for (int c = 0; c < 8; ++c) {
+    const auto& b = reinterpret_cast<const BlockQ4_K*>(rows[c])[i];
+    uint8_t sc[8], mn[8];
+    k4_scales_mins(b.scales, sc, mn);
+    for (int j = 0; j < 8; ++j) dst[kQ4KScales + 8 * j + c] = sc[j], dst[kQ4KMins + 8 * j + c] = mn[j];
+    std::memcpy(dst + kQ4KD + 2 * c, &b.d, 2);
+    std::memcpy(dst + kQ4KDmin + 2 * c, &b.dmin, 2);
+  }
+  for (int j = 0; j < 8; ++j) {  // sub-block j: nibble (j & 1) of bytes 32 (j / 2) .. + 31
+    __m256i codes[8], v[8];
+    for (int c = 0; c < 8; ++c) {
+      const __m256i q = load256(reinterpret_cast<const BlockQ4_K*>(rows[c])[i].qs + 32 * (j / 2));
+      codes[c] = _mm256_and_si256(j & 1 ? _mm256_srli_epi16(q, 4) : q, _mm256_set1_epi8(0x0F));
+    }
+    transpose_group(codes, v);
+    for (int m = 0; m < 4; ++m)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 128 * j + 32 * m),
+                          _mm256_or_si256(v[2 * m], _mm256_slli_epi16(v[2 * m + 1], 4)));
+  }
+}
+
+void pack_q6_k(const uint8_t* const rows[8], int64_t i, uint8_t* dst) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F), low2 = _mm256_set1_epi8(3);
+  for (int c = 0; c < 8; ++c) {
+    const auto& b = reinterpret_cast<const BlockQ6_K*>(rows[c])[i];
+    for (int s = 0; s < 16; ++s) dst[kQ6KScales + 8 * s + c] = uint8_t(b.scales[s]);
+    std::memcpy(dst + kQ6KD + 2 * c, &b.d, 2);
+  }
+  for (int g = 0; g < 8; ++g) {  // elements 32g..32g+31: half g / 4, quarter g % 4
+    const int h = g / 4, k = g % 4;
+    __m256i codes[8], v[8];
+    for (int c = 0; c < 8; ++c) {
+      const auto& b = reinterpret_cast<const BlockQ6_K*>(rows[c])[i];
+      const __m256i l = load256(b.ql + 64 * h + 32 * (k & 1));
+      const __m256i lo = _mm256_and_si256(k >> 1 ? _mm256_srli_epi16(l, 4) : l, low4);
+      const __m256i hi = _mm256_and_si256(_mm256_srl_epi16(load256(b.qh + 32 * h), _mm_cvtsi32_si128(2 * k)), low2);
+      codes[c] = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+    }
+    transpose_group(codes, v);  // v[kk] = elements 32g + 4kk.., i.e. code vector 8g + kk
+    for (int m = 0; m < 4; ++m)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 128 * g + 32 * m),
+                          _mm256_or_si256(_mm256_and_si256(v[2 * m], low4),
+                                          _mm256_slli_epi16(_mm256_and_si256(v[2 * m + 1], low4), 4)));
+    for (int q = 0; q < 2; ++q) {  // high bits of code vectors 8g + 4q .. + 3 -> chunk 2g + q
+      __m256i hbits = _mm256_setzero_si256();
+      for (int t = 0; t < 4; ++t)
+        hbits = _mm256_or_si256(hbits, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(v[4 * q + t], 4), low2), 2 * t));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + kQ6KHigh + 32 * (2 * g + q)), hbits);
+    }
+  }
+}
+
+}  // namespace
+
+size_t prepacked_k_panel_bytes(DType wtype, int64_t n_in) {
+  const int64_t nb = n_in / kQK;
+  if (wtype == DType::Q4_K) return size_t(nb) * kQ4KBlock;
+  if (wtype == DType::Q6_K) return size_t(nb) * kQ6KBlock;
+  return 0;
+}
+
+void prepack_k_panel(DType wtype, const uint8_t* w, size_t w_stride, int64_t n_rows, int64_t n_in, uint8_t* dst) {
+  const uint8_t* rows[8];
+  for (int c = 0; c < 8; ++c) rows[c] = w + size_t(std::min<int64_t>(c, n_rows - 1)) * w_stride;
+  for (int64_t i = 0; i < n_in / kQK; ++i) {
+    if (wtype == DType::Q4_K) pack_q4_k(rows, i, dst + size_t(i) * kQ4KBlock);
+    else pack_q6_k(rows, i, dst + size_t(i) * kQ6KBlock);
+  }
+}
+
+static void k_panel(DType wtype, const uint8_t* panel, int64_t n_in, const uint8_t* const act[], int R,
+                            __m256 acc[]) {
+  const BlockQ8_K* a[kRowGroup];
+  for (int r = 0; r < R; ++r) a[r] = reinterpret_cast<const BlockQ8_K*>(act[r]);
+  const int64_t nb = n_in / kQK;
+  if (wtype == DType::Q4_K) {
+    switch (R) {
+      case 1: return panel_q4_k<1>(panel, nb, a, acc);
+      case 2: return panel_q4_k<2>(panel, nb, a, acc);
+      case 3: return panel_q4_k<3>(panel, nb, a, acc);
+      default: return panel_q4_k<4>(panel, nb, a, acc);
+    }
+  }
+  switch (R) {
+    case 1: return panel_q6_k<1>(panel, nb, a, acc);
+    case 2: return panel_q6_k<2>(panel, nb, a, acc);
+    case 3: return panel_q6_k<3>(panel, nb, a, acc);
+    default: return panel_q6_k<4>(panel, nb, a, acc);
+  }
+}
+
+
+void gemm_prepacked_k(DType wtype, const uint8_t* panels, size_t panel_bytes, int64_t n_in, int64_t out_begin,
+                      int64_t out_end, const uint8_t* act, size_t a_stride, int64_t n_rows, float* y,
+                      int64_t y_stride) {
+  // Blocks of panels that stay in L2 while every row group passes over them (as for Q4_0).
+  const int64_t first = out_begin / 8, last = (out_end - 1) / 8;
+  const int64_t per_block = std::max<int64_t>(1, int64_t(kPackedBudget / panel_bytes));
+  for (int64_t p0 = first; p0 <= last; p0 += per_block) {
+    const int64_t p1 = std::min(last + 1, p0 + per_block);
+    for (int64_t r0 = 0; r0 < n_rows; r0 += kRowGroup) {
+      const int R = int(std::min<int64_t>(kRowGroup, n_rows - r0));
+      const uint8_t* a[kRowGroup];
+      for (int r = 0; r < R; ++r) a[r] = act + size_t(r0 + r) * a_stride;
+      for (int64_t p = p0; p < p1; ++p) {
+        const int lo = int(std::max<int64_t>(out_begin - 8 * p, 0)), hi = int(std::min<int64_t>(out_end - 8 * p, 8));
+        __m256 acc[kRowGroup];
+        k_panel(wtype, panels + size_t(p) * panel_bytes, n_in, a, R, acc);
+        for (int r = 0; r < R; ++r) {
+          alignas(32) float tmp[8];
+          _mm256_store_ps(tmp, acc[r]);
+          float* yr = y + (r0 + r) * y_stride + 8 * p;
+          for (int c = lo; c < hi; ++c) yr[c] = tmp[c];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace kvasir::kernels::simd
+#endif
