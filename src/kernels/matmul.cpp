@@ -92,6 +92,10 @@ void pack_panels(PackedMatrix& pm, const void* w, int64_t p_begin, int64_t p_end
 #endif
 }
 
+bool packed_pays(const PackedMatrix& pm, int64_t n_rows) {
+  return !pm.empty() && (pm.type != DType::Q8_0 || n_rows <= 8);
+}
+
 void matmul_rows_packed(const PackedMatrix& pm, int64_t out_begin, int64_t out_end, const void* act_q,
                         int64_t n_rows, float* y, int64_t y_stride) {
 #if KVASIR_HAVE_AVX2

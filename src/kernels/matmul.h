@@ -21,10 +21,11 @@ void quantize_activations(DType vec_dot_type, const float* x, int64_t n_rows, in
 void matmul_rows(DType wtype, const void* w, int64_t n_in, int64_t out_begin, int64_t out_end,
                  const void* act_q, int64_t n_rows, float* y, int64_t y_stride);
 
-// A weight matrix repacked once for decode: panels of 8 rows interleaved so that every vector
-// lane of the kernels is one row (llama.cpp repacks Q4_0 the same way). Same bytes per panel as
-// the file's blocks; the file's copy stays what prefill reads. Only types whose file layout
-// costs the decode kernels most have a packed form (Q4_0, Q4_K, Q6_K); others give an empty PackedMatrix.
+// A weight matrix repacked once at load: panels of 8 rows interleaved so that every vector lane
+// of the kernels is one row (llama.cpp repacks Q4_0 the same way). Same bytes per panel as the
+// file's blocks; the file's pages are then no longer read by the matmuls (packed_pays says when
+// the file layout is still used). Types with a packed form: Q4_0, Q8_0, Q4_K, Q6_K; the others
+// give an empty PackedMatrix.
 struct PackedMatrix {
   DType type = DType::F32;
   int64_t n_in = 0, n_out = 0;
@@ -37,6 +38,11 @@ struct PackedMatrix {
 // [p_begin, p_end) from the file's rows (threads may split the panels).
 PackedMatrix pack_matrix_alloc(DType wtype, int64_t n_in, int64_t n_out);
 void pack_panels(PackedMatrix& pm, const void* w, int64_t p_begin, int64_t p_end);
+
+// Whether matmul_rows_packed is the faster path for n_rows activation rows: always for the 4-bit
+// types; Q8_0's packed kernel wins only for decode-sized batches (its prefill GEMM reuses
+// unpacked panels better).
+bool packed_pays(const PackedMatrix& pm, int64_t n_rows);
 
 // matmul_rows on a packed matrix: bitwise the same outputs (the contract of quant/gemm.h).
 void matmul_rows_packed(const PackedMatrix& pm, int64_t out_begin, int64_t out_end, const void* act_q,

@@ -154,7 +154,8 @@ void Forward::linear(std::initializer_list<LinearJob> jobs, const float* x, int6
   j = 0;
   for (const LinearJob& job : jobs) {
     total += job.w->n_out;
-    packed[size_t(j++)] = packed_for(*job.w);
+    const kernels::PackedMatrix* pm = packed_for(*job.w);
+    packed[size_t(j++)] = pm && kernels::packed_pays(*pm, T) ? pm : nullptr;
   }
   pool_.parallel_for(total, 16, [&](int64_t b, int64_t e, int) {
     int64_t offset = 0;

@@ -55,6 +55,33 @@ inline size_t round64(size_t b) { return (b + 63) & ~size_t(63); }
 inline constexpr size_t kPackedBudget = 256u << 10;
 inline constexpr int64_t kRowGroup = 4;
 
+// Walks repacked weights (PackedMatrix): outputs [out_begin, out_end) of n_rows activation rows,
+// panels in blocks that stay in L2 while every row group of kRowGroup rows passes over them.
+// panel(p, r0, R, acc) fills acc[0..R) with panel p's 8 lanes for rows r0..r0+R-1.
+template <class PanelFn>
+void for_prepacked_panels(size_t panel_bytes, int64_t out_begin, int64_t out_end, int64_t n_rows, float* y,
+                          int64_t y_stride, PanelFn&& panel) {
+  const int64_t first = out_begin / 8, last = (out_end - 1) / 8;
+  const int64_t per_block = std::max<int64_t>(1, int64_t(kPackedBudget / panel_bytes));
+  for (int64_t p0 = first; p0 <= last; p0 += per_block) {
+    const int64_t p1 = std::min(last + 1, p0 + per_block);
+    for (int64_t r0 = 0; r0 < n_rows; r0 += kRowGroup) {
+      const int R = int(std::min<int64_t>(kRowGroup, n_rows - r0));
+      for (int64_t p = p0; p < p1; ++p) {
+        const int lo = int(std::max<int64_t>(out_begin - 8 * p, 0)), hi = int(std::min<int64_t>(out_end - 8 * p, 8));
+        __m256 acc[kRowGroup];
+        panel(p, r0, R, acc);
+        for (int r = 0; r < R; ++r) {
+          alignas(32) float tmp[8];
+          _mm256_store_ps(tmp, acc[r]);
+          float* yr = y + (r0 + r) * y_stride + 8 * p;
+          for (int c = lo; c < hi; ++c) yr[c] = tmp[c];
+        }
+      }
+    }
+  }
+}
+
 // K: the type's kernel policy. K::kBlock elements per block, K::kPanelBytes per packed block
 // of a panel, K::Prep per activation (row, block) computed once per call, K::pack(cols, i, dst)
 // and K::micro<R>(panel, nb, act rows, prep rows, y, y_stride, n_cols).

@@ -1,10 +1,13 @@
-// Decode kernels on weights repacked once (PackedMatrix, kernels/matmul.h), Q4_0: a panel block
+// Decode kernels on weights repacked once (PackedMatrix, kernels/matmul.h), Q4_0 and Q8_0 (the
+// k-quants are in gemm_avx2_prepacked_k.cpp). Q4_0: a panel block
 // holds the codes of 8 rows x 32 elements as 4 vectors of nibbles, low nibbles = elements
 // 4(2m)..4(2m)+3 of each row (4 bytes per row, row c at bytes 4c..4c+3), high nibbles = the next
 // 4 elements, then the 8 row scales (fp16). Two ANDs and a shift give the vectors the packed
 // prefill kernel builds per call, so one broadcast + vpmaddubsw per 4 elements feeds all 8
 // rows: no horizontal sums, no scale gathers, one sequential stream per thread. Same bytes per
 // panel as the file (8 x 18), and the same float steps as every other kernel (gemm.h).
+// Q8_0: 8 vectors of signed codes laid out the same way, then the 8 scales (8 x 34 bytes);
+// |w| (once per panel block) times sign-adjusted activations keeps vpmaddubsw from saturating.
 #include "kernels/quant/simd.h"
 
 #if KVASIR_HAVE_AVX2
@@ -18,6 +21,8 @@ namespace {
 
 constexpr size_t kQ4_0Codes = 128;                  // 4 x 32 bytes of nibbles
 constexpr size_t kQ4_0Block = kQ4_0Codes + 16;      // + 8 fp16 scales
+constexpr size_t kQ8_0Codes = 256;                  // 8 x 32 bytes of int8
+constexpr size_t kQ8_0Block = kQ8_0Codes + 16;
 
 struct Prep {
   float da;
@@ -51,13 +56,55 @@ void panel_q4_0(const uint8_t* panel, int64_t nb, const BlockQ8_0* const a[], co
   }
 }
 
+template <int R>
+void panel_q8_0(const uint8_t* panel, int64_t nb, const BlockQ8_0* const a[], __m256 acc[]) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t* pb = panel + size_t(i) * kQ8_0Block;
+    for (int l = 0; l < 5; ++l) _mm_prefetch(reinterpret_cast<const char*>(pb) + 2048 + 64 * l, _MM_HINT_T0);
+    __m256i isum[R];
+    for (int k = 0; k < 8; ++k) {
+      const __m256i w = load256(pb + 32 * k), wabs = _mm256_sign_epi8(w, w);
+      for (int r = 0; r < R; ++r) {
+        const __m256i s = _mm256_sign_epi8(bcast4(a[r][i].qs + 4 * k), w);
+        const __m256i t = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, s), ones);
+        isum[r] = k == 0 ? t : _mm256_add_epi32(isum[r], t);
+      }
+    }
+    const __m256 dw = _mm256_cvtph_ps(load128(pb + kQ8_0Codes));
+    for (int r = 0; r < R; ++r)
+      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(half_to_float(a[r][i].d))),
+                               _mm256_cvtepi32_ps(isum[r]), acc[r]);
+  }
+}
+
+void pack_q8_0(const uint8_t* w, size_t w_stride, int64_t n_rows, int64_t nb, uint8_t* dst) {
+  for (int64_t i = 0; i < nb; ++i) {
+    __m256i codes[8];
+    alignas(16) uint16_t d[8];
+    for (int c = 0; c < 8; ++c) {
+      const auto& b = reinterpret_cast<const BlockQ8_0*>(w + size_t(std::min<int64_t>(c, n_rows - 1)) * w_stride)[i];
+      codes[c] = load256(b.qs);
+      d[c] = b.d;
+    }
+    transpose8x8_epi32(codes);
+    uint8_t* pb = dst + size_t(i) * kQ8_0Block;
+    for (int k = 0; k < 8; ++k) _mm256_storeu_si256(reinterpret_cast<__m256i*>(pb + 32 * k), codes[k]);
+    std::memcpy(pb + kQ8_0Codes, d, 16);
+  }
+}
+
 }  // namespace
 
 size_t prepacked_panel_bytes(DType wtype, int64_t n_in) {
-  return wtype == DType::Q4_0 ? size_t(n_in / kQ) * kQ4_0Block : prepacked_k_panel_bytes(wtype, n_in);
+  if (wtype == DType::Q4_0) return size_t(n_in / kQ) * kQ4_0Block;
+  if (wtype == DType::Q8_0) return size_t(n_in / kQ) * kQ8_0Block;
+  return prepacked_k_panel_bytes(wtype, n_in);
 }
 
 void prepack_panel(DType wtype, const uint8_t* w, size_t w_stride, int64_t n_rows, int64_t n_in, uint8_t* dst) {
+  if (wtype == DType::Q8_0) return pack_q8_0(w, w_stride, n_rows, n_in / kQ, dst);
   if (wtype != DType::Q4_0) return prepack_k_panel(wtype, w, w_stride, n_rows, n_in, dst);
   const int64_t nb = n_in / kQ;
   for (int64_t i = 0; i < nb; ++i) {
@@ -85,47 +132,44 @@ size_t prepacked_scratch_bytes(DType wtype, int64_t n_in, int64_t n_rows) {
 void gemm_prepacked(DType wtype, const uint8_t* panels, size_t panel_bytes, int64_t n_in, int64_t out_begin,
                     int64_t out_end, const uint8_t* act, size_t a_stride, int64_t n_rows, float* y, int64_t y_stride,
                     void* scratch) {
-  if (wtype != DType::Q4_0) return gemm_prepacked_k(wtype, panels, panel_bytes, n_in, out_begin, out_end, act, a_stride,
-                                                     n_rows, y, y_stride);
+  if (wtype == DType::Q8_0) {
+    return for_prepacked_panels(panel_bytes, out_begin, out_end, n_rows, y, y_stride,
+                                [&](int64_t p, int64_t r0, int R, __m256 acc[]) {
+                                  const BlockQ8_0* a[kRowGroup];
+                                  for (int r = 0; r < R; ++r)
+                                    a[r] = reinterpret_cast<const BlockQ8_0*>(act + size_t(r0 + r) * a_stride);
+                                  const uint8_t* panel = panels + size_t(p) * panel_bytes;
+                                  switch (R) {
+                                    case 1: return panel_q8_0<1>(panel, n_in / kQ, a, acc);
+                                    case 2: return panel_q8_0<2>(panel, n_in / kQ, a, acc);
+                                    case 3: return panel_q8_0<3>(panel, n_in / kQ, a, acc);
+                                    default: return panel_q8_0<4>(panel, n_in / kQ, a, acc);
+                                  }
+                                });
+  }
+  if (wtype != DType::Q4_0)
+    return gemm_prepacked_k(wtype, panels, panel_bytes, n_in, out_begin, out_end, act, a_stride, n_rows, y, y_stride);
   const int64_t nb = n_in / kQ;
   auto* prep = static_cast<Prep*>(scratch);
   for (int64_t r = 0; r < n_rows; ++r) {
     const auto* a = reinterpret_cast<const BlockQ8_0*>(act + size_t(r) * a_stride);
     for (int64_t i = 0; i < nb; ++i) prep[r * nb + i] = {half_to_float(a[i].d), 8 * sum_i8_32(a[i].qs)};
   }
-  // Blocks of panels that fit in L2 while every row group passes over them (prefill); a row
-  // group's activations stay in L1 across the block.
-  const int64_t first = out_begin / 8, last = (out_end - 1) / 8;
-  const int64_t per_block = std::max<int64_t>(1, int64_t(kPackedBudget / panel_bytes));
-  for (int64_t p0 = first; p0 <= last; p0 += per_block) {
-    const int64_t p1 = std::min(last + 1, p0 + per_block);
-    for (int64_t r0 = 0; r0 < n_rows; r0 += kRowGroup) {
-      const int R = int(std::min<int64_t>(kRowGroup, n_rows - r0));
-      const BlockQ8_0* a[kRowGroup];
-      const Prep* pr[kRowGroup];
-      for (int r = 0; r < R; ++r) {
-        a[r] = reinterpret_cast<const BlockQ8_0*>(act + size_t(r0 + r) * a_stride);
-        pr[r] = prep + (r0 + r) * nb;
-      }
-      for (int64_t p = p0; p < p1; ++p) {
-        const int lo = int(std::max<int64_t>(out_begin - 8 * p, 0)), hi = int(std::min<int64_t>(out_end - 8 * p, 8));
-        const uint8_t* panel = panels + size_t(p) * panel_bytes;
-        __m256 acc[kRowGroup];
-        switch (R) {
-          case 1: panel_q4_0<1>(panel, nb, a, pr, acc); break;
-          case 2: panel_q4_0<2>(panel, nb, a, pr, acc); break;
-          case 3: panel_q4_0<3>(panel, nb, a, pr, acc); break;
-          default: panel_q4_0<4>(panel, nb, a, pr, acc); break;
-        }
-        for (int r = 0; r < R; ++r) {
-          alignas(32) float tmp[8];
-          _mm256_store_ps(tmp, acc[r]);
-          float* yr = y + (r0 + r) * y_stride + 8 * p;
-          for (int c = lo; c < hi; ++c) yr[c] = tmp[c];
-        }
-      }
+  for_prepacked_panels(panel_bytes, out_begin, out_end, n_rows, y, y_stride, [&](int64_t p, int64_t r0, int R, __m256 acc[]) {
+    const BlockQ8_0* a[kRowGroup];
+    const Prep* pr[kRowGroup];
+    for (int r = 0; r < R; ++r) {
+      a[r] = reinterpret_cast<const BlockQ8_0*>(act + size_t(r0 + r) * a_stride);
+      pr[r] = prep + (r0 + r) * nb;
     }
-  }
+    const uint8_t* panel = panels + size_t(p) * panel_bytes;
+    switch (R) {
+      case 1: return panel_q4_0<1>(panel, nb, a, pr, acc);
+      case 2: return panel_q4_0<2>(panel, nb, a, pr, acc);
+      case 3: return panel_q4_0<3>(panel, nb, a, pr, acc);
+      default: return panel_q4_0<4>(panel, nb, a, pr, acc);
+    }
+  });
 }
 
 }  // namespace kvasir::kernels::simd

@@ -226,28 +226,11 @@ static void k_panel(DType wtype, const uint8_t* panel, int64_t n_in, const uint8
 void gemm_prepacked_k(DType wtype, const uint8_t* panels, size_t panel_bytes, int64_t n_in, int64_t out_begin,
                       int64_t out_end, const uint8_t* act, size_t a_stride, int64_t n_rows, float* y,
                       int64_t y_stride) {
-  // Blocks of panels that stay in L2 while every row group passes over them (as for Q4_0).
-  const int64_t first = out_begin / 8, last = (out_end - 1) / 8;
-  const int64_t per_block = std::max<int64_t>(1, int64_t(kPackedBudget / panel_bytes));
-  for (int64_t p0 = first; p0 <= last; p0 += per_block) {
-    const int64_t p1 = std::min(last + 1, p0 + per_block);
-    for (int64_t r0 = 0; r0 < n_rows; r0 += kRowGroup) {
-      const int R = int(std::min<int64_t>(kRowGroup, n_rows - r0));
-      const uint8_t* a[kRowGroup];
-      for (int r = 0; r < R; ++r) a[r] = act + size_t(r0 + r) * a_stride;
-      for (int64_t p = p0; p < p1; ++p) {
-        const int lo = int(std::max<int64_t>(out_begin - 8 * p, 0)), hi = int(std::min<int64_t>(out_end - 8 * p, 8));
-        __m256 acc[kRowGroup];
-        k_panel(wtype, panels + size_t(p) * panel_bytes, n_in, a, R, acc);
-        for (int r = 0; r < R; ++r) {
-          alignas(32) float tmp[8];
-          _mm256_store_ps(tmp, acc[r]);
-          float* yr = y + (r0 + r) * y_stride + 8 * p;
-          for (int c = lo; c < hi; ++c) yr[c] = tmp[c];
-        }
-      }
-    }
-  }
+  for_prepacked_panels(panel_bytes, out_begin, out_end, n_rows, y, y_stride, [&](int64_t p, int64_t r0, int R, __m256 acc[]) {
+    const uint8_t* a[kRowGroup];
+    for (int r = 0; r < R; ++r) a[r] = act + size_t(r0 + r) * a_stride;
+    k_panel(wtype, panels + size_t(p) * panel_bytes, n_in, a, R, acc);
+  });
 }
 
 }  // namespace kvasir::kernels::simd

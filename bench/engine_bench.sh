@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Serving-engine benchmarks (issue "serving engine"), both through `kvasir batch`:
+#   1. offline throughput: N prompts batched (continuous batching) versus one at a time
+#      (--max-seqs 1), aggregate generated tokens/s of each and the ratio;
+#   2. shared-prefix TTFT: Q requests that share a ~1000-token system prompt, run one at a time,
+#      with the prefix cache (the first request is cold, the rest hit the cache) versus
+#      --no-prefix-cache (every request prefills the whole prompt); median TTFT of each, ratio.
+#
+#   bench/engine_bench.sh [-b KVASIR] [-t THREADS] [-n PROMPTS] [-g GEN_TOKENS] [-q QUESTIONS] MODEL.gguf
+set -euo pipefail
+cd "$(dirname "$0")/.."
+kvasir=build/bin/kvasir threads=2 n=64 gen=128 q=8
+while getopts "b:t:n:g:q:" opt; do
+  case $opt in b) kvasir=$OPTARG ;; t) threads=$OPTARG ;; n) n=$OPTARG ;; g) gen=$OPTARG ;; q) q=$OPTARG ;; *) exit 2 ;; esac
+done
+shift $((OPTIND - 1))
+[ $# -eq 1 ] || { echo "usage: $0 [-b KVASIR] [-t T] [-n PROMPTS] [-g GEN] [-q QUESTIONS] MODEL.gguf" >&2; exit 2; }
+model=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# Deterministic English-like text (no data files needed): prompts of 20-120 words, and a system
+# prompt long enough to be ~1000 tokens for a 32k-262k vocabulary.
+python3 - "$tmp" "$n" "$gen" "$q" <<'PY'
+import json, random, sys
+tmp, n, gen, q = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+rng = random.Random(7)
+words = ("the a of and to in is was for on with as by at from it that this which model engine token cache "
+         "block batch server request stream memory weight layer kernel thread decode prefill prompt answer "
+         "question system user river mountain city history science music garden window morning evening").split()
+def text(k): return " ".join(rng.choice(words) for _ in range(k)).capitalize() + "."
+with open(f"{tmp}/batch.jsonl", "w") as f:
+    for i in range(n):
+        f.write(json.dumps({"prompt": text(rng.randint(20, 120)), "max_tokens": gen, "temperature": 0,
+                            "ignore_eos": True}) + "\n")
+system = "You are a careful assistant. " + " ".join(text(12) for _ in range(64))
+with open(f"{tmp}/prefix.jsonl", "w") as f:
+    for i in range(q):
+        f.write(json.dumps({"prompt": system + "\nQuestion " + str(i) + ": " + text(8) + "\nAnswer:",
+                            "max_tokens": 4, "temperature": 0, "ignore_eos": True}) + "\n")
+PY
+
+run() {  # run NAME [batch flags...]: prints the summary line; results in $tmp/NAME.out
+  local name=$1 input=$2
+  shift 2
+  "$kvasir" batch -m "$model" -t "$threads" --input "$tmp/$input" --output "$tmp/$name.out" "$@" 2>&1 >/dev/null |
+    grep '^batch:' | tee "$tmp/$name.log"
+}
+
+echo "== offline throughput, $n prompts x $gen tokens, $(basename "$model"), $threads threads"
+run batched batch.jsonl --max-seqs "$n"
+run serial batch.jsonl --max-seqs 1
+echo "== shared-prefix TTFT, $q requests one at a time"
+run warm prefix.jsonl --max-seqs 1
+run cold prefix.jsonl --max-seqs 1 --no-prefix-cache
+
+python3 - "$tmp" <<'PY'
+import json, re, statistics, sys
+tmp = sys.argv[1]
+tps = {k: float(re.search(r"([0-9.]+) tok/s", open(f"{tmp}/{k}.log").read()).group(1)) for k in ("batched", "serial")}
+print(f"aggregate generation: batched {tps['batched']:.1f} tok/s, one by one {tps['serial']:.1f} tok/s, "
+      f"ratio {tps['batched'] / tps['serial']:.2f}x")
+# Requests run one at a time, so TTFT counts from when a request is scheduled (ttft - queue):
+# the prefill (or the cache hit) and the first token, without the wait behind earlier requests.
+def ttfts(k): return [(t := json.loads(l)["timings"])["ttft_ms"] - t["queue_ms"] for l in open(f"{tmp}/{k}.out")]
+def prompt_len(k): return json.loads(open(f"{tmp}/{k}.out").readline())["usage"]["prompt_tokens"]
+warm, cold = ttfts("warm"), ttfts("cold")
+w, c = statistics.median(warm[1:]), statistics.median(cold)
+print(f"TTFT, {prompt_len('warm')}-token prompts: first (cold) {warm[0]:.1f} ms, warm median {w:.1f} ms; "
+      f"no prefix cache median {c:.1f} ms; cold/warm {c / w:.1f}x")
+PY
