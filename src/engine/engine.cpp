@@ -24,6 +24,11 @@ bool RequestStream::next(Delta& out) {
   return true;
 }
 
+bool RequestStream::wait_ready(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  return ready_.wait_for(lock, timeout, [&] { return drained_ || !queue_.empty(); });
+}
+
 Engine::Engine(std::unique_ptr<EngineCore> core) : core_(std::move(core)), thread_([this] { loop(); }) {}
 
 Engine::~Engine() {

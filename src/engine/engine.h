@@ -5,6 +5,7 @@
 //   Engine      thread-safe front: a loop thread drives EngineCore; other threads submit
 //               requests, read their streams and cancel them.
 #pragma once
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -130,6 +131,8 @@ class RequestStream {
   RequestId id() const { return id_; }
   // Blocks until a delta arrives; false once the final delta has been read.
   bool next(Delta& out);
+  // Waits up to `timeout` for next() to have something to return (a delta, or the end).
+  bool wait_ready(std::chrono::milliseconds timeout);
   void push(Delta d);  // engine side
 
  private:

@@ -127,6 +127,14 @@ bool GenerationJob::all_finished() const {
   return std::all_of(choices_.begin(), choices_.end(), [](const Choice& c) { return c.finished; });
 }
 
+bool GenerationJob::wait_ready(std::chrono::milliseconds timeout) {
+  for (size_t tried = 0; tried < choices_.size(); ++tried) {
+    const Choice& c = choices_[(cursor_ + tried) % choices_.size()];
+    if (!c.finished) return c.stream->wait_ready(timeout);  // the one next() reads first
+  }
+  return true;
+}
+
 bool GenerationJob::next(int32_t& choice, engine::Delta& delta) {
   for (size_t tried = 0; tried < choices_.size(); ++tried) {
     Choice& c = choices_[cursor_];

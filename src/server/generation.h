@@ -55,6 +55,9 @@ class GenerationJob {
 
   // The next delta of an unfinished choice, round robin; false once every choice has finished.
   bool next(int32_t& choice, engine::Delta& delta);
+  // Waits up to `timeout` for next() to return without blocking (true), e.g. so that a stream
+  // still queued can probe its connection meanwhile.
+  bool wait_ready(std::chrono::milliseconds timeout);
   void abort_all();
   bool all_finished() const;
   const std::vector<Choice>& choices() const { return choices_; }

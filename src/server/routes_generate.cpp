@@ -45,6 +45,8 @@ ordered_json delta_logprobs(StreamState& s, int32_t choice, const engine::Delta&
   return completion_logprobs_json(*s.tokenizer, d.logprobs, s.text_offsets[size_t(choice)]);
 }
 
+constexpr std::chrono::milliseconds kKeepAliveEvery{1000};
+
 // One call of the content provider: the next piece of the stream. False: the client is gone.
 bool pump_once(StreamState& s, httplib::DataSink& sink) {
   std::string out;
@@ -61,7 +63,13 @@ bool pump_once(StreamState& s, httplib::DataSink& sink) {
   }
   int32_t choice = 0;
   engine::Delta d;
-  if (s.job->next(choice, d)) {
+  if (!out.empty()) {
+    // The opening chunks go out now, before the first token.
+  } else if (!s.job->wait_ready(kKeepAliveEvery)) {
+    // Nothing yet (queued, or a long prefill): an SSE comment, which clients ignore, finds out
+    // whether the client is still there, so a queued request of a vanished client is freed.
+    out = ": keep-alive\n\n";
+  } else if (s.job->next(choice, d)) {
     if (!d.text.empty() || d.finish != engine::FinishReason::None || (!d.logprobs.empty() && s.top_logprobs >= 0)) {
       out += sse_event(dump_json(stream_chunk(s.meta, ChunkContent{.index = choice,
                                                                    .text = d.text,

@@ -3,6 +3,7 @@ hide the details): completions, chat, streaming, usage, stop strings, seeds, n >
 64 concurrent streams, aborts that free the KV cache, exact 4xx codes, drain on SIGTERM, the load
 generator and the web page."""
 import concurrent.futures
+import http.client
 import json
 import os
 import shutil
@@ -89,7 +90,7 @@ def test_stream_ends_with_done(server, model_id):
     status, headers, body = server.request(
         "POST", "/v1/completions", {"model": model_id, "prompt": PROMPT, "max_tokens": 4, "stream": True})
     assert status == 200 and headers["Content-Type"].startswith("text/event-stream")
-    events = body.decode().split("\n\n")
+    events = [e for e in body.decode().split("\n\n") if not e.startswith(":")]  # keep-alive comments
     assert events[-2] == "data: [DONE]" and events[-1] == ""
     assert all(e.startswith("data: ") for e in events[:-1])
 
@@ -248,6 +249,33 @@ def test_aborted_streams_free_kv(server, client, model_id):
     m = server.metrics()
     assert m['kvasir:request_success_total{finished_reason="abort"}'] >= before + 8
     assert completion(client, model_id).choices[0].text.startswith(GREEDY)
+
+
+def test_queued_stream_of_a_vanished_client_is_freed():
+    """With one running slot, a second stream waits in the queue; its client hangs up before any
+    token. The server notices through its keep-alive comments and drops the queued request, long
+    before the running one ends."""
+    s = Server(GEMMA, extra=["--max-seqs", "1", "--kv-mem", "64M", "--max-model-len", "4096"], log_name="queued")
+    try:
+        model_id = s.json("GET", "/v1/models")[1]["data"][0]["id"]
+        body = {"model": model_id, "prompt": PROMPT, "max_tokens": 3000, "stream": True, "ignore_eos": True,
+                "temperature": 1.0}
+        headers = {"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"}
+        running = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+        running.request("POST", "/v1/completions", json.dumps(body), headers)
+        r = running.getresponse()
+        assert r.status == 200
+        r.read1(64)  # it is generating
+        queued = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+        queued.request("POST", "/v1/completions", json.dumps(body), headers)
+        assert wait_for(lambda: s.metrics()["kvasir:num_requests_waiting"] == 1), s.metrics()
+        queued.close()  # hang up while still queued
+        assert wait_for(lambda: s.metrics()["kvasir:num_requests_waiting"] == 0, timeout=10), s.metrics()
+        assert s.metrics()["kvasir:num_requests_running"] == 1  # the first stream is unaffected
+        running.close()
+        assert wait_for(lambda: s.metrics()["kvasir:kv_cache_usage_perc"] == 0), s.metrics()
+    finally:
+        assert s.stop() == 0
 
 
 # ---- errors -----------------------------------------------------------------------------------
