@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Serving-engine benchmarks (issue "serving engine"), both through `kvasir batch`:
 #   1. offline throughput: N prompts batched (continuous batching) versus one at a time
-#      (--max-seqs 1), aggregate generated tokens/s of each and the ratio;
+#      (--max-seqs 1), aggregate generated tokens/s of each and the ratio (prompts of 32-160 tokens);
 #   2. shared-prefix TTFT: Q requests that share a ~1000-token system prompt, run one at a time,
 #      with the prefix cache (the first request is cold, the rest hit the cache) versus
 #      --no-prefix-cache (every request prefills the whole prompt); median TTFT of each, ratio.
@@ -19,21 +19,28 @@ model=$1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# Deterministic English-like text (no data files needed): prompts of 20-120 words, and a system
-# prompt long enough to be ~1000 tokens for a 32k-262k vocabulary.
-python3 - "$tmp" "$n" "$gen" "$q" <<'PY'
-import json, random, sys
-tmp, n, gen, q = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+# Deterministic English-like text (no data files needed), sized with the model's own tokenizer:
+# prompts of 32-160 tokens, and a shared system prompt of ~1000 tokens.
+python3 - "$kvasir" "$model" "$tmp" "$n" "$gen" "$q" <<'PY'
+import json, random, subprocess, sys
+kvasir, model, tmp, n, gen, q = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
 rng = random.Random(7)
 words = ("the a of and to in is was for on with as by at from it that this which model engine token cache "
          "block batch server request stream memory weight layer kernel thread decode prefill prompt answer "
          "question system user river mountain city history science music garden window morning evening").split()
-def text(k): return " ".join(rng.choice(words) for _ in range(k)).capitalize() + "."
+def count(text):
+    out = subprocess.run([kvasir, "tokenize", "-m", model, "--json", "--text", text], capture_output=True, text=True, check=True)
+    return len(json.loads(out.stdout))
+def text(tokens, step=4):
+    t = rng.choice(words).capitalize()
+    while count(t) < tokens:
+        t += " " + " ".join(rng.choice(words) for _ in range(step))
+    return t + "."
 with open(f"{tmp}/batch.jsonl", "w") as f:
     for i in range(n):
-        f.write(json.dumps({"prompt": text(rng.randint(20, 120)), "max_tokens": gen, "temperature": 0,
+        f.write(json.dumps({"prompt": text(rng.randint(32, 160)), "max_tokens": gen, "temperature": 0,
                             "ignore_eos": True}) + "\n")
-system = "You are a careful assistant. " + " ".join(text(12) for _ in range(64))
+system = "You are a careful assistant. " + text(1000, step=40)
 with open(f"{tmp}/prefix.jsonl", "w") as f:
     for i in range(q):
         f.write(json.dumps({"prompt": system + "\nQuestion " + str(i) + ": " + text(8) + "\nAnswer:",

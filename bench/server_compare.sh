@@ -7,7 +7,8 @@
 #   bench/server_compare.sh [-b KVASIR] [-t THREADS] [-c 1,2,4,8,16] [-N PROMPTS] [-i IN] [-o OUT_TOKENS]
 #                           [-s SLOTS] [-d OUT] MODEL.gguf
 #
-# Note: llama-cpp-python's server runs one completion at a time (no parallel slots); the native
+# Note: llama-cpp-python's server runs one completion at a time (no parallel slots; by default a
+# new request would even interrupt the running one, hence --interrupt_requests false); the native
 # llama-server with -np is not on PyPI, so it is not what this compares against.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -63,7 +64,7 @@ wait_up() {
 sweep() {  # sweep NAME: loadgen against the server on $port
   "$kvasir" loadgen --url "http://127.0.0.1:$port" --concurrency "$conc" --num-prompts "$num" \
     --dataset jsonl --prompt-file "$dir/prompts.jsonl" --output-len "$out" --warmup 2 --seed 1 --result-json "$dir/$1/result.json" \
-    --table "$dir/$1/table.md" --svg-dir "$dir/$1" --percentiles 50,99 --timeout 600 >&2
+    --table "$dir/$1/table.md" --svg-dir "$dir/$1" --percentiles 50,99 --timeout 600 --detailed >&2
 }
 
 echo "== kvasir serve ($(basename "$model"), $threads threads)" >&2
@@ -74,9 +75,10 @@ sweep kvasir
 cleanup
 wait "$pid" 2>/dev/null || true
 
+port=$((port + 1))  # the first server's socket may linger
 echo "== llama-cpp-python server ($(basename "$model"), $threads threads)" >&2
 bench/.venv/bin/python -m llama_cpp.server --model "$model" --n_threads "$threads" --n_threads_batch "$threads" \
-  --n_ctx 4096 --flash_attn true --port "$port" --model_alias model >"$dir/llamacpp/server.log" 2>&1 &
+  --n_ctx 4096 --flash_attn true --interrupt_requests false --port "$port" --model_alias model >"$dir/llamacpp/server.log" 2>&1 &
 pid=$!
 wait_up
 sweep llamacpp
@@ -95,6 +97,8 @@ print("|---:|---:|---:|---:|---:|---:|---:|---:|")
 for c in sorted(k):
     a, b = k[c], l.get(c)
     if not b: continue
+    for name, x in (("kvasir", a), ("llama.cpp", b)):
+        if x["failed"]: print(f"note: {name} c={c}: {x['failed']} failed: {sorted(set(e for e in x.get('errors', []) if e))[:3]}")
     print(f"| {c} | {a['output_throughput']:.1f} | {b['output_throughput']:.1f} | {a['output_throughput'] / b['output_throughput']:.2f}x "
           f"| {a['p99_tpot_ms']:.1f} | {b['p99_tpot_ms']:.1f} | {a['p99_ttft_ms']:.0f} | {b['p99_ttft_ms']:.0f} |")
 PY
