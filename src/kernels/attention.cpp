@@ -54,14 +54,39 @@ inline void scale_row(float* acc, int64_t n, float c) {
   for (; d < n; ++d) acc[d] *= c;
 }
 
-// acc[d] = fma(w, v[d], acc[d]).
-inline void axpy(float* acc, const float* v, int64_t n, float w) {
+// acc[d] = fma(w[t], v[t][d], acc[d]) for t = 0..n-1 in order, v rows hd floats apart. Dims
+// outer, keys inner, so a slice of acc stays in registers across the keys: the same operations
+// per element as one axpy per key, without reloading and storing acc for every key.
+inline void accumulate_values(float* acc, const float* v, const float* w, int64_t n, int64_t hd) {
   int64_t d = 0;
 #if KVASIR_HAVE_AVX2
-  const __m256 wv = _mm256_set1_ps(w);
-  for (; d + 8 <= n; d += 8) _mm256_storeu_ps(acc + d, _mm256_fmadd_ps(wv, _mm256_loadu_ps(v + d), _mm256_loadu_ps(acc + d)));
+  for (; d + 32 <= hd; d += 32) {
+    __m256 a0 = _mm256_loadu_ps(acc + d), a1 = _mm256_loadu_ps(acc + d + 8);
+    __m256 a2 = _mm256_loadu_ps(acc + d + 16), a3 = _mm256_loadu_ps(acc + d + 24);
+    for (int64_t t = 0; t < n; ++t) {
+      const __m256 wv = _mm256_set1_ps(w[t]);
+      const float* vt = v + t * hd + d;
+      a0 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(vt), a0);
+      a1 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(vt + 8), a1);
+      a2 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(vt + 16), a2);
+      a3 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(vt + 24), a3);
+    }
+    _mm256_storeu_ps(acc + d, a0);
+    _mm256_storeu_ps(acc + d + 8, a1);
+    _mm256_storeu_ps(acc + d + 16, a2);
+    _mm256_storeu_ps(acc + d + 24, a3);
+  }
+  for (; d + 8 <= hd; d += 8) {
+    __m256 a = _mm256_loadu_ps(acc + d);
+    for (int64_t t = 0; t < n; ++t) a = _mm256_fmadd_ps(_mm256_set1_ps(w[t]), _mm256_loadu_ps(v + t * hd + d), a);
+    _mm256_storeu_ps(acc + d, a);
+  }
 #endif
-  for (; d < n; ++d) acc[d] = std::fma(w, v[d], acc[d]);
+  for (; d < hd; ++d) {
+    float a = acc[d];
+    for (int64_t t = 0; t < n; ++t) a = std::fma(w[t], v[t * hd + d], a);
+    acc[d] = a;
+  }
 }
 
 // w[t] = exp(s[t] - mx) for t < n (lanes past n are computed and ignored).
@@ -94,10 +119,8 @@ void attend_block(const float* q, const float* k, const float* v, int64_t n, int
   if (correction != 1.f) scale_row(acc, hd, correction);
   exp_shifted(s, n, new_max, w);
   float sum = 0;
-  for (int64_t t = 0; t < n; ++t) {
-    sum += w[t];
-    axpy(acc, v + t * hd, hd, w[t]);
-  }
+  for (int64_t t = 0; t < n; ++t) sum += w[t];
+  accumulate_values(acc, v, w, n, hd);
   st.sum = std::fma(st.sum, correction, sum);
   st.max = new_max;
 }
@@ -121,31 +144,37 @@ void kv_store(const KvLayerView& kv, const int32_t* block_table, int64_t pos, co
 
 int64_t attention_scratch_floats(const KvLayerView& kv, const AttentionParams& p) {
   const int64_t group = p.n_heads / kv.n_kv_heads;
-  // K and V of one block, scores and weights of one block (padded to 8), the tile's states.
-  return 2 * kv.block_size * kv.head_dim + 2 * (kv.block_size + 8) + 2 * kAttentionTileRows * group;
+  // K and V of one head's block, scores and weights of one block (padded to 8), the states of
+  // every (row, query head) of a tile.
+  return 2 * kv.block_size * kv.head_dim + 2 * (kv.block_size + 8) + 2 * kAttentionTileRows * group * kv.n_kv_heads;
 }
 
 void attention_rows(const float* q, int64_t n_rows, int64_t row_stride, const KvLayerView& kv,
                     const int32_t* block_table, int64_t pos0, const AttentionParams& p, int64_t kv_begin,
                     int64_t kv_end, float* out, float* scratch) {
   const int64_t hd = kv.head_dim, bs = kv.block_size;
-  const int64_t group = p.n_heads / kv.n_kv_heads;
+  const int64_t group = p.n_heads / kv.n_kv_heads, n_g = kv_end - kv_begin;
   const bool f16 = kv.type == DType::F16;
   float* kblk = scratch;           // [bs][hd]
   float* vblk = kblk + bs * hd;    // [bs][hd]
   float* s = vblk + bs * hd;       // [bs + 8]
   float* w = s + bs + 8;           // [bs + 8]
-  auto* state = reinterpret_cast<HeadState*>(w + bs + 8);  // [n_rows][group]
+  auto* state = reinterpret_cast<HeadState*>(w + bs + 8);  // [n_rows][n_g * group]
+  auto state_of = [&](int64_t m, int64_t g, int64_t h) -> HeadState& { return state[(m * n_g + g - kv_begin) * group + h]; };
   const int64_t last = pos0 + n_rows - 1;
   const int64_t lo_first = window_start(pos0, p.window);
-  for (int64_t g = kv_begin; g < kv_end; ++g) {
-    for (int64_t m = 0; m < n_rows; ++m) {
-      std::fill(out + m * row_stride + g * group * hd, out + m * row_stride + (g + 1) * group * hd, 0.f);
-      for (int64_t h = 0; h < group; ++h) state[m * group + h] = {-std::numeric_limits<float>::infinity(), 0.f};
-    }
-    for (int64_t start = lo_first - lo_first % bs; start <= last; start += bs) {
-      // Convert the keys any row of the tile needs from this block, once.
-      const int64_t first = std::max(start, lo_first), end = std::min(start + bs - 1, last);
+  for (int64_t m = 0; m < n_rows; ++m) {
+    std::fill(out + m * row_stride + kv_begin * group * hd, out + m * row_stride + kv_end * group * hd, 0.f);
+    for (int64_t g = kv_begin; g < kv_end; ++g)
+      for (int64_t h = 0; h < group; ++h) state_of(m, g, h) = {-std::numeric_limits<float>::infinity(), 0.f};
+  }
+  // Blocks outer, heads inner: the heads of one KV row are adjacent in memory, so a block's rows
+  // are read from DRAM once for all of the tile's heads. Each (row, head) still sees the blocks
+  // in order, so the result does not depend on how the heads are split.
+  for (int64_t start = lo_first - lo_first % bs; start <= last; start += bs) {
+    const int64_t first = std::max(start, lo_first), end = std::min(start + bs - 1, last);
+    for (int64_t g = kv_begin; g < kv_end; ++g) {
+      // Convert the keys any row of the tile needs from this block, once per head.
       for (int64_t t = first; t <= end; ++t) {
         const size_t off = size_t(g * hd) * elem_bytes(kv.type);
         widen_row(kv_row(kv.k, kv, block_table, t) + off, f16, kblk + (t - first) * hd, hd);
@@ -158,14 +187,15 @@ void attention_rows(const float* q, int64_t n_rows, int64_t row_stride, const Kv
         for (int64_t h = 0; h < group; ++h) {
           const int64_t head = g * group + h;
           attend_block(q + m * row_stride + head * hd, kblk + (t0 - first) * hd, vblk + (t0 - first) * hd, t1 - t0 + 1,
-                       hd, p, s, w, state[m * group + h], out + m * row_stride + head * hd);
+                       hd, p, s, w, state_of(m, g, h), out + m * row_stride + head * hd);
         }
       }
     }
-    for (int64_t m = 0; m < n_rows; ++m)
-      for (int64_t h = 0; h < group; ++h)
-        scale_row(out + m * row_stride + (g * group + h) * hd, hd, 1.f / state[m * group + h].sum);
   }
+  for (int64_t m = 0; m < n_rows; ++m)
+    for (int64_t g = kv_begin; g < kv_end; ++g)
+      for (int64_t h = 0; h < group; ++h)
+        scale_row(out + m * row_stride + (g * group + h) * hd, hd, 1.f / state_of(m, g, h).sum);
 }
 
 void attention(const float* q, const KvLayerView& kv, const int32_t* block_table, int64_t pos,

@@ -243,17 +243,21 @@ void Forward::attention_block(int64_t il, const Batch& b, KvCache& kv) {
     }
   });
   // Every row's K/V is stored before any row attends, so a prefill chunk sees itself causally.
-  // Work units are (tile, KV head): disjoint outputs, each computed the same way wherever it runs.
+  // Work units are (tile, run of KV heads): disjoint outputs, each computed the same way wherever
+  // it runs. Runs of several heads read each KV row once; enough runs to keep every thread busy
+  // on a single sequence.
   const kernels::AttentionParams ap{c_.n_heads, swa ? c_.sliding_window : 0, c_.attn_scale, 0.f};
-  const int64_t units = int64_t(tiles_.size()) * c_.n_kv_heads;
+  const int64_t run = std::max<int64_t>(1, c_.n_kv_heads / std::max(1, pool_.num_threads()));
+  const int64_t runs = (c_.n_kv_heads + run - 1) / run;
+  const int64_t units = int64_t(tiles_.size()) * runs;
   pool_.parallel_for(units, 1, [&](int64_t begin, int64_t end, int thread) {
     float* scratch = attn_scratch_.data() + size_t(thread) * size_t(attn_scratch_floats_);
     for (int64_t u = begin; u < end; ++u) {
-      const AttnTile& tile = tiles_[size_t(u / c_.n_kv_heads)];
-      const int64_t g = u % c_.n_kv_heads;
+      const AttnTile& tile = tiles_[size_t(u / runs)];
+      const int64_t g0 = (u % runs) * run, g1 = std::min(c_.n_kv_heads, g0 + run);
       kernels::attention_rows(q_.data() + tile.row * c_.q_dim(), tile.n_rows, c_.q_dim(), view,
-                              b.block_tables[size_t(b.seq_index[tile.row])]->data(), b.positions[tile.row], ap, g,
-                              g + 1, att_.data() + tile.row * c_.q_dim(), scratch);
+                              b.block_tables[size_t(b.seq_index[tile.row])]->data(), b.positions[tile.row], ap, g0,
+                              g1, att_.data() + tile.row * c_.q_dim(), scratch);
     }
   }, 16);
   linear({{&l.wo, proj_.data()}}, att_.data(), T);
