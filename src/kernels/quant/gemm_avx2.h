@@ -65,35 +65,6 @@ inline __m256i unpack_nibbles(const uint8_t* qs) {
 
 inline __m256i fifth_bits(const uint8_t* qh) { return _mm256_and_si256(bits_to_bytes(load_u32(qh)), _mm256_set1_epi8(0x10)); }
 
-inline __m256i two_bit_plane(__m256i q, int k) {
-  return _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * k)), _mm256_set1_epi8(3));
-}
-inline __m256i bit_as(__m256i bits, int bit, char value) {
-  const __m256i m = _mm256_set1_epi8(char(1 << bit));
-  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bits, m), m), _mm256_set1_epi8(value));
-}
-inline __m128i q3_k_scales(const uint8_t* packed) {
-  int64_t lo;
-  uint32_t hi;
-  std::memcpy(&lo, packed, 8);
-  std::memcpy(&hi, packed + 8, 4);
-  const __m128i m4 = _mm_set1_epi8(0x0F), l = _mm_cvtsi64_si128(lo);
-  const __m128i low = _mm_unpacklo_epi64(_mm_and_si128(l, m4), _mm_and_si128(_mm_srli_epi16(l, 4), m4));
-  const __m128i high = _mm_and_si128(_mm_setr_epi32(int(hi), int(hi >> 2), int(hi >> 4), int(hi >> 6)), _mm_set1_epi8(3));
-  return _mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi16(high, 4)), _mm_set1_epi8(32));
-}
-inline void k4_scales_mins(const uint8_t* packed, uint8_t sc[8], uint8_t mn[8]) {
-  uint32_t w[3];
-  std::memcpy(w, packed, 12);
-  const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, top2 = 0x03030303;
-  const uint32_t s_lo = w[0] & low6, m_lo = w[1] & low6;
-  const uint32_t s_hi = (w[2] & low4) | (((w[0] >> 6) & top2) << 4);
-  const uint32_t m_hi = ((w[2] >> 4) & low4) | (((w[1] >> 6) & top2) << 4);
-  std::memcpy(sc, &s_lo, 4);
-  std::memcpy(sc + 4, &s_hi, 4);
-  std::memcpy(mn, &m_lo, 4);
-  std::memcpy(mn + 4, &m_hi, 4);
-}
 
 // Tiles of the float types and the quantized types; each handles any n_cols / n_rows.
 void gemm_float(const GemmTile& t, void* scratch);

@@ -222,7 +222,6 @@ static void k_panel(DType wtype, const uint8_t* panel, int64_t n_in, const uint8
   }
 }
 
-
 void gemm_prepacked_k(DType wtype, const uint8_t* panels, size_t panel_bytes, int64_t n_in, int64_t out_begin,
                       int64_t out_end, const uint8_t* act, size_t a_stride, int64_t n_rows, float* y,
                       int64_t y_stride) {
