@@ -447,11 +447,12 @@ def test_sigterm_drains_in_flight_requests():
     t.start()
     assert wait_for(lambda: "first" in got, 30)
     s.proc.send_signal(15)
-    # While draining, new work is refused and health says so (until the listener closes).
+    # While draining, new work is refused and health says so (until the listener closes). The
+    # signal is handled asynchronously, so first wait until health reports the drain.
     try:
+        assert wait_for(lambda: s.request("GET", "/health")[0] == 503, 30)
         status, data = s.json("POST", "/v1/completions", {"prompt": PROMPT, "max_tokens": 2})
         assert status == 503 and data["error"]["code"] == "shutting_down"
-        assert s.request("GET", "/health")[0] == 503
     except ConnectionError:
         pass  # already gone: the in-flight request finished first
     t.join(60)
