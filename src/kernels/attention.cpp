@@ -15,34 +15,60 @@ namespace {
 
 size_t elem_bytes(DType t) { return t == DType::F32 ? 4 : 2; }
 
-// Pointer to the KV row of logical position pos.
-inline uint8_t* kv_row(void* pool, const KvLayerView& kv, const int32_t* block_table, int64_t pos) {
-  const int64_t row = int64_t(block_table[pos / kv.block_size]) * kv.block_size + pos % kv.block_size;
-  return static_cast<uint8_t*>(pool) + size_t(row) * size_t(kv.n_kv_heads * kv.head_dim) * elem_bytes(kv.type);
+// Pointer to head g's K or V row of logical position pos. Pools are head-major inside a block
+// ([block][kv head][block_size][head_dim]), so one head's rows of a block are one contiguous run
+// that the hardware prefetchers stream.
+inline uint8_t* kv_row(void* pool, const KvLayerView& kv, const int32_t* block_table, int64_t pos, int64_t g) {
+  const int64_t row = (int64_t(block_table[pos / kv.block_size]) * kv.n_kv_heads + g) * kv.block_size + pos % kv.block_size;
+  return static_cast<uint8_t*>(pool) + size_t(row * kv.head_dim) * elem_bytes(kv.type);
 }
 
 inline int64_t window_start(int64_t pos, int64_t window) { return window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0; }
 
-// q.k over n floats: two 8-lane FMA chains (alternating chunks), the fixed hsum, then the tail.
-inline float dot(const float* a, const float* b, int64_t n) {
-  int64_t i = 0;
-  float s = 0;
+// Eight K/V elements as floats: F16 widened in registers (exact), or F32 as they are.
 #if KVASIR_HAVE_AVX2
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  for (; i + 16 <= n; i += 16) {
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
-  }
-  if (i + 8 <= n) {
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-    i += 8;
-  }
-  __m128 h = _mm_add_ps(_mm256_castps256_ps128(_mm256_add_ps(acc0, acc1)), _mm256_extractf128_ps(_mm256_add_ps(acc0, acc1), 1));
-  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-  s = _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 #endif
-  for (; i < n; ++i) s = std::fma(a[i], b[i], s);
-  return s;
+inline float load1(const float* p) { return *p; }
+inline float load1(const uint16_t* p) { return fp16_to_f32(*p); }
+
+#if KVASIR_HAVE_AVX2
+// Lane j = the sum of the 8 lanes of a[j]: a fixed tree of horizontal adds.
+inline __m256 reduce8(const __m256 a[8]) {
+  const __m256 t01 = _mm256_hadd_ps(a[0], a[1]), t23 = _mm256_hadd_ps(a[2], a[3]);
+  const __m256 t45 = _mm256_hadd_ps(a[4], a[5]), t67 = _mm256_hadd_ps(a[6], a[7]);
+  const __m256 u0 = _mm256_hadd_ps(t01, t23), u1 = _mm256_hadd_ps(t45, t67);
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+#endif
+
+// s[t] = scale * q.k[t] for t < n (key rows hd elements apart). Keys go eight at a time, each
+// one FMA chain over the dims in order, reduced by reduce8; lanes past n repeat key 0 and are
+// dropped. Without AVX2 (or for head dims that are not a multiple of 8) one scalar chain per key.
+template <class T>
+void scores(const float* q, const T* k, int64_t n, int64_t hd, float scale, float* s) {
+#if KVASIR_HAVE_AVX2
+  if (hd % 8 == 0) {
+    for (int64_t t = 0; t < n; t += 8) {
+      const T* kt[8];
+      for (int j = 0; j < 8; ++j) kt[j] = k + (t + j < n ? t + j : 0) * hd;
+      __m256 acc[8];
+      for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
+      for (int64_t d = 0; d < hd; d += 8) {
+        const __m256 qv = _mm256_loadu_ps(q + d);
+        for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(qv, load8(kt[j] + d), acc[j]);
+      }
+      _mm256_storeu_ps(s + t, _mm256_mul_ps(reduce8(acc), _mm256_set1_ps(scale)));
+    }
+    return;
+  }
+#endif
+  for (int64_t t = 0; t < n; ++t) {
+    float x = 0;
+    for (int64_t d = 0; d < hd; ++d) x = std::fma(q[d], load1(k + t * hd + d), x);
+    s[t] = x * scale;
+  }
 }
 
 // acc[d] = acc[d] * c.
@@ -54,10 +80,11 @@ inline void scale_row(float* acc, int64_t n, float c) {
   for (; d < n; ++d) acc[d] *= c;
 }
 
-// acc[d] = fma(w[t], v[t][d], acc[d]) for t = 0..n-1 in order, v rows hd floats apart. Dims
-// outer, keys inner, so a slice of acc stays in registers across the keys: the same operations
-// per element as one axpy per key, without reloading and storing acc for every key.
-inline void accumulate_values(float* acc, const float* v, const float* w, int64_t n, int64_t hd) {
+// acc[d] = fma(w[t], v[t][d], acc[d]) for t = 0..n-1 in order (v rows hd elements apart).
+// Dims outer, keys inner, so a slice of acc stays in registers across the keys: the same
+// operations per element as one axpy per key, without reloading and storing acc for every key.
+template <class T>
+void accumulate_values(float* acc, const T* v, const float* w, int64_t n, int64_t hd) {
   int64_t d = 0;
 #if KVASIR_HAVE_AVX2
   for (; d + 32 <= hd; d += 32) {
@@ -65,11 +92,11 @@ inline void accumulate_values(float* acc, const float* v, const float* w, int64_
     __m256 a2 = _mm256_loadu_ps(acc + d + 16), a3 = _mm256_loadu_ps(acc + d + 24);
     for (int64_t t = 0; t < n; ++t) {
       const __m256 wv = _mm256_set1_ps(w[t]);
-      const float* vt = v + t * hd + d;
-      a0 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(vt), a0);
-      a1 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(vt + 8), a1);
-      a2 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(vt + 16), a2);
-      a3 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(vt + 24), a3);
+      const T* vt = v + t * hd + d;
+      a0 = _mm256_fmadd_ps(wv, load8(vt), a0);
+      a1 = _mm256_fmadd_ps(wv, load8(vt + 8), a1);
+      a2 = _mm256_fmadd_ps(wv, load8(vt + 16), a2);
+      a3 = _mm256_fmadd_ps(wv, load8(vt + 24), a3);
     }
     _mm256_storeu_ps(acc + d, a0);
     _mm256_storeu_ps(acc + d + 8, a1);
@@ -78,13 +105,13 @@ inline void accumulate_values(float* acc, const float* v, const float* w, int64_
   }
   for (; d + 8 <= hd; d += 8) {
     __m256 a = _mm256_loadu_ps(acc + d);
-    for (int64_t t = 0; t < n; ++t) a = _mm256_fmadd_ps(_mm256_set1_ps(w[t]), _mm256_loadu_ps(v + t * hd + d), a);
+    for (int64_t t = 0; t < n; ++t) a = _mm256_fmadd_ps(_mm256_set1_ps(w[t]), load8(v + t * hd + d), a);
     _mm256_storeu_ps(acc + d, a);
   }
 #endif
   for (; d < hd; ++d) {
     float a = acc[d];
-    for (int64_t t = 0; t < n; ++t) a = std::fma(w[t], v[t * hd + d], a);
+    for (int64_t t = 0; t < n; ++t) a = std::fma(w[t], load1(v + t * hd + d), a);
     acc[d] = a;
   }
 }
@@ -103,16 +130,16 @@ struct HeadState {
   float max, sum;
 };
 
-// One head of one row over n keys/values (rows of k, v with head_dim floats): scores, then the
-// online-softmax update of (max, sum) and of the unnormalized output acc.
-void attend_block(const float* q, const float* k, const float* v, int64_t n, int64_t hd, const AttentionParams& p,
-                  float* s, float* w, HeadState& st, float* acc) {
+// One head of one row over n keys/values (contiguous rows of head_dim elements, F16 or F32):
+// scores, then the online-softmax update of (max, sum) and of the unnormalized output acc.
+template <class T>
+void attend_block(const float* q, const T* k, const T* v, int64_t n, int64_t hd, const AttentionParams& p, float* s,
+                  float* w, HeadState& st, float* acc) {
+  scores(q, k, n, hd, p.scale, s);
   float block_max = -std::numeric_limits<float>::infinity();
   for (int64_t t = 0; t < n; ++t) {
-    float x = dot(q, k + t * hd, hd) * p.scale;
-    if (p.softcap > 0) x = p.softcap * std::tanh(x / p.softcap);
-    s[t] = x;
-    block_max = std::max(block_max, x);
+    if (p.softcap > 0) s[t] = p.softcap * std::tanh(s[t] / p.softcap);
+    block_max = std::max(block_max, s[t]);
   }
   const float new_max = std::max(st.max, block_max);
   const float correction = std::exp(st.max - new_max);  // 0 on the first block
@@ -128,17 +155,19 @@ void attend_block(const float* q, const float* k, const float* v, int64_t n, int
 }  // namespace
 
 void kv_store(const KvLayerView& kv, const int32_t* block_table, int64_t pos, const float* k, const float* v) {
-  const int64_t n = kv.n_kv_heads * kv.head_dim;
-  uint8_t* kr = kv_row(kv.k, kv, block_table, pos);
-  uint8_t* vr = kv_row(kv.v, kv, block_table, pos);
-  if (kv.type == DType::F32) {
-    std::memcpy(kr, k, size_t(n) * 4);
-    std::memcpy(vr, v, size_t(n) * 4);
-  } else {
-    // Round to nearest even like f32_to_fp16 (vectorized where compiled in).
-    const auto to_f16 = quant_traits(DType::F16)->quantize_row_fast;
-    to_f16(k, kr, n);
-    to_f16(v, vr, n);
+  const int64_t hd = kv.head_dim;
+  // Round to nearest even like f32_to_fp16 (vectorized where compiled in).
+  const auto to_f16 = quant_traits(DType::F16)->quantize_row_fast;
+  for (int64_t g = 0; g < kv.n_kv_heads; ++g) {
+    uint8_t* kr = kv_row(kv.k, kv, block_table, pos, g);
+    uint8_t* vr = kv_row(kv.v, kv, block_table, pos, g);
+    if (kv.type == DType::F32) {
+      std::memcpy(kr, k + g * hd, size_t(hd) * 4);
+      std::memcpy(vr, v + g * hd, size_t(hd) * 4);
+    } else {
+      to_f16(k + g * hd, kr, hd);
+      to_f16(v + g * hd, vr, hd);
+    }
   }
 }
 
@@ -168,17 +197,33 @@ void attention_rows(const float* q, int64_t n_rows, int64_t row_stride, const Kv
     for (int64_t g = kv_begin; g < kv_end; ++g)
       for (int64_t h = 0; h < group; ++h) state_of(m, g, h) = {-std::numeric_limits<float>::infinity(), 0.f};
   }
-  // Blocks outer, heads inner: the heads of one KV row are adjacent in memory, so a block's rows
-  // are read from DRAM once for all of the tile's heads. Each (row, head) still sees the blocks
-  // in order, so the result does not depend on how the heads are split.
+  // Blocks outer, heads inner: each (row, head) sees the blocks in order, so the result does not
+  // depend on how the heads are split. One head's rows of a block are contiguous (kv_row).
+  // F16 K/V is read in place (widened in registers) when one query head uses it, and widened
+  // once into scratch when several rows or heads share it; both give bitwise the same floats,
+  // so the choice never shows in a result.
+  const bool widen = f16 && n_rows * group >= 2;
   for (int64_t start = lo_first - lo_first % bs; start <= last; start += bs) {
     const int64_t first = std::max(start, lo_first), end = std::min(start + bs - 1, last);
     for (int64_t g = kv_begin; g < kv_end; ++g) {
-      // Convert the keys any row of the tile needs from this block, once per head.
-      for (int64_t t = first; t <= end; ++t) {
-        const size_t off = size_t(g * hd) * elem_bytes(kv.type);
-        widen_row(kv_row(kv.k, kv, block_table, t) + off, f16, kblk + (t - first) * hd, hd);
-        widen_row(kv_row(kv.v, kv, block_table, t) + off, f16, vblk + (t - first) * hd, hd);
+      const uint8_t* k0 = kv_row(kv.k, kv, block_table, first, g);
+      const uint8_t* v0 = kv_row(kv.v, kv, block_table, first, g);
+#if KVASIR_HAVE_AVX2
+      // The next block sits anywhere in the pool: fetch this head's part of it while this one
+      // is computed (within a block the hardware prefetchers follow the contiguous rows).
+      if (start + bs <= last) {
+        const size_t bytes = size_t(bs * hd) * elem_bytes(kv.type);
+        const auto* kn = reinterpret_cast<const char*>(kv_row(kv.k, kv, block_table, start + bs, g));
+        const auto* vn = reinterpret_cast<const char*>(kv_row(kv.v, kv, block_table, start + bs, g));
+        for (size_t b = 0; b < bytes; b += 64) {
+          _mm_prefetch(kn + b, _MM_HINT_T0);
+          _mm_prefetch(vn + b, _MM_HINT_T0);
+        }
+      }
+#endif
+      if (widen) {
+        widen_row(k0, true, kblk, (end - first + 1) * hd);
+        widen_row(v0, true, vblk, (end - first + 1) * hd);
       }
       for (int64_t m = 0; m < n_rows; ++m) {
         const int64_t pos = pos0 + m;
@@ -186,8 +231,20 @@ void attention_rows(const float* q, int64_t n_rows, int64_t row_stride, const Kv
         if (t0 > t1) continue;
         for (int64_t h = 0; h < group; ++h) {
           const int64_t head = g * group + h;
-          attend_block(q + m * row_stride + head * hd, kblk + (t0 - first) * hd, vblk + (t0 - first) * hd, t1 - t0 + 1,
-                       hd, p, s, w, state_of(m, g, h), out + m * row_stride + head * hd);
+          const float* qh = q + m * row_stride + head * hd;
+          float* oh = out + m * row_stride + head * hd;
+          HeadState& st = state_of(m, g, h);
+          const int64_t skip = t0 - first, n = t1 - t0 + 1;
+          const int64_t off = skip * hd;
+          if (widen) {
+            attend_block(qh, kblk + off, vblk + off, n, hd, p, s, w, st, oh);
+          } else if (f16) {
+            attend_block(qh, reinterpret_cast<const uint16_t*>(k0) + off, reinterpret_cast<const uint16_t*>(v0) + off, n,
+                         hd, p, s, w, st, oh);
+          } else {
+            attend_block(qh, reinterpret_cast<const float*>(k0) + off, reinterpret_cast<const float*>(v0) + off, n, hd,
+                         p, s, w, st, oh);
+          }
         }
       }
     }

@@ -10,7 +10,8 @@
 
 namespace kvasir::kernels {
 
-// One layer's K and V pools: [num_blocks][block_size][n_kv_heads * head_dim], F16 or F32.
+// One layer's K and V pools: [num_blocks][n_kv_heads][block_size][head_dim], F16 or F32 (head-major
+// inside a block: one head's keys of a block are contiguous).
 struct KvLayerView {
   void* k = nullptr;
   void* v = nullptr;
