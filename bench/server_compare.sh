@@ -5,18 +5,21 @@
 # Markdown comparison (output tok/s and P99 TPOT per concurrency); keeps JSON + SVGs in OUT.
 #
 #   bench/server_compare.sh [-b KVASIR] [-t THREADS] [-c 1,2,4,8,16] [-N PROMPTS] [-i IN] [-o OUT_TOKENS]
-#                           [-s SLOTS] [-d OUT] MODEL.gguf
+#                           [-s SLOTS] [-k "KVASIR SERVE FLAGS"] [-L] [-d OUT] MODEL.gguf
+#
+# -k passes extra flags to `kvasir serve` (e.g. "--tpot-target 15"); -L skips the llama.cpp sweep
+# and compares against the result.json an earlier run left in OUT/llamacpp.
 #
 # Note: llama-cpp-python's server runs one completion at a time (no parallel slots; by default a
 # new request would even interrupt the running one, hence --interrupt_requests false); the native
 # llama-server with -np is not on PyPI, so it is not what this compares against.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-kvasir=build/bin/kvasir threads=2 conc=1,2,4,8,16 num=32 in=128 out=64 slots=16 dir=bench/out/server
-while getopts "b:t:c:N:i:o:s:d:" opt; do
+kvasir=build/bin/kvasir threads=2 conc=1,2,4,8,16 num=32 in=128 out=64 slots=16 dir=bench/out/server extra= skip_peer=
+while getopts "b:t:c:N:i:o:s:d:k:L" opt; do
   case $opt in
     b) kvasir=$OPTARG ;; t) threads=$OPTARG ;; c) conc=$OPTARG ;; N) num=$OPTARG ;; i) in=$OPTARG ;;
-    o) out=$OPTARG ;; s) slots=$OPTARG ;; d) dir=$OPTARG ;; *) exit 2 ;;
+    o) out=$OPTARG ;; s) slots=$OPTARG ;; d) dir=$OPTARG ;; k) extra=$OPTARG ;; L) skip_peer=1 ;; *) exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
@@ -24,7 +27,7 @@ shift $((OPTIND - 1))
 model=$1
 mkdir -p "$dir/kvasir" "$dir/llamacpp"
 
-if ! bench/.venv/bin/python -c "import llama_cpp.server.app" 2>/dev/null; then
+if [ -z "$skip_peer" ] && ! bench/.venv/bin/python -c "import llama_cpp.server.app" 2>/dev/null; then
   [ -x bench/.venv/bin/python ] || python3 -m venv bench/.venv
   echo "installing llama-cpp-python[server] (builds llama.cpp from source when not yet installed)..." >&2
   CMAKE_ARGS="-DGGML_NATIVE=ON -DGGML_BLAS=OFF" bench/.venv/bin/pip install -q "llama-cpp-python[server]"
@@ -32,7 +35,7 @@ fi
 
 # Text prompts of ~IN tokens (llama-cpp-python's server takes no token-id prompts), sized with
 # this model's own tokenizer, so both servers see the same token counts.
-python3 - "$kvasir" "$model" "$in" "$num" "$dir/prompts.jsonl" <<'PY'
+[ -n "$skip_peer" ] && [ -s "$dir/prompts.jsonl" ] || python3 - "$kvasir" "$model" "$in" "$num" "$dir/prompts.jsonl" <<'PY'
 import json, random, subprocess, sys
 kvasir, model, n_in, num, path = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 rng = random.Random(3)
@@ -68,21 +71,24 @@ sweep() {  # sweep NAME: loadgen against the server on $port
 }
 
 echo "== kvasir serve ($(basename "$model"), $threads threads)" >&2
-"$kvasir" serve -m "$model" -t "$threads" --port "$port" --max-seqs "$slots" >"$dir/kvasir/server.log" 2>&1 &
+# shellcheck disable=SC2086  # $extra is a list of flags
+"$kvasir" serve -m "$model" -t "$threads" --port "$port" --max-seqs "$slots" $extra >"$dir/kvasir/server.log" 2>&1 &
 pid=$!
 wait_up
 sweep kvasir
 cleanup
 wait "$pid" 2>/dev/null || true
 
-port=$((port + 1))  # the first server's socket may linger
-echo "== llama-cpp-python server ($(basename "$model"), $threads threads)" >&2
-bench/.venv/bin/python -m llama_cpp.server --model "$model" --n_threads "$threads" --n_threads_batch "$threads" \
-  --n_ctx 4096 --flash_attn true --interrupt_requests false --port "$port" --model_alias model >"$dir/llamacpp/server.log" 2>&1 &
-pid=$!
-wait_up
-sweep llamacpp
-cleanup
+if [ -z "$skip_peer" ]; then
+  port=$((port + 1))  # the first server's socket may linger
+  echo "== llama-cpp-python server ($(basename "$model"), $threads threads)" >&2
+  bench/.venv/bin/python -m llama_cpp.server --model "$model" --n_threads "$threads" --n_threads_batch "$threads" \
+    --n_ctx 4096 --flash_attn true --interrupt_requests false --port "$port" --model_alias model >"$dir/llamacpp/server.log" 2>&1 &
+  pid=$!
+  wait_up
+  sweep llamacpp
+  cleanup
+fi
 
 python3 - "$dir" <<'PY'
 import json, sys

@@ -28,6 +28,7 @@ struct ServeArgs {
   int32_t max_model_len = 0;
   int threads = 0;
   bool no_prefix_cache = false;
+  double tpot_target_ms = 0;
   double drain_timeout_s = 30;
   server::ServerOptions http;
 };
@@ -91,6 +92,7 @@ int run_serve(ServeArgs a) {
   bo.engine.max_model_len = a.max_model_len;
   bo.engine.num_threads = a.threads;
   bo.engine.prefix_cache = !a.no_prefix_cache;
+  bo.engine.tpot_target_ms = a.tpot_target_ms;
   const auto t0 = std::chrono::steady_clock::now();
   auto backend = server::load_backend(bo);
   if (!backend) {
@@ -133,6 +135,10 @@ void register_serve(CLI::App& app, Handler& handler) {
       ->check(CLI::Range(int64_t(0), int64_t(1) << 32));
   cmd->add_option("--kv-type", a->kv_type, "KV cache type: f16 or f32");
   cmd->add_flag("--no-prefix-cache", a->no_prefix_cache, "Disable prefix caching");
+  cmd->add_option("--tpot-target", a->tpot_target_ms,
+                  "Decode latency target, ms per output token: prefill joins running decodes only as far as "
+                  "they stay within it (0: throughput first)")
+      ->check(CLI::Range(0.0, 1e6));
   cmd->add_option("-t,--threads", a->threads, "Compute threads (default: physical cores)");
   cmd->add_option("--max-body", a->max_body, "Largest request body, e.g. 8M (bigger: 413)");
   cmd->add_option("--http-threads", a->http.http_threads, "HTTP worker threads; each stream holds one (default 256)")

@@ -87,6 +87,10 @@ void EngineFlags::add_to(CLI::App* cmd) {
   cmd->add_option("--max-model-len", max_model_len, "Prompt + generated tokens per request");
   cmd->add_option("-t,--threads", threads, "Threads (default: physical cores)");
   cmd->add_flag("--no-prefix-cache", no_prefix_cache, "Disable prefix caching");
+  cmd->add_option("--tpot-target", tpot_target_ms,
+                  "Decode latency target, ms per output token: prefill joins running decodes only as far as "
+                  "they stay within it (0: throughput first)")
+      ->check(CLI::Range(0.0, 1e6));
 }
 
 Result<engine::EngineOptions> EngineFlags::to_options() const {
@@ -105,6 +109,7 @@ Result<engine::EngineOptions> EngineFlags::to_options() const {
   o.max_model_len = max_model_len;
   o.num_threads = threads;
   o.prefix_cache = !no_prefix_cache;
+  o.tpot_target_ms = tpot_target_ms;
   return o;
 }
 

@@ -38,6 +38,7 @@ struct EngineFlags {
   std::string kv_type = "f16";
   int32_t max_model_len = 0;
   int threads = 0;
+  double tpot_target_ms = 0;
   bool no_prefix_cache = false;
 
   void add_to(CLI::App* cmd);

@@ -84,6 +84,7 @@ struct EngineOptions {
   int32_t max_model_len = 0;   // prompt + generated; 0: min(n_ctx_train, what the pool holds)
   int num_threads = 0;
   bool prefix_cache = true;
+  double tpot_target_ms = 0;   // decode latency target per output token (sched::SchedulerConfig); 0: off
 };
 
 struct EngineStats {
@@ -91,6 +92,7 @@ struct EngineStats {
   int64_t kv_blocks_total = 0, kv_blocks_used = 0;
   int64_t prefix_queries = 0, prefix_hits = 0, prefix_query_tokens = 0, prefix_hit_tokens = 0, prefix_evictions = 0;
   int64_t num_preemptions = 0;
+  int64_t num_prefill_held = 0;  // steps in which the TPOT target held prefill back
   int64_t prompt_tokens_total = 0, generation_tokens_total = 0;  // computed prompt tokens, sampled tokens
   int64_t num_steps = 0;
   int32_t max_model_len = 0;

@@ -96,6 +96,7 @@ struct EngineCore::Impl {
 Result<std::unique_ptr<EngineCore>> EngineCore::create(const Model& model, const Tokenizer& tokenizer,
                                                        const EngineOptions& o) {
   const ModelConfig& c = model.config();
+  if (!(o.tpot_target_ms >= 0 && o.tpot_target_ms <= 1e6)) return Error{"tpot target must be in [0, 1e6] ms"};
   if (o.max_batch_tokens < 1 || o.max_seqs < 1 || o.max_seqs > o.max_batch_tokens)
     return Error{"need 1 <= max_seqs <= max_batch_tokens"};
   if (tokenizer.n_vocab() > c.n_vocab) return Error{"the tokenizer has more tokens than the model's vocabulary"};
@@ -118,6 +119,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const Model& model, const
                                          .num_blocks = int32_t(blocks),
                                          .max_model_len = len,
                                          .enable_prefix_cache = o.prefix_cache,
+                                         .tpot_slo_ns = int64_t(o.tpot_target_ms * 1e6),
                                          .model_id = model.path() + "#" + c.arch_name});
   if (!sched) return Error{sched.error()};
   auto impl = std::make_unique<Impl>(model, tokenizer, o, std::move(*kv), std::move(*sched), len);
@@ -286,6 +288,7 @@ EngineStats EngineCore::stats() const {
   s.prefix_hit_tokens = pc.num_hit_tokens;
   s.prefix_evictions = pc.num_evictions;
   s.num_preemptions = m.scheduler.counters().num_preemptions;
+  s.num_prefill_held = m.scheduler.counters().num_prefill_held;
   s.num_steps = m.scheduler.counters().num_steps;
   s.max_model_len = m.max_model_len;
   return s;

@@ -77,6 +77,11 @@ int32_t Scheduler::chunk_limit(int32_t remaining, int32_t budget) const {
 
 const SchedulerOutput& Scheduler::step() {
   if (awaiting_update_) return out_;  // the caller has not reported the last step yet
+  // A step's cost is the time from its start to the next one: the forward, sampling and what the
+  // engine does between steps (streaming, new requests), all of which the decodes wait for.
+  // Intervals that may hold idle time (nothing was running) are not observed.
+  const int64_t t0 = now();
+  if (last_step_busy_ && !running_.empty()) cost_.observe(t0 - step_start_ns_, step_decodes_, step_prefill_tokens_);
   out_.seqs.clear();
   out_.preempted.clear();
   out_.num_tokens = 0;
@@ -90,19 +95,87 @@ const SchedulerOutput& Scheduler::step() {
   for (Request* r : running_) {
     if (r->num_tokens() - r->num_computed_tokens == 1) candidates_.push_back(r);
   }
-  for (Request* r : running_) {
-    if (r->num_tokens() - r->num_computed_tokens > 1) candidates_.push_back(r);
-  }
   for (Request* r : candidates_) {
     if (budget == 0) break;
     if (r->state == RequestState::Running) schedule_running(r, &budget);  // may have been preempted
   }
+  step_decodes_ = int32_t(out_.seqs.size());
+  candidates_.clear();
+  for (Request* r : running_) {
+    if (r->num_tokens() - r->num_computed_tokens > 1) candidates_.push_back(r);
+  }
+  // Prefill chunks (running ones, then admissions) share what is left, under the TPOT target;
+  // after kMaxHeldSteps steps without any, one small chunk goes regardless.
+  const bool prefill_pending = !candidates_.empty() || (!waiting_.empty() && !preempted_this_step_);
+  force_progress_ = held_steps_ >= kMaxHeldSteps;
+  int32_t prefill_budget = std::min(budget, force_progress_ ? kMinPrefillChunk : prefill_cap());
+  const int32_t decode_tokens = out_.num_tokens;
+  for (Request* r : candidates_) {
+    if (prefill_budget == 0) break;
+    if (r->state == RequestState::Running) schedule_running(r, &prefill_budget);
+  }
   // Admitting while preempting would only thrash.
-  if (!preempted_this_step_) admit_waiting(&budget);
+  if (!preempted_this_step_) admit_waiting(&prefill_budget);
 
+  step_prefill_tokens_ = out_.num_tokens - decode_tokens;
+  if (config_.tpot_slo_ns > 0 && prefill_pending && step_prefill_tokens_ == 0 && step_decodes_ > 0) {
+    ++held_steps_;  // the target held every prompt back
+    ++counters_.num_prefill_held;
+  } else {
+    held_steps_ = 0;
+  }
   counters_.num_scheduled_tokens += out_.num_tokens;
   awaiting_update_ = !out_.seqs.empty();
+  last_step_busy_ = awaiting_update_;
+  step_start_ns_ = t0;
   return out_;
+}
+
+int32_t Scheduler::prefill_cap() const {
+  constexpr int32_t kNoCap = INT32_MAX;
+  const double base = cost_.decode_time(step_decodes_);
+  // Until both costs are measured, nothing is held.
+  if (config_.tpot_slo_ns <= 0 || step_decodes_ == 0 || base < 0 || !cost_.has_prefill()) return kNoCap;
+  // The step may take as long as the most pressed decoding sequence can absorb: after k tokens,
+  // the first at t0, its next must come by t0 + k * target to keep its mean within the target.
+  const int64_t t = now();
+  int64_t allowed = INT64_MAX;
+  for (Request* r : running_) {
+    const auto& ts = r->timings.token_ns;
+    if (ts.empty() || r->num_tokens() != r->num_computed_tokens) continue;  // not decoding this step
+    allowed = std::min(allowed, int64_t(ts.size()) * config_.tpot_slo_ns - (t - ts.front()));
+  }
+  if (allowed == INT64_MAX) return kNoCap;
+  const double tokens = (double(allowed) - base) / std::max(cost_.prefill_token_ns(), 1.0);
+  return tokens >= kMinPrefillChunk ? int32_t(std::min(tokens, double(kNoCap))) : 0;
+}
+
+double StepCostModel::decode_time(int32_t n) const {
+  if (n < int32_t(decode_ns_.size()) && decode_ns_[size_t(n)] > 0) return decode_ns_[size_t(n)];
+  for (int32_t m = std::min<int32_t>(n, int32_t(decode_ns_.size())) - 1; m > 0; --m)
+    if (decode_ns_[size_t(m)] > 0) return decode_ns_[size_t(m)] * n / m;
+  for (size_t m = size_t(std::max(n, 0)); m < decode_ns_.size(); ++m)
+    if (decode_ns_[m] > 0) return decode_ns_[m];
+  return -1;
+}
+
+void StepCostModel::observe(int64_t duration_ns, int32_t num_decodes, int32_t num_prefill_tokens) {
+  constexpr double kKeep = 0.8;  // moving averages: follow depth changes in ~5 steps
+  const double d = double(std::max<int64_t>(duration_ns, 0));
+  if (num_prefill_tokens == 0) {
+    if (num_decodes <= 0) return;
+    if (int32_t(decode_ns_.size()) <= num_decodes) decode_ns_.resize(size_t(num_decodes) + 1, 0.0);
+    double& avg = decode_ns_[size_t(num_decodes)];
+    avg = avg > 0 ? kKeep * avg + (1 - kKeep) * d : d;
+    return;
+  }
+  const double base = num_decodes > 0 ? decode_time(num_decodes) : 0.0;
+  if (base < 0) return;
+  // The time beyond the decodes, averaged per token with each step weighted by its tokens: a
+  // step with a 1-token chunk says little about the cost per token and must not swing it.
+  excess_ns_ = kKeep * excess_ns_ + std::max(0.0, d - base);
+  excess_tokens_ = kKeep * excess_tokens_ + num_prefill_tokens;
+  prefill_token_ns_ = excess_ns_ / excess_tokens_;
 }
 
 void Scheduler::schedule_running(Request* r, int32_t* budget) {
@@ -124,6 +197,11 @@ void Scheduler::schedule_running(Request* r, int32_t* budget) {
 
 void Scheduler::admit_waiting(int32_t* budget) {
   while (*budget > 0 && int32_t(running_.size()) < config_.max_seqs && !waiting_.empty()) {
+    // Under a TPOT target, one more sequence must keep the decode step within it.
+    if (config_.tpot_slo_ns > 0 && !running_.empty() && !force_progress_ &&
+        cost_.decode_time(int32_t(running_.size()) + 1) > double(config_.tpot_slo_ns)) {
+      break;
+    }
     Request* r = waiting_.begin()->second;
     const std::string& salt = r->options.cache_salt;
     // A preempted request comes back here too: its prompt and generated tokens are recomputed,

@@ -10,6 +10,13 @@
 //   2. if nobody was preempted, waiting requests in (priority, arrival) order, each admitted only
 //      when the blocks for its first chunk fit (after prefix-cache hits); the first that does not
 //      fit blocks the rest, so nobody is overtaken forever.
+// With a TPOT target (tpot_slo_ns), the prefill chunks of 1 and 2 share a smaller budget while
+// sequences are decoding: only as many prefill tokens as every decoding sequence can absorb and
+// still average at most the target per output token, by a step-time model fitted to the
+// scheduler's own steps (the token budget of Sarathi-Serve, from the latency target). Held-back
+// prefill waits for decodes to bank slack; after kMaxHeldSteps a small chunk goes anyway. And a
+// waiting request is admitted next to running ones only while the model says a decode step of
+// one more sequence stays within the target (on a slow machine the target caps concurrency).
 // Prefill and decode are not modes: every request computes tokens [num_computed, num_tokens).
 //
 // Call order: step(), run the model, update(); step() again before update() returns the same step.
@@ -39,6 +46,7 @@ struct SchedulerConfig {
   int32_t max_model_len = 0;       // prompt + generated tokens; 0: what the pool holds
   int32_t max_chunk_tokens = 0;    // cap on one prefill chunk; 0: the token budget only
   bool enable_prefix_cache = true;
+  int64_t tpot_slo_ns = 0;         // decode latency target per output token; 0: throughput first
   std::string model_id = {};       // keys the prefix cache
   kv::BlockHasher hasher = {};     // empty: kv::hash_block
   Clock clock = {};                // empty: steady clock
@@ -74,6 +82,26 @@ struct SchedulerCounters {
   int64_t num_admitted = 0;     // admissions, re-admissions after preemption included
   int64_t num_preemptions = 0;
   int64_t num_finished = 0;
+  int64_t num_prefill_held = 0;  // steps in which the TPOT target held prefill back
+};
+
+// The step-time model behind the TPOT target: a step with n decodes and P prefill tokens takes
+// about decode_time(n) + P * prefill_token_ns. Moving averages of measured steps (from one step()
+// to the next while sequences run: forward, sampling and the engine's work in between).
+class StepCostModel {
+ public:
+  // Decode-only step time for n decodes: measured, else scaled linearly from the largest smaller
+  // count measured (an upper bound: weight reads are shared), else the smallest larger one;
+  // -1 before any decode-only step.
+  double decode_time(int32_t n) const;
+  double prefill_token_ns() const { return prefill_token_ns_; }
+  bool has_prefill() const { return excess_tokens_ > 0; }
+  void observe(int64_t duration_ns, int32_t num_decodes, int32_t num_prefill_tokens);
+
+ private:
+  std::vector<double> decode_ns_;  // [n decodes], 0: not measured
+  double prefill_token_ns_ = 0;
+  double excess_ns_ = 0, excess_tokens_ = 0;  // decayed sums behind prefill_token_ns_
 };
 
 class Scheduler {
@@ -98,6 +126,14 @@ class Scheduler {
   bool has_unfinished() const { return !requests_.empty(); }
   const kv::KvManager& kv() const { return kv_; }
   const SchedulerCounters& counters() const { return counters_; }
+  const StepCostModel& step_cost() const { return cost_; }
+
+  // Prefill tokens one chunk needs at least before the TPOT target lets it into a step (smaller
+  // chunks would pay a step's fixed costs for a few tokens), and how many steps in a row prefill
+  // may be held back before one such chunk goes regardless (nobody waits forever behind long
+  // decodes, and the decodes pay for one small chunk only).
+  static constexpr int32_t kMinPrefillChunk = 32;
+  static constexpr int32_t kMaxHeldSteps = 256;
   const SchedulerConfig& config() const { return config_; }
 
  private:
@@ -114,6 +150,7 @@ class Scheduler {
   int32_t chunk_limit(int32_t remaining, int32_t budget) const;
   void schedule_running(Request* r, int32_t* budget);
   void admit_waiting(int32_t* budget);
+  int32_t prefill_cap() const;
   void emit(Request* r, int32_t num_tokens, int32_t* budget);
   Request* pick_victim() const;
   void preempt(Request* victim, int32_t* budget);
@@ -133,6 +170,10 @@ class Scheduler {
   std::unordered_map<RequestId, int32_t> output_of_;  // scratch for update(): id -> index in outputs
   uint64_t next_arrival_seq_ = 0, next_admit_seq_ = 0;
   SchedulerCounters counters_;
+  StepCostModel cost_;
+  int64_t step_start_ns_ = 0;
+  int32_t step_decodes_ = 0, step_prefill_tokens_ = 0, held_steps_ = 0;
+  bool last_step_busy_ = false, force_progress_ = false;
 };
 
 }  // namespace kvasir::sched

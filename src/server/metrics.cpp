@@ -130,6 +130,8 @@ std::string Metrics::render(const EngineGauges* g) const {
     w.scalar("kvasir:generation_tokens_total", "counter", "Tokens generated.", double(g->generation_tokens_total));
     w.scalar("kvasir:num_preemptions_total", "counter", "Requests preempted to free KV blocks.",
              double(g->num_preemptions));
+    w.scalar("kvasir:prefill_held_steps_total", "counter",
+             "Engine steps in which the TPOT target (--tpot-target) held prefill back.", double(g->num_prefill_held));
   }
   std::lock_guard lock(mutex_);
   w.header("kvasir:request_success_total", "counter", "Finished requests by finish reason.");

@@ -51,6 +51,7 @@ struct EngineGauges {
   int64_t kv_blocks_total = 0, kv_blocks_used = 0;
   int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0;
   int64_t num_preemptions = 0;
+  int64_t num_prefill_held = 0;
   int64_t prompt_tokens_total = 0, generation_tokens_total = 0;
 };
 

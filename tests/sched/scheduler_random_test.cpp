@@ -33,6 +33,7 @@ struct Params {
   int32_t max_chunk_tokens = 0;
   bool enable_prefix_cache = true;
   kv::BlockHasher hasher = {};
+  int64_t tpot_slo_ns = 0;  // with a clock that advances 1 ms per reading
 };
 
 class Harness {
@@ -47,8 +48,10 @@ class Harness {
                        .max_model_len = 64,
                        .max_chunk_tokens = p.max_chunk_tokens,
                        .enable_prefix_cache = p.enable_prefix_cache,
+                       .tpot_slo_ns = p.tpot_slo_ns,
                        .model_id = "fake",
-                       .hasher = p.hasher})),
+                       .hasher = p.hasher,
+                       .clock = [this] { return now_ns_ += 1'000'000; }})),
         kv_(size_t(24 * 4), 0) {
     // A few shared prefixes (system prompts, earlier turns) of different lengths.
     for (int32_t len : {0, 3, 8, 13, 24, 40}) prefixes_.push_back(random_tokens(len));
@@ -84,6 +87,7 @@ class Harness {
 
   int32_t max_lifetime_steps() const { return max_lifetime_; }
   int64_t num_preemptions() const { return s_.counters().num_preemptions; }
+  int64_t num_prefill_held() const { return s_.counters().num_prefill_held; }
   int64_t num_hit_tokens() const { return s_.kv().cache().counters().num_hit_tokens; }
 
   static constexpr int32_t kMaxActive = 12;
@@ -219,6 +223,7 @@ class Harness {
 
   Params p_;
   std::mt19937 rng_;
+  int64_t now_ns_ = 0;
   Scheduler s_;
   std::vector<uint64_t> kv_;  // [num_blocks * block_size] fake KV per slot
   std::vector<std::vector<int32_t>> prefixes_;
@@ -264,6 +269,16 @@ TEST(SchedulerRandom, CollidingHashNeverAliasesKv) {
   h.run();
   EXPECT_LE(h.max_lifetime_steps(), kLifetimeBound);
   EXPECT_GT(h.num_hit_tokens(), 0);
+}
+
+TEST(SchedulerRandom, TpotTargetHoldsPrefillButEverythingDrains) {
+  for (int64_t slo_ms : {2, 6, 20}) {
+    Harness h({.seed = uint32_t(20 + slo_ms), .tpot_slo_ns = slo_ms * 1'000'000});
+    h.run();
+    ASSERT_FALSE(HasFailure()) << "target " << slo_ms << " ms";
+    EXPECT_LE(h.max_lifetime_steps(), kLifetimeBound + Scheduler::kMaxHeldSteps);
+    if (slo_ms == 2) EXPECT_GT(h.num_prefill_held(), 0);  // the target did bite
+  }
 }
 
 TEST(SchedulerRandom, PrioritiesStillDrain) {

@@ -60,7 +60,7 @@ TEST(Metrics, RenderGaugesCountersAndHistograms) {
   m.count_http_error(400);
   EngineGauges g{.num_running = 3, .num_waiting = 1, .kv_blocks_total = 400, .kv_blocks_used = 100,
                  .prefix_query_tokens = 50, .prefix_hit_tokens = 32, .num_preemptions = 2,
-                 .prompt_tokens_total = 1000, .generation_tokens_total = 77};
+                 .num_prefill_held = 9, .prompt_tokens_total = 1000, .generation_tokens_total = 77};
   const std::string text = m.render(&g);
   const std::string L = "model_name=\"m\\\"1\"";
   for (const std::string& line : std::vector<std::string>{
@@ -73,6 +73,7 @@ TEST(Metrics, RenderGaugesCountersAndHistograms) {
            "kvasir:prompt_tokens_total{" + L + "} 1000",
            "kvasir:generation_tokens_total{" + L + "} 77",
            "kvasir:num_preemptions_total{" + L + "} 2",
+           "kvasir:prefill_held_steps_total{" + L + "} 9",
            "kvasir:request_success_total{" + L + ",finished_reason=\"length\"} 1",
            "kvasir:request_success_total{" + L + ",finished_reason=\"abort\"} 1",
            "kvasir:request_success_total{" + L + ",finished_reason=\"stop\"} 0",
