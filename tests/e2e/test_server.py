@@ -224,6 +224,32 @@ def test_64_concurrent_streams(client, model_id):
         assert usage.completion_tokens == 32 and text
 
 
+def test_tpot_target_holds_prefill_and_keeps_outputs():
+    # A target no step can meet: while one request decodes, the others wait (admission stops
+    # where one more sequence would miss the target; a progress chunk every 256 held steps), yet
+    # every request completes with exactly the text it gets alone.
+    s = Server(STORIES, extra=["--max-seqs", "8", "--tpot-target", "0.001"], api_key=None, log_name="tpot")
+    try:
+        c = s.client()
+
+        def one(_):
+            r = c.completions.create(model="stories260K", prompt=PROMPT, max_tokens=200, temperature=0,
+                                     extra_body={"ignore_eos": True})
+            return r.choices[0].text
+
+        first = c.completions.create(model="stories260K", prompt=PROMPT, max_tokens=200, temperature=0,
+                                     stream=True, extra_body={"ignore_eos": True})
+        text = next(iter(first)).choices[0].text  # decoding now: its steps are measured
+        with concurrent.futures.ThreadPoolExecutor(7) as pool:
+            others = pool.map(one, range(7))
+            text += "".join(ch.choices[0].text for ch in first)
+            others = list(others)
+        assert text.startswith(GREEDY) and others == [text] * 7
+        assert s.metrics()["kvasir:prefill_held_steps_total"] > 0
+    finally:
+        s.stop()
+
+
 def wait_for(predicate, timeout=15):
     deadline = time.time() + timeout
     while time.time() < deadline:
