@@ -14,13 +14,15 @@ namespace {
 
 constexpr int64_t kMs = 1'000'000;
 
-// A step costs 5 ms with decodes plus 1 ms per prefill token (prefill alone: 1 ms per token).
+// A step costs decode_fixed with any decodes, plus decode_per_seq per decode, plus
+// prefill_per_token per prefill token (by default: 5 ms with decodes, 1 ms per prefill token).
 struct FakeModel {
   int64_t now = 0;
+  int64_t decode_fixed = 5 * kMs, decode_per_seq = 0, prefill_per_token = kMs;
   int64_t cost(const SchedulerOutput& out) const {
     int64_t decodes = 0, prefill = 0;
     for (const auto& s : out.seqs) (s.end - s.start == 1 && s.start > 0 ? decodes : prefill) += s.end - s.start;
-    return (decodes > 0 ? 5 * kMs : 0) + prefill * kMs;
+    return (decodes > 0 ? decode_fixed : 0) + decodes * decode_per_seq + prefill * prefill_per_token;
   }
 };
 
@@ -108,23 +110,9 @@ TEST(SchedulerTpotTarget, NoDecodesNoHold) {
 TEST(SchedulerTpotTarget, CapsConcurrencyWhenOneMoreDecodeWouldMissIt) {
   // Decode steps cost 5 ms per sequence here; with a 12 ms target two sequences fit, a third
   // would make every step 15 ms: it waits until one of the two finishes.
-  FakeModel m;
-  auto cost = [](const SchedulerOutput& out) {
-    int64_t decodes = 0, prefill = 0;
-    for (const auto& s : out.seqs) (s.end - s.start == 1 && s.start > 0 ? decodes : prefill) += s.end - s.start;
-    return decodes * 5 * kMs + prefill * kMs / 8;
-  };
+  FakeModel m{.decode_fixed = 0, .decode_per_seq = 5 * kMs, .prefill_per_token = kMs / 8};
   Scheduler s = make(m, 12 * kMs);
-  auto step = [&] {
-    const SchedulerOutput& out = s.step();
-    Chunks c = chunks_of(out);
-    m.now += cost(out);
-    std::vector<SeqOutput> outputs;
-    for (const auto& seq : out.seqs)
-      if (seq.want_logits) outputs.push_back({.id = seq.id, .token = fake_token(s, seq.id)});
-    EXPECT_TRUE(s.update(outputs).ok());
-    return c;
-  };
+  auto step = [&] { return timed_step(s, m); };
   ASSERT_TRUE(s.add_request(1, range(1, 8), {.max_new_tokens = 40}).ok());
   step();  // prefill alone
   step();  // one decode: 5 ms measured for 1 sequence

@@ -64,7 +64,6 @@ inline void finish_block(const uint8_t* pb, const __m256i isum[R], const PrepQ8*
 template <int kOffset, int kSteps>
 struct UnsignedK {
   static constexpr int kBlock = kQ;
-  static constexpr int kRows = 4;
   static constexpr size_t kPanelBytes = kSimplePanelBytes;
   using Prep = PrepQ8;
   static void prep(const uint8_t* row, int64_t nb, Prep* out) { prep_q8_0<kOffset>(row, nb, out); }
@@ -115,7 +114,6 @@ struct Q5_0K : UnsignedK<16, 4> {
 // Signed codes: |w| (shared by the rows) times the activations with w's sign moved onto them.
 struct Q8_0K {
   static constexpr int kBlock = kQ;
-  static constexpr int kRows = 4;
   static constexpr size_t kPanelBytes = kSimplePanelBytes;
   using Prep = PrepQ8;
   static void prep(const uint8_t* row, int64_t nb, Prep* out) { prep_q8_0<0>(row, nb, out); }

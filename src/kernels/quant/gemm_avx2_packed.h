@@ -93,15 +93,6 @@ size_t packed_scratch_bytes(int64_t n, int64_t n_rows) {
   return round64(size_t(n_rows * nb) * sizeof(typename K::Prep)) + panels * panel + 64;
 }
 
-// K::micro<R> for a runtime R in [1, kRows].
-template <class K, int kRows, class... Args>
-inline void dispatch_rows(int R, Args&&... args) {
-  if constexpr (kRows > 1) {
-    if (R < kRows) return dispatch_rows<K, kRows - 1>(R, args...);
-  }
-  K::template micro<kRows>(args...);
-}
-
 template <class K>
 void run_packed(const GemmTile& t, void* scratch) {
   using Prep = typename K::Prep;
@@ -121,12 +112,11 @@ void run_packed(const GemmTile& t, void* scratch) {
       uint8_t* dst = packed + size_t(p) * panel_bytes;
       for (int64_t i = 0; i < nb; ++i) K::pack(cols, i, dst + size_t(i) * K::kPanelBytes);
     }
-    constexpr int kRows = K::kRows;
-    for (int64_t r0 = 0; r0 < t.n_rows; r0 += kRows) {
-      const int R = int(std::min<int64_t>(kRows, t.n_rows - r0));
-      const uint8_t* a[kRows];
-      const Prep* pr[kRows];
-      for (int r = 0; r < kRows; ++r) {
+    for (int64_t r0 = 0; r0 < t.n_rows; r0 += kRowGroup) {
+      const int R = int(std::min<int64_t>(kRowGroup, t.n_rows - r0));
+      const uint8_t* a[kRowGroup];
+      const Prep* pr[kRowGroup];
+      for (int r = 0; r < kRowGroup; ++r) {
         const int64_t rr = r0 + std::min(r, R - 1);
         a[r] = t.a + size_t(rr) * t.a_stride;
         pr[r] = prep + rr * nb;
@@ -135,7 +125,12 @@ void run_packed(const GemmTile& t, void* scratch) {
         const uint8_t* panel = packed + size_t(p) * panel_bytes;
         const int nc = int(std::min<int64_t>(8, t.n_cols - c0 - 8 * p));
         float* y = t.y + r0 * t.y_stride + c0 + 8 * p;
-        dispatch_rows<K, kRows>(R, panel, nb, a, pr, y, t.y_stride, nc);
+        switch (R) {
+          case 1: K::template micro<1>(panel, nb, a, pr, y, t.y_stride, nc); break;
+          case 2: K::template micro<2>(panel, nb, a, pr, y, t.y_stride, nc); break;
+          case 3: K::template micro<3>(panel, nb, a, pr, y, t.y_stride, nc); break;
+          default: K::template micro<4>(panel, nb, a, pr, y, t.y_stride, nc); break;
+        }
       }
     }
   }

@@ -45,7 +45,6 @@ template <bool kFive>
 struct K4 {
   using Block = std::conditional_t<kFive, BlockQ5_K, BlockQ4_K>;
   static constexpr int kBlock = kQK;
-  static constexpr int kRows = 4;
   static constexpr int kSteps = kFive ? 4 : 8;  // int16 accumulation steps (bounds above)
   // codes | scales (8 dup vectors) | mins (8 dup vectors, one per sub-block) | d | dmin
   static constexpr size_t kScales = 64 * 32, kMins = kScales + 8 * 32, kD = kMins + 8 * 32, kDmin = kD + 32;
@@ -135,7 +134,6 @@ struct K4 {
 // ---- Q6_K: 16 sub-blocks of 16, signed eight-bit scales; codes are value + 32.
 struct Q6K {
   static constexpr int kBlock = kQK;
-  static constexpr int kRows = 4;
   // codes | scales (16 dup vectors) | bias scales (8 vectors: lanes sc[2t], sc[2t+1]) | d
   static constexpr size_t kScales = 64 * 32, kBias = kScales + 16 * 32, kD = kBias + 8 * 32;
   static constexpr size_t kPanelBytes = kD + 32;
