@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <span>
 #include <unordered_map>
 
 #include "engine/engine.h"
@@ -24,6 +25,9 @@ struct Live {
   std::string new_text;
   std::vector<TokenLogprob> new_logprobs;
   bool stopped_by_string = false;
+  // This step's pick (pick_token, on any pool thread), committed in batch order by commit_token.
+  int32_t picked = -1;
+  TokenLogprob picked_logprob;
 
   Live(GenerationParams p, const Tokenizer& tok)
       : params(std::move(p)), sampler(params.sampling), decoder(tok, /*skip_special=*/true, /*continuation=*/true),
@@ -76,8 +80,7 @@ struct EngineCore::Impl {
   // Step scratch, reused so a step allocates little.
   Batch batch;
   std::vector<sched::SeqOutput> outputs;
-  std::vector<float> logits_row;
-  std::vector<int32_t> order_scratch;
+  std::vector<std::pair<const sched::ScheduledSeq*, const float*>> to_sample;
   EngineStats totals;
 
   Impl(const Model& m, const Tokenizer& t, const EngineOptions& o, KvCache cache, sched::Scheduler s, int32_t len)
@@ -89,7 +92,8 @@ struct EngineCore::Impl {
         scheduler(std::move(s)),
         max_model_len(len) {}
 
-  void sample_seq(const sched::ScheduledSeq& seq, const float* logits);
+  void pick_token(const sched::ScheduledSeq& seq, const float* logits);
+  void commit_token(const sched::ScheduledSeq& seq);
   Delta& delta_for(std::vector<Delta>& out, std::unordered_map<RequestId, size_t>& index, RequestId id);
 };
 
@@ -179,28 +183,46 @@ void EngineCore::abort(RequestId id) {
   if (impl_->live.count(id)) impl_->aborted.push_back(id);
 }
 
-void EngineCore::Impl::sample_seq(const sched::ScheduledSeq& seq, const float* logits) {
+// Chooses seq's next token from its logits row. Touches only this request's state (its sampler
+// and RNG) and per-thread scratch, so the rows of a step are picked in parallel; the choice does
+// not depend on the thread.
+void EngineCore::Impl::pick_token(const sched::ScheduledSeq& seq, const float* logits) {
   Live& l = *live.at(seq.id);
   const sched::Request* req = scheduler.find(seq.id);
-  const int64_t n_vocab = model.config().n_vocab;
-  logits_row.assign(logits, logits + n_vocab);
-  for (const auto& [id, bias] : l.params.logit_bias) logits_row[size_t(id)] += bias;
-  const int32_t generated = req->num_generated();
+  const size_t n_vocab = size_t(model.config().n_vocab);
+  std::span<const float> row(logits, n_vocab);
+  const bool mask_stops = req->num_generated() < l.params.stop.min_tokens;  // too early to stop
+  if (!l.params.logit_bias.empty() || mask_stops) {
+    thread_local std::vector<float> biased;
+    biased.assign(row.begin(), row.end());
+    for (const auto& [id, bias] : l.params.logit_bias) biased[size_t(id)] += bias;
+    if (mask_stops) {
+      for (int32_t t : tokenizer.eog_ids()) biased[size_t(t)] = -std::numeric_limits<float>::infinity();
+      for (int32_t t : l.params.stop.stop_token_ids) biased[size_t(t)] = -std::numeric_limits<float>::infinity();
+    }
+    row = biased;
+  }
+  l.picked = l.sampler.sample(row, req->tokens);
+  if (l.params.top_logprobs >= 0) {
+    thread_local std::vector<int32_t> order;
+    l.picked_logprob = logprobs_of(row, l.picked, l.params.top_logprobs, order);
+  }
+}
+
+// Stop rules, detokenization and the scheduler's output for the token pick_token chose.
+void EngineCore::Impl::commit_token(const sched::ScheduledSeq& seq) {
+  Live& l = *live.at(seq.id);
+  const int32_t token = l.picked;
   auto is_stop_token = [&](int32_t t) {
     if (!l.params.stop.ignore_eos && tokenizer.is_eog(t)) return true;
     return std::find(l.params.stop.stop_token_ids.begin(), l.params.stop.stop_token_ids.end(), t) !=
            l.params.stop.stop_token_ids.end();
   };
-  if (generated < l.params.stop.min_tokens) {  // too early to stop: mask every stop token
-    for (int32_t t : tokenizer.eog_ids()) logits_row[size_t(t)] = -std::numeric_limits<float>::infinity();
-    for (int32_t t : l.params.stop.stop_token_ids) logits_row[size_t(t)] = -std::numeric_limits<float>::infinity();
-  }
-  const int32_t token = l.sampler.sample(logits_row, req->tokens);
   sched::SeqOutput out{seq.id, token, sched::FinishReason::None};
   if (is_stop_token(token)) {
     out.finish = sched::FinishReason::Stop;
   } else {
-    if (l.params.top_logprobs >= 0) l.new_logprobs.push_back(logprobs_of(logits_row, token, l.params.top_logprobs, order_scratch));
+    if (l.params.top_logprobs >= 0) l.new_logprobs.push_back(std::move(l.picked_logprob));
     l.new_tokens.push_back(token);
     l.new_text += l.stops.push(l.decoder.push(token));
     if (l.stops.stopped()) out.finish = sched::FinishReason::StopString;
@@ -238,11 +260,17 @@ Status EngineCore::step(std::vector<Delta>& out) {
       (void)m.scheduler.update({});
       return Error{"forward failed: " + logits.error()};
     }
-    int64_t row = 0;
+    m.to_sample.clear();
     for (const auto& seq : so.seqs) {
       m.totals.prompt_tokens_total += std::max<int64_t>(0, std::min(seq.end, m.scheduler.find(seq.id)->num_prompt_tokens) - seq.start);
-      if (seq.want_logits) m.sample_seq(seq, *logits + (row++) * m.model.config().n_vocab);
+      if (seq.want_logits) m.to_sample.push_back({&seq, *logits + int64_t(m.to_sample.size()) * m.model.config().n_vocab});
     }
+    // Sampling is per request (its own RNG), so the rows are picked in parallel, then committed in
+    // batch order.
+    m.forward.pool().parallel_for(int64_t(m.to_sample.size()), 1, [&](int64_t b, int64_t e, int) {
+      for (int64_t i = b; i < e; ++i) m.pick_token(*m.to_sample[size_t(i)].first, m.to_sample[size_t(i)].second);
+    });
+    for (const auto& [seq, row] : m.to_sample) m.commit_token(*seq);
     m.totals.generation_tokens_total += int64_t(m.outputs.size());
     if (auto s = m.scheduler.update(m.outputs); !s) return s;
   }

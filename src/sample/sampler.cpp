@@ -2,58 +2,153 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <unordered_map>
 
 namespace kvasir {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+struct Candidate {
+  int32_t id;
+  float logit;
+};
+
+bool in_order(const Candidate& a, const Candidate& b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); }
+bool by_id(const Candidate& a, const Candidate& b) { return a.id < b.id; }
+
+// NaN (a broken model) ranks like -inf, so that ordering stays a strict weak order.
+float rank_value(float x) { return std::isnan(x) ? kNegInf : x; }
+
+// The candidates in sampling order, gathered lazily: first those within kFirstGap nats of the
+// maximum, then (widen) those within twice that, ..., finally all. Every widening only appends:
+// what it adds ranks below everything gathered before, so a walk over the prefix keeps its state.
+class SortedPrefix {
+ public:
+  SortedPrefix(std::span<const float> logits, float max, std::vector<Candidate>& buf)
+      : logits_(logits), max_(max), buf_(buf) {
+    buf_.clear();
+    widen();
+  }
+  size_t size() const { return buf_.size(); }
+  const Candidate& operator[](size_t i) const { return buf_[i]; }
+  bool complete() const { return complete_; }
+  // Gathers more candidates; false once all are in.
+  bool widen() {
+    if (complete_) return false;
+    gap_ = gap_ == 0 ? kFirstGap : 2 * gap_;
+    const float hi = bound_;
+    complete_ = gap_ > kLastGap;
+    bound_ = complete_ ? kNegInf : max_ - gap_;
+    const size_t old = buf_.size();
+    for (size_t i = 0; i < logits_.size(); ++i) {
+      const float x = rank_value(logits_[i]);
+      const bool below_hi = old == 0 ? true : x < hi;
+      if (below_hi && (complete_ || x >= bound_)) buf_.push_back({int32_t(i), x});
+    }
+    std::sort(buf_.begin() + ptrdiff_t(old), buf_.end(), in_order);
+    return true;
+  }
+  // Whether candidate i exists, gathering more as needed.
+  bool has(size_t i) {
+    while (i >= size())
+      if (!widen()) return false;
+    return true;
+  }
+
+ private:
+  static constexpr float kFirstGap = 8.f, kLastGap = 64.f;
+  std::span<const float> logits_;
+  float max_;
+  std::vector<Candidate>& buf_;
+  float gap_ = 0, bound_ = 0;
+  bool complete_ = false;
+};
+
+// Scratch of one sampling call: per thread, reused, never per request.
+struct Scratch {
+  std::vector<float> work;
+  std::vector<Candidate> cand, by_id;
+};
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+// sum of f(logit) over the first n candidates of the prefix, in id order.
+template <class F>
+double sum_in_id_order(const SortedPrefix& prefix, size_t n, std::vector<Candidate>& tmp, F f) {
+  tmp.clear();
+  for (size_t i = 0; i < n; ++i) tmp.push_back(prefix[i]);
+  std::sort(tmp.begin(), tmp.end(), by_id);
+  double sum = 0;
+  for (const Candidate& c : tmp) sum += f(c.logit);
+  return sum;
+}
+
+template <class F>
+double sum_all(std::span<const float> logits, F f) {
+  double sum = 0;
+  for (float x : logits) sum += f(rank_value(x));
+  return sum;
+}
+
+}  // namespace
 
 int32_t argmax(std::span<const float> logits) {
-  int32_t best = 0;
-  for (size_t i = 1; i < logits.size(); ++i)
-    if (logits[i] > logits[size_t(best)]) best = int32_t(i);
-  return best;
+  if (logits.empty()) return 0;
+  // Two passes the compiler vectorizes: the maximum, then its first index.
+  float best = kNegInf;
+  for (float x : logits) best = std::max(best, rank_value(x));
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (rank_value(logits[i]) == best) return int32_t(i);
+  return 0;
 }
 
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
 
-void Sampler::apply_penalties(std::span<const int32_t> history) {
-  const auto& p = params_;
-  if (p.repetition_penalty == 1.f && p.presence_penalty == 0.f && p.frequency_penalty == 0.f) return;
-  const size_t n = p.penalty_last_n < 0 ? history.size() : std::min(history.size(), size_t(p.penalty_last_n));
-  std::unordered_map<int32_t, int> counts;
-  for (size_t i = history.size() - n; i < history.size(); ++i) counts[history[i]]++;
-  for (const auto& [id, count] : counts) {
-    if (id < 0 || size_t(id) >= work_.size()) continue;
-    float& l = work_[size_t(id)];
-    if (p.repetition_penalty != 1.f) l = l > 0 ? l / p.repetition_penalty : l * p.repetition_penalty;
-    l -= p.presence_penalty + p.frequency_penalty * float(count);
-  }
+bool Sampler::has_penalties() const {
+  return params_.repetition_penalty != 1.f || params_.presence_penalty != 0.f || params_.frequency_penalty != 0.f;
 }
 
-int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
-  work_.assign(logits.begin(), logits.end());
-  apply_penalties(history);
+int32_t Sampler::sample(std::span<const float> logits_in, std::span<const int32_t> history) {
   const auto& p = params_;
-  if (p.temperature <= 0.f) return argmax(work_);
-
-  cand_.resize(work_.size());
-  for (size_t i = 0; i < work_.size(); ++i) cand_[i] = {int32_t(i), work_[i]};
-  // Sort by logit descending, ties by id, so the result never depends on sort stability.
-  auto by_logit = [](const Candidate& a, const Candidate& b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); };
-  size_t keep = cand_.size();
-  if (p.top_k > 0 && size_t(p.top_k) < keep) {
-    keep = size_t(p.top_k);
-    std::partial_sort(cand_.begin(), cand_.begin() + keep, cand_.end(), by_logit);
-  } else {
-    std::sort(cand_.begin(), cand_.end(), by_logit);
+  Scratch& s = scratch();
+  std::span<const float> logits = logits_in;
+  if (has_penalties()) {
+    s.work.assign(logits_in.begin(), logits_in.end());
+    const size_t n = p.penalty_last_n < 0 ? history.size() : std::min(history.size(), size_t(p.penalty_last_n));
+    std::unordered_map<int32_t, int> counts;
+    for (size_t i = history.size() - n; i < history.size(); ++i) counts[history[i]]++;
+    for (const auto& [id, count] : counts) {
+      if (id < 0 || size_t(id) >= s.work.size()) continue;
+      float& l = s.work[size_t(id)];
+      if (p.repetition_penalty != 1.f) l = l > 0 ? l / p.repetition_penalty : l * p.repetition_penalty;
+      l -= p.presence_penalty + p.frequency_penalty * float(count);
+    }
+    logits = s.work;
   }
+  const int32_t best = argmax(logits);
+  if (p.temperature <= 0.f || logits.size() <= 1) return best;
+  const float max_logit = rank_value(logits[size_t(best)]);
+  if (max_logit == kNegInf) return best;  // nothing is possible: the lowest id, like greedy
+
+  SortedPrefix prefix(logits, max_logit, s.cand);
+  // keep: survivors so far, a count of the sorted order; `all` while nothing has cut it.
+  const size_t vocab = logits.size();
+  size_t keep = vocab;
+  if (p.top_k > 0 && size_t(p.top_k) < vocab) {
+    keep = size_t(p.top_k);
+    prefix.has(keep - 1);
+  }
+  auto exp1 = [&](float x) { return std::exp(double(x - max_logit)); };
   // Probabilities at temperature 1 for the nucleus and min-p filters.
-  const float max_logit = cand_[0].logit;
-  double total = 0;
-  for (size_t i = 0; i < keep; ++i) total += std::exp(double(cand_[i].logit - max_logit));
   if (p.top_p < 1.f) {
+    const double total = keep < vocab ? sum_in_id_order(prefix, keep, s.by_id, exp1) : sum_all(logits, exp1);
     double cum = 0;
-    for (size_t i = 0; i < keep; ++i) {
-      cum += std::exp(double(cand_[i].logit - max_logit)) / total;
+    for (size_t i = 0; i < keep && prefix.has(i); ++i) {
+      cum += exp1(prefix[i].logit) / total;
       if (cum >= p.top_p) {
         keep = i + 1;
         break;
@@ -63,19 +158,20 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   if (p.min_p > 0.f) {
     const double threshold = std::log(double(p.min_p));  // p_i / p_max >= min_p
     size_t k = 1;
-    while (k < keep && double(cand_[k].logit - max_logit) >= threshold) ++k;
+    while (k < keep && prefix.has(k) && double(prefix[k].logit - max_logit) >= threshold) ++k;
     keep = k;
   }
-  // Temperature, softmax over the survivors, one uniform draw.
-  double sum = 0;
-  for (size_t i = 0; i < keep; ++i) sum += std::exp(double(cand_[i].logit - max_logit) / p.temperature);
+  // Temperature, softmax over the survivors, one uniform draw, walked in sampling order.
+  auto expt = [&](float x) { return std::exp(double(x - max_logit) / p.temperature); };
+  const double sum = keep < vocab ? sum_in_id_order(prefix, keep, s.by_id, expt) : sum_all(logits, expt);
   const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng_) * sum;
   double acc = 0;
-  for (size_t i = 0; i < keep; ++i) {
-    acc += std::exp(double(cand_[i].logit - max_logit) / p.temperature);
-    if (u < acc) return cand_[i].id;
+  for (size_t i = 0; i < keep && prefix.has(i); ++i) {
+    acc += expt(prefix[i].logit);
+    if (u < acc) return prefix[i].id;
   }
-  return cand_[keep - 1].id;
+  prefix.has(keep - 1);  // rounding left u at the very end: the last survivor
+  return prefix[std::min(keep, prefix.size()) - 1].id;
 }
 
 }  // namespace kvasir

@@ -8,6 +8,16 @@
 //   3. top-k (k <= 0 disables), 4. top-p (nucleus, p >= 1 disables),
 //   5. min-p (keep p_i >= min_p * p_max; 0 disables), all on temperature-1 probabilities;
 //   6. temperature scaling of the survivors, softmax, one draw from the request's RNG.
+// Candidates are ordered by logit descending, then id ascending; the draw walks the survivors in
+// that order; normalizing sums (the nucleus total, the softmax) are taken in id order. The result
+// is a pure function of (logits, history, params, RNG state): which thread samples, or what else
+// is in the batch, never changes it.
+//
+// Speed: nothing here is proportional to the vocabulary times log(vocabulary). Only the
+// candidates a step can reach are gathered and sorted: those within a few nats of the maximum,
+// widened (lower threshold) only when a walk runs past them, so a 262k vocabulary costs a few
+// linear passes per token, not a full sort. Scratch is per thread, not per request, so concurrent
+// requests sample in parallel without holding vocabulary-sized buffers each.
 #pragma once
 #include <cstdint>
 #include <random>
@@ -39,16 +49,10 @@ class Sampler {
   const SamplingParams& params() const { return params_; }
 
  private:
-  struct Candidate {
-    int32_t id;
-    float logit;
-  };
-  void apply_penalties(std::span<const int32_t> history);
+  bool has_penalties() const;
 
   SamplingParams params_;
   std::mt19937_64 rng_;
-  std::vector<Candidate> cand_;  // reused across calls
-  std::vector<float> work_;      // penalized logits
 };
 
 }  // namespace kvasir

@@ -50,12 +50,13 @@ void pack_simple(const uint8_t* const cols[8], int64_t i, uint8_t* dst, Codes co
   _mm256_store_ps(reinterpret_cast<float*>(dst + 256), _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(d))));
 }
 
-// The float steps of one block for R rows: acc[r] = fma(dw * da[r], float(isum[r] - corr[r]), acc[r]).
-template <int R>
+// The float steps of one block for R rows: acc[r] = fma(dw * da[r], float(isum[r] - corr[r]), acc[r]);
+// signed codes (Q8_0) have no offset to take away.
+template <int R, bool kOffset>
 inline void finish_block(const uint8_t* pb, const __m256i isum[R], const PrepQ8* const pr[], int64_t i, __m256 acc[R]) {
   const __m256 dw = _mm256_load_ps(reinterpret_cast<const float*>(pb + 256));
   for (int r = 0; r < R; ++r) {
-    const __m256i v = _mm256_sub_epi32(isum[r], _mm256_set1_epi32(pr[r][i].corr));
+    const __m256i v = kOffset ? _mm256_sub_epi32(isum[r], _mm256_set1_epi32(pr[r][i].corr)) : isum[r];
     acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(pr[r][i].da)), _mm256_cvtepi32_ps(v), acc[r]);
   }
 }
@@ -93,7 +94,7 @@ struct UnsignedK {
           isum[r] = h == 0 ? s : _mm256_add_epi32(isum[r], s);
         }
       }
-      finish_block<R>(pb, isum, pr, i, acc);
+      finish_block<R, true>(pb, isum, pr, i, acc);
     }
     for (int r = 0; r < R; ++r) store_lanes(y + r * ys, acc[r], nc);
   }
@@ -141,7 +142,7 @@ struct Q8_0K {
           keep_chain(isum[r]);
         }
       }
-      finish_block<R>(pb, isum, pr, i, acc);
+      finish_block<R, false>(pb, isum, pr, i, acc);
     }
     for (int r = 0; r < R; ++r) store_lanes(y + r * ys, acc[r], nc);
   }
