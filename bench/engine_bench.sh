@@ -6,15 +6,18 @@
 #      with the prefix cache (the first request is cold, the rest hit the cache) versus
 #      --no-prefix-cache (every request prefills the whole prompt); median TTFT of each, ratio.
 #
-#   bench/engine_bench.sh [-b KVASIR] [-t THREADS] [-n PROMPTS] [-g GEN_TOKENS] [-q QUESTIONS] MODEL.gguf
+# With -r R, each throughput run is repeated R times, batched and one-by-one alternating, and the
+# medians (and the median of the per-round ratios) are reported: this machine is noisy.
+#
+#   bench/engine_bench.sh [-b KVASIR] [-t THREADS] [-n PROMPTS] [-g GEN_TOKENS] [-q QUESTIONS] [-r ROUNDS] MODEL.gguf
 set -euo pipefail
 cd "$(dirname "$0")/.."
-kvasir=build/bin/kvasir threads=2 n=64 gen=128 q=8
-while getopts "b:t:n:g:q:" opt; do
-  case $opt in b) kvasir=$OPTARG ;; t) threads=$OPTARG ;; n) n=$OPTARG ;; g) gen=$OPTARG ;; q) q=$OPTARG ;; *) exit 2 ;; esac
+kvasir=build/bin/kvasir threads=2 n=64 gen=128 q=8 rounds=1
+while getopts "b:t:n:g:q:r:" opt; do
+  case $opt in b) kvasir=$OPTARG ;; t) threads=$OPTARG ;; n) n=$OPTARG ;; g) gen=$OPTARG ;; q) q=$OPTARG ;; r) rounds=$OPTARG ;; *) exit 2 ;; esac
 done
 shift $((OPTIND - 1))
-[ $# -eq 1 ] || { echo "usage: $0 [-b KVASIR] [-t T] [-n PROMPTS] [-g GEN] [-q QUESTIONS] MODEL.gguf" >&2; exit 2; }
+[ $# -eq 1 ] || { echo "usage: $0 [-b KVASIR] [-t T] [-n PROMPTS] [-g GEN] [-q QUESTIONS] [-r ROUNDS] MODEL.gguf" >&2; exit 2; }
 model=$1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -54,19 +57,25 @@ run() {  # run NAME [batch flags...]: prints the summary line; results in $tmp/N
     grep '^batch:' | tee "$tmp/$name.log"
 }
 
-echo "== offline throughput, $n prompts x $gen tokens, $(basename "$model"), $threads threads"
-run batched batch.jsonl --max-seqs "$n"
-run serial batch.jsonl --max-seqs 1
+echo "== offline throughput, $n prompts x $gen tokens, $(basename "$model"), $threads threads, $rounds round(s)"
+for r in $(seq "$rounds"); do
+  run "batched$r" batch.jsonl --max-seqs "$n"
+  run "serial$r" batch.jsonl --max-seqs 1
+done
 echo "== shared-prefix TTFT, $q requests one at a time"
 run warm prefix.jsonl --max-seqs 1
 run cold prefix.jsonl --max-seqs 1 --no-prefix-cache
 
-python3 - "$tmp" <<'PY'
+python3 - "$tmp" "$rounds" <<'PY'
 import json, re, statistics, sys
-tmp = sys.argv[1]
-tps = {k: float(re.search(r"([0-9.]+) tok/s", open(f"{tmp}/{k}.log").read()).group(1)) for k in ("batched", "serial")}
-print(f"aggregate generation: batched {tps['batched']:.1f} tok/s, one by one {tps['serial']:.1f} tok/s, "
-      f"ratio {tps['batched'] / tps['serial']:.2f}x")
+tmp, rounds = sys.argv[1], int(sys.argv[2])
+def tps(k): return float(re.search(r"([0-9.]+) tok/s", open(f"{tmp}/{k}.log").read()).group(1))
+b = [tps(f"batched{r}") for r in range(1, rounds + 1)]
+s = [tps(f"serial{r}") for r in range(1, rounds + 1)]
+ratios = [x / y for x, y in zip(b, s)]
+print(f"aggregate generation (median of {rounds}): batched {statistics.median(b):.1f} tok/s, "
+      f"one by one {statistics.median(s):.1f} tok/s, ratio {statistics.median(ratios):.2f}x "
+      f"(per round: {', '.join(f'{r:.2f}x' for r in ratios)})")
 # Requests run one at a time, so TTFT counts from when a request is scheduled (ttft - queue):
 # the prefill (or the cache hit) and the first token, without the wait behind earlier requests.
 def ttfts(k): return [(t := json.loads(l)["timings"])["ttft_ms"] - t["queue_ms"] for l in open(f"{tmp}/{k}.out")]

@@ -1,6 +1,6 @@
 #include "model/kv_cache.h"
 
-#include <new>
+#include <string>
 
 namespace kvasir {
 
@@ -16,18 +16,21 @@ Result<KvCache> KvCache::create(const ModelConfig& c, const KvCacheOptions& o) {
   kv.n_kv_heads_ = c.n_kv_heads;
   kv.head_dim_ = c.head_dim;
   const size_t bytes = size_t(o.num_blocks * o.block_size * c.kv_dim()) * (o.type == DType::F32 ? 4 : 2);
+  // Pools start on 64-byte lines; one mapping (huge pages where the OS allows) holds them all.
+  const size_t pool = (bytes + 63) & ~size_t(63);
+  kv.memory_ = HugeBuffer(pool * 2 * size_t(c.n_layers));
+  if (!kv.memory_.data()) return Error{"cannot allocate " + std::to_string(bytes * 2 * c.n_layers >> 20) + " MiB of KV cache"};
   kv.layers_.resize(size_t(c.n_layers));
-  for (auto& pool : kv.layers_) {
-    pool.k.reset(new (std::nothrow) uint8_t[bytes]());
-    pool.v.reset(new (std::nothrow) uint8_t[bytes]());
-    if (!pool.k || !pool.v) return Error{"cannot allocate " + std::to_string(bytes * 2 * c.n_layers >> 20) + " MiB of KV cache"};
+  for (size_t il = 0; il < kv.layers_.size(); ++il) {
+    kv.layers_[il].k = kv.memory_.data() + (2 * il) * pool;
+    kv.layers_[il].v = kv.memory_.data() + (2 * il + 1) * pool;
   }
   return kv;
 }
 
 kernels::KvLayerView KvCache::layer(int64_t il) const {
   const Pool& p = layers_[size_t(il)];
-  return {p.k.get(), p.v.get(), options_.type, options_.block_size, n_kv_heads_, head_dim_};
+  return {p.k, p.v, options_.type, options_.block_size, n_kv_heads_, head_dim_};
 }
 
 }  // namespace kvasir

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/huge_buffer.h"
 #include "core/status.h"
 #include "kernels/attention.h"
 #include "model/config.h"
@@ -31,9 +32,10 @@ class KvCache {
 
  private:
   struct Pool {
-    std::unique_ptr<uint8_t[]> k, v;
+    uint8_t *k = nullptr, *v = nullptr;  // inside memory_
   };
   KvCacheOptions options_;
+  HugeBuffer memory_;  // every layer's K and V pools, one mapping
   int64_t n_kv_heads_ = 0, head_dim_ = 0;
   std::vector<Pool> layers_;
 };

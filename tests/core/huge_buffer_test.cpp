@@ -1,0 +1,36 @@
+#include "core/huge_buffer.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <utility>
+
+using namespace kvasir;
+
+// The KV cache relies on these: zeroed on creation, every byte writable, ownership moves.
+TEST(HugeBuffer, ZeroedWritableAndMovable) {
+  const size_t bytes = (size_t(5) << 20) + 123;  // not a whole number of huge pages
+  HugeBuffer a(bytes);
+  ASSERT_NE(a.data(), nullptr);
+  EXPECT_EQ(a.size(), bytes);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a.data()) % 4096, 0u);
+  uint64_t nonzero = 0;
+  for (size_t i = 0; i < bytes; i += 509) nonzero += a.data()[i] != 0;
+  EXPECT_EQ(nonzero, 0u);
+  for (size_t i = 0; i < bytes; ++i) a.data()[i] = uint8_t(i * 7);
+  HugeBuffer b(std::move(a));
+  EXPECT_EQ(a.data(), nullptr);
+  EXPECT_EQ(a.size(), 0u);
+  ASSERT_EQ(b.size(), bytes);
+  EXPECT_EQ(b.data()[bytes - 1], uint8_t((bytes - 1) * 7));
+  HugeBuffer c;
+  c = std::move(b);
+  EXPECT_EQ(c.data()[4242], uint8_t(4242 * 7));
+  EXPECT_EQ(HugeBuffer(0).data(), nullptr);
+}
+
+TEST(HugeBuffer, ImpossibleSizeIsNullNotACrash) {
+  HugeBuffer huge(size_t(1) << 62);
+  EXPECT_EQ(huge.data(), nullptr);
+  EXPECT_EQ(huge.size(), 0u);
+}
