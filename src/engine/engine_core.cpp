@@ -270,7 +270,7 @@ Status EngineCore::step(std::vector<Delta>& out) {
     m.forward.pool().parallel_for(int64_t(m.to_sample.size()), 1, [&](int64_t b, int64_t e, int) {
       for (int64_t i = b; i < e; ++i) m.pick_token(*m.to_sample[size_t(i)].first, m.to_sample[size_t(i)].second);
     });
-    for (const auto& [seq, row] : m.to_sample) m.commit_token(*seq);
+    for (const auto& picked : m.to_sample) m.commit_token(*picked.first);
     m.totals.generation_tokens_total += int64_t(m.outputs.size());
     if (auto s = m.scheduler.update(m.outputs); !s) return s;
   }

@@ -2,7 +2,6 @@
 // to which sequence is decided elsewhere (block tables); this class only owns the memory.
 #pragma once
 #include <cstdint>
-#include <memory>
 #include <vector>
 
 #include "core/dtype.h"

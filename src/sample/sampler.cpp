@@ -33,7 +33,6 @@ class SortedPrefix {
   }
   size_t size() const { return buf_.size(); }
   const Candidate& operator[](size_t i) const { return buf_[i]; }
-  bool complete() const { return complete_; }
   // Gathers more candidates; false once all are in.
   bool widen() {
     if (complete_) return false;
@@ -44,8 +43,8 @@ class SortedPrefix {
     const size_t old = buf_.size();
     for (size_t i = 0; i < logits_.size(); ++i) {
       const float x = rank_value(logits_[i]);
-      const bool below_hi = old == 0 ? true : x < hi;
-      if (below_hi && (complete_ || x >= bound_)) buf_.push_back({int32_t(i), x});
+      const bool new_band = old == 0 || x < hi;  // the first gather has no upper bound
+      if (new_band && (complete_ || x >= bound_)) buf_.push_back({int32_t(i), x});
     }
     std::sort(buf_.begin() + ptrdiff_t(old), buf_.end(), in_order);
     return true;
@@ -69,7 +68,7 @@ class SortedPrefix {
 // Scratch of one sampling call: per thread, reused, never per request.
 struct Scratch {
   std::vector<float> work;
-  std::vector<Candidate> cand, by_id;
+  std::vector<Candidate> cand, id_order;
 };
 Scratch& scratch() {
   thread_local Scratch s;
@@ -145,7 +144,7 @@ int32_t Sampler::sample(std::span<const float> logits_in, std::span<const int32_
   auto exp1 = [&](float x) { return std::exp(double(x - max_logit)); };
   // Probabilities at temperature 1 for the nucleus and min-p filters.
   if (p.top_p < 1.f) {
-    const double total = keep < vocab ? sum_in_id_order(prefix, keep, s.by_id, exp1) : sum_all(logits, exp1);
+    const double total = keep < vocab ? sum_in_id_order(prefix, keep, s.id_order, exp1) : sum_all(logits, exp1);
     double cum = 0;
     for (size_t i = 0; i < keep && prefix.has(i); ++i) {
       cum += exp1(prefix[i].logit) / total;
@@ -163,7 +162,7 @@ int32_t Sampler::sample(std::span<const float> logits_in, std::span<const int32_
   }
   // Temperature, softmax over the survivors, one uniform draw, walked in sampling order.
   auto expt = [&](float x) { return std::exp(double(x - max_logit) / p.temperature); };
-  const double sum = keep < vocab ? sum_in_id_order(prefix, keep, s.by_id, expt) : sum_all(logits, expt);
+  const double sum = keep < vocab ? sum_in_id_order(prefix, keep, s.id_order, expt) : sum_all(logits, expt);
   const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng_) * sum;
   double acc = 0;
   for (size_t i = 0; i < keep && prefix.has(i); ++i) {

@@ -22,7 +22,6 @@
 #include <cstdint>
 #include <random>
 #include <span>
-#include <vector>
 
 namespace kvasir {
 
