@@ -20,6 +20,11 @@ class HugeBuffer {
   HugeBuffer(const HugeBuffer&) = delete;
   HugeBuffer& operator=(const HugeBuffer&) = delete;
 
+  // Commits every page now (still zero), so that no later access pays a page fault: the
+  // first touch of fresh memory is a kernel zeroing pass, and in a VM often a host fault as
+  // well (~1 s per GiB seen on the CI machines). Call before the buffer is in use.
+  void populate();
+
   uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
 

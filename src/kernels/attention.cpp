@@ -15,13 +15,33 @@ namespace {
 
 size_t elem_bytes(DType t) { return t == DType::F32 ? 4 : 2; }
 
-// Pointer to head g's K or V row of logical position pos. Pools are head-major inside a block
-// ([block][kv head][block_size][head_dim]), so one head's rows of a block are one contiguous run
-// that the hardware prefetchers stream.
+// Pointer to head g's K or V row of logical position pos (pool = kv.k or kv.v): head-major inside
+// a block, so one head's rows of a block are one contiguous run.
 inline uint8_t* kv_row(void* pool, const KvLayerView& kv, const int32_t* block_table, int64_t pos, int64_t g) {
-  const int64_t row = (int64_t(block_table[pos / kv.block_size]) * kv.n_kv_heads + g) * kv.block_size + pos % kv.block_size;
-  return static_cast<uint8_t*>(pool) + size_t(row * kv.head_dim) * elem_bytes(kv.type);
+  const int64_t stride = kv.head_stride > 0 ? kv.head_stride : kv.block_size * kv.head_dim;
+  const int64_t elem = (int64_t(block_table[pos / kv.block_size]) * kv.n_kv_heads + g) * stride +
+                       pos % kv.block_size * kv.head_dim;
+  return static_cast<uint8_t*>(pool) + size_t(elem) * elem_bytes(kv.type);
 }
+
+// Lines of a later head-block's K and V, fetched a few at a time while the current one is
+// computed. Blocks sit anywhere in the pool, so the hardware prefetchers restart at each one; a
+// burst of prefetches per block stalls the core on its miss buffers instead, while spread over
+// the block's arithmetic they keep DRAM busy behind it (64 decode rows: 1.7x).
+struct Prefetch {
+  const char *k = nullptr, *k_end = nullptr, *v = nullptr, *v_end = nullptr;
+};
+
+inline void prefetch_next(const char*& p, const char* end, int lines) {
+#if KVASIR_HAVE_AVX2
+  for (int l = 0; l < lines && p < end; ++l, p += 64) _mm_prefetch(p, _MM_HINT_T0);
+#else
+  (void)p, (void)end, (void)lines;
+#endif
+}
+
+// Head-blocks between the one computed and the one prefetched (1-3 measured alike).
+constexpr int64_t kPrefetchAhead = 2;
 
 inline int64_t window_start(int64_t pos, int64_t window) { return window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0; }
 
@@ -46,8 +66,9 @@ inline __m256 reduce8(const __m256 a[8]) {
 // s[t] = scale * q.k[t] for t < n (key rows hd elements apart). Keys go eight at a time, each
 // one FMA chain over the dims in order, reduced by reduce8; lanes past n repeat key 0 and are
 // dropped. Without AVX2 (or for head dims that are not a multiple of 8) one scalar chain per key.
+// Two lines of pf.k go out per eight dims.
 template <class T>
-void scores(const float* q, const T* k, int64_t n, int64_t hd, float scale, float* s) {
+void scores(const float* q, const T* k, int64_t n, int64_t hd, float scale, float* s, Prefetch& pf) {
 #if KVASIR_HAVE_AVX2
   if (hd % 8 == 0) {
     for (int64_t t = 0; t < n; t += 8) {
@@ -56,6 +77,7 @@ void scores(const float* q, const T* k, int64_t n, int64_t hd, float scale, floa
       __m256 acc[8];
       for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
       for (int64_t d = 0; d < hd; d += 8) {
+        prefetch_next(pf.k, pf.k_end, 2);
         const __m256 qv = _mm256_loadu_ps(q + d);
         for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(qv, load8(kt[j] + d), acc[j]);
       }
@@ -64,6 +86,7 @@ void scores(const float* q, const T* k, int64_t n, int64_t hd, float scale, floa
     return;
   }
 #endif
+  (void)pf;
   for (int64_t t = 0; t < n; ++t) {
     float x = 0;
     for (int64_t d = 0; d < hd; ++d) x = std::fma(q[d], load1(k + t * hd + d), x);
@@ -83,14 +106,16 @@ inline void scale_row(float* acc, int64_t n, float c) {
 // acc[d] = fma(w[t], v[t][d], acc[d]) for t = 0..n-1 in order (v rows hd elements apart).
 // Dims outer, keys inner, so a slice of acc stays in registers across the keys: the same
 // operations per element as one axpy per key, without reloading and storing acc for every key.
+// One line of pf.v goes out per key and 32 dims.
 template <class T>
-void accumulate_values(float* acc, const T* v, const float* w, int64_t n, int64_t hd) {
+void accumulate_values(float* acc, const T* v, const float* w, int64_t n, int64_t hd, Prefetch& pf) {
   int64_t d = 0;
 #if KVASIR_HAVE_AVX2
   for (; d + 32 <= hd; d += 32) {
     __m256 a0 = _mm256_loadu_ps(acc + d), a1 = _mm256_loadu_ps(acc + d + 8);
     __m256 a2 = _mm256_loadu_ps(acc + d + 16), a3 = _mm256_loadu_ps(acc + d + 24);
     for (int64_t t = 0; t < n; ++t) {
+      prefetch_next(pf.v, pf.v_end, 1);
       const __m256 wv = _mm256_set1_ps(w[t]);
       const T* vt = v + t * hd + d;
       a0 = _mm256_fmadd_ps(wv, load8(vt), a0);
@@ -108,6 +133,8 @@ void accumulate_values(float* acc, const T* v, const float* w, int64_t n, int64_
     for (int64_t t = 0; t < n; ++t) a = _mm256_fmadd_ps(_mm256_set1_ps(w[t]), load8(v + t * hd + d), a);
     _mm256_storeu_ps(acc + d, a);
   }
+#else
+  (void)pf;
 #endif
   for (; d < hd; ++d) {
     float a = acc[d];
@@ -134,8 +161,8 @@ struct HeadState {
 // scores, then the online-softmax update of (max, sum) and of the unnormalized output acc.
 template <class T>
 void attend_block(const float* q, const T* k, const T* v, int64_t n, int64_t hd, const AttentionParams& p, float* s,
-                  float* w, HeadState& st, float* acc) {
-  scores(q, k, n, hd, p.scale, s);
+                  float* w, HeadState& st, float* acc, Prefetch& pf) {
+  scores(q, k, n, hd, p.scale, s, pf);
   float block_max = -std::numeric_limits<float>::infinity();
   for (int64_t t = 0; t < n; ++t) {
     if (p.softcap > 0) s[t] = p.softcap * std::tanh(s[t] / p.softcap);
@@ -147,7 +174,7 @@ void attend_block(const float* q, const T* k, const T* v, int64_t n, int64_t hd,
   exp_shifted(s, n, new_max, w);
   float sum = 0;
   for (int64_t t = 0; t < n; ++t) sum += w[t];
-  accumulate_values(acc, v, w, n, hd);
+  accumulate_values(acc, v, w, n, hd, pf);
   st.sum = std::fma(st.sum, correction, sum);
   st.max = new_max;
 }
@@ -208,19 +235,19 @@ void attention_rows(const float* q, int64_t n_rows, int64_t row_stride, const Kv
     for (int64_t g = kv_begin; g < kv_end; ++g) {
       const uint8_t* k0 = kv_row(kv.k, kv, block_table, first, g);
       const uint8_t* v0 = kv_row(kv.v, kv, block_table, first, g);
-#if KVASIR_HAVE_AVX2
-      // The next block sits anywhere in the pool: fetch this head's part of it while this one
-      // is computed (within a block the hardware prefetchers follow the contiguous rows).
-      if (start + bs <= last) {
-        const size_t bytes = size_t(bs * hd) * elem_bytes(kv.type);
-        const auto* kn = reinterpret_cast<const char*>(kv_row(kv.k, kv, block_table, start + bs, g));
-        const auto* vn = reinterpret_cast<const char*>(kv_row(kv.v, kv, block_table, start + bs, g));
-        for (size_t b = 0; b < bytes; b += 64) {
-          _mm_prefetch(kn + b, _MM_HINT_T0);
-          _mm_prefetch(vn + b, _MM_HINT_T0);
+      // Fetched while this head-block is computed: the one two steps ahead in (block, head) order.
+      Prefetch pf;
+      {
+        int64_t ahead = g + kPrefetchAhead, block_start = start;
+        for (; ahead >= kv_end; ahead -= n_g) block_start += bs;
+        if (block_start <= last) {
+          const size_t bytes = size_t(bs * hd) * elem_bytes(kv.type);
+          pf.k = reinterpret_cast<const char*>(kv_row(kv.k, kv, block_table, block_start, ahead));
+          pf.v = reinterpret_cast<const char*>(kv_row(kv.v, kv, block_table, block_start, ahead));
+          pf.k_end = pf.k + bytes;
+          pf.v_end = pf.v + bytes;
         }
       }
-#endif
       if (widen) {
         widen_row(k0, true, kblk, (end - first + 1) * hd);
         widen_row(v0, true, vblk, (end - first + 1) * hd);
@@ -237,13 +264,13 @@ void attention_rows(const float* q, int64_t n_rows, int64_t row_stride, const Kv
           const int64_t skip = t0 - first, n = t1 - t0 + 1;
           const int64_t off = skip * hd;
           if (widen) {
-            attend_block(qh, kblk + off, vblk + off, n, hd, p, s, w, st, oh);
+            attend_block(qh, kblk + off, vblk + off, n, hd, p, s, w, st, oh, pf);
           } else if (f16) {
             attend_block(qh, reinterpret_cast<const uint16_t*>(k0) + off, reinterpret_cast<const uint16_t*>(v0) + off, n,
-                         hd, p, s, w, st, oh);
+                         hd, p, s, w, st, oh, pf);
           } else {
             attend_block(qh, reinterpret_cast<const float*>(k0) + off, reinterpret_cast<const float*>(v0) + off, n, hd,
-                         p, s, w, st, oh);
+                         p, s, w, st, oh, pf);
           }
         }
       }

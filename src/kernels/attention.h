@@ -10,8 +10,12 @@
 
 namespace kvasir::kernels {
 
-// One layer's K and V pools: [num_blocks][n_kv_heads][block_size][head_dim], F16 or F32 (head-major
-// inside a block: one head's keys of a block are contiguous).
+// One layer's K and V, F16 or F32, head-major inside a block: head g's rows of block b start at
+// element (b * n_kv_heads + g) * head_stride of k (keys) and of v (values), block_size rows of
+// head_dim each. head_stride = block_size * head_dim for separate K and V pools
+// ([num_blocks][n_kv_heads][block_size][head_dim] each); KvCache interleaves them instead
+// ([num_blocks][n_kv_heads][K rows, V rows], v = k + block_size * head_dim, head_stride twice
+// that), so what one head reads of a block is one contiguous run.
 struct KvLayerView {
   void* k = nullptr;
   void* v = nullptr;
@@ -19,6 +23,7 @@ struct KvLayerView {
   int64_t block_size = 16;
   int64_t n_kv_heads = 0;
   int64_t head_dim = 0;
+  int64_t head_stride = 0;  // elements; 0 = block_size * head_dim (separate pools)
 };
 
 // Stores one token's K and V (each n_kv_heads * head_dim floats) at logical position pos.

@@ -40,8 +40,7 @@ PackedMatrix pack_matrix_alloc(DType wtype, int64_t n_in, int64_t n_out);
 void pack_panels(PackedMatrix& pm, const void* w, int64_t p_begin, int64_t p_end);
 
 // Whether matmul_rows_packed is the faster path for n_rows activation rows: always for the 4-bit
-// types; Q8_0's packed kernel wins only for decode-sized batches (its prefill GEMM reuses
-// unpacked panels better).
+// types; for Q8_0 up to decode-sized batches (prefill chunks repack per call, as fast there).
 bool packed_pays(const PackedMatrix& pm, int64_t n_rows);
 
 // matmul_rows on a packed matrix: bitwise the same outputs (the contract of quant/gemm.h).

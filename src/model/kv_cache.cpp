@@ -15,22 +15,24 @@ Result<KvCache> KvCache::create(const ModelConfig& c, const KvCacheOptions& o) {
   kv.options_ = o;
   kv.n_kv_heads_ = c.n_kv_heads;
   kv.head_dim_ = c.head_dim;
-  const size_t bytes = size_t(o.num_blocks * o.block_size * c.kv_dim()) * (o.type == DType::F32 ? 4 : 2);
-  // Pools start on 64-byte lines; one mapping (huge pages where the OS allows) holds them all.
+  // K and V of a layer share one pool, alternating per (block, head): [block][kv head][K rows,
+  // V rows], so that what attention reads of a block for one head is one contiguous run. Pools
+  // start on 64-byte lines; one mapping (huge pages where the OS allows) holds them all.
+  const size_t bytes = size_t(2 * o.num_blocks * o.block_size * c.kv_dim()) * (o.type == DType::F32 ? 4 : 2);
   const size_t pool = (bytes + 63) & ~size_t(63);
-  kv.memory_ = HugeBuffer(pool * 2 * size_t(c.n_layers));
-  if (!kv.memory_.data()) return Error{"cannot allocate " + std::to_string(bytes * 2 * c.n_layers >> 20) + " MiB of KV cache"};
-  kv.layers_.resize(size_t(c.n_layers));
-  for (size_t il = 0; il < kv.layers_.size(); ++il) {
-    kv.layers_[il].k = kv.memory_.data() + (2 * il) * pool;
-    kv.layers_[il].v = kv.memory_.data() + (2 * il + 1) * pool;
-  }
+  kv.memory_ = HugeBuffer(pool * size_t(c.n_layers));
+  if (!kv.memory_.data()) return Error{"cannot allocate " + std::to_string(bytes * c.n_layers >> 20) + " MiB of KV cache"};
+  // Committed at start-up, like a GPU engine's KV tensors: no request pays the page faults.
+  kv.memory_.populate();
+  kv.pool_bytes_ = pool;
   return kv;
 }
 
 kernels::KvLayerView KvCache::layer(int64_t il) const {
-  const Pool& p = layers_[size_t(il)];
-  return {p.k, p.v, options_.type, options_.block_size, n_kv_heads_, head_dim_};
+  uint8_t* k = memory_.data() + size_t(il) * pool_bytes_;
+  const int64_t run = options_.block_size * head_dim_;  // elements of one head's K (or V) rows of a block
+  uint8_t* v = k + size_t(run) * (options_.type == DType::F32 ? 4 : 2);
+  return {k, v, options_.type, options_.block_size, n_kv_heads_, head_dim_, 2 * run};
 }
 
 }  // namespace kvasir

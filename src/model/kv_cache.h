@@ -1,8 +1,7 @@
-// Paged KV storage: per layer, K and V pools of num_blocks fixed-size blocks. Which block belongs
-// to which sequence is decided elsewhere (block tables); this class only owns the memory.
+// Paged KV storage: per layer, a pool of num_blocks fixed-size blocks holding K and V. Which block
+// belongs to which sequence is decided elsewhere (block tables); this class only owns the memory.
 #pragma once
 #include <cstdint>
-#include <vector>
 
 #include "core/dtype.h"
 #include "core/huge_buffer.h"
@@ -30,13 +29,10 @@ class KvCache {
   static size_t bytes_per_token(const ModelConfig& config, DType type);
 
  private:
-  struct Pool {
-    uint8_t *k = nullptr, *v = nullptr;  // inside memory_
-  };
   KvCacheOptions options_;
-  HugeBuffer memory_;  // every layer's K and V pools, one mapping
+  HugeBuffer memory_;  // every layer's pool (K and V interleaved per block and head), one mapping
+  size_t pool_bytes_ = 0;
   int64_t n_kv_heads_ = 0, head_dim_ = 0;
-  std::vector<Pool> layers_;
 };
 
 }  // namespace kvasir

@@ -1,5 +1,6 @@
 // Paged attention equals the contiguous full-softmax reference (F32 KV: relative error <= 1e-5),
-// across block sizes, GQA groups, sliding windows and scattered block tables.
+// across block sizes, GQA groups, sliding windows and scattered block tables, and is bitwise the
+// same whether K and V sit in separate pools or alternate in one (KvCache's layout).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -48,11 +49,19 @@ void run_case(const Case& c, uint32_t seed) {
   std::vector<uint8_t> kpool(size_t(pool_blocks * c.block_size * kv_dim) * elem);
   std::vector<uint8_t> vpool(kpool.size());
   KvLayerView view{kpool.data(), vpool.data(), c.type, c.block_size, c.n_kv_heads, c.head_dim};
+  // KvCache's layout: K and V alternate per (block, head) in one pool.
+  std::vector<uint8_t> kvpool(2 * kpool.size());
+  const int64_t run = c.block_size * c.head_dim;
+  KvLayerView mixed{kvpool.data(), kvpool.data() + size_t(run) * elem, c.type, c.block_size, c.n_kv_heads, c.head_dim,
+                    2 * run};
 
   std::vector<float> k(static_cast<size_t>(c.n_tokens * kv_dim)), v(k.size());
   for (auto& x : k) x = nd(rng);
   for (auto& x : v) x = nd(rng);
-  for (int64_t t = 0; t < c.n_tokens; ++t) kv_store(view, table.data(), t, &k[size_t(t * kv_dim)], &v[size_t(t * kv_dim)]);
+  for (int64_t t = 0; t < c.n_tokens; ++t) {
+    kv_store(view, table.data(), t, &k[size_t(t * kv_dim)], &v[size_t(t * kv_dim)]);
+    kv_store(mixed, table.data(), t, &k[size_t(t * kv_dim)], &v[size_t(t * kv_dim)]);
+  }
   if (c.type == DType::F16) {  // the reference sees what the cache holds
     for (auto& x : k) x = fp16_to_f32(f32_to_fp16(x));
     for (auto& x : v) x = fp16_to_f32(f32_to_fp16(x));
@@ -64,6 +73,10 @@ void run_case(const Case& c, uint32_t seed) {
     for (auto& x : q) x = nd(rng);
     attention(q.data(), view, table.data(), pos, p, out.data(), scratch.data());
     attention_ref(q.data(), k.data(), v.data(), c.n_kv_heads, c.head_dim, pos, p, ref.data());
+    std::vector<float> out_mixed(out.size());
+    attention(q.data(), mixed, table.data(), pos, p, out_mixed.data(), scratch.data());
+    EXPECT_EQ(0, std::memcmp(out.data(), out_mixed.data(), out.size() * sizeof(float)))
+        << "interleaved K/V pool differs from separate pools at pos " << pos;
     const double tol = 1e-5;  // F32 KV: only float summation order differs from the double reference
     EXPECT_LE(rel_error(out, ref), tol) << "pos " << pos << " heads " << c.n_heads << "/" << c.n_kv_heads
                                         << " block " << c.block_size << " window " << c.window;

@@ -156,7 +156,7 @@ namespace {
 // output range (panels cut anywhere) and row count.
 TEST_P(Gemm, PackedMatrixMatchesFileLayoutBitwise) {
   const DType t = GetParam();
-  const int64_t n = 2 * std::max<int64_t>(256, block_size(t)), n_out = 37, rows = 5;
+  const int64_t n = 2 * std::max<int64_t>(256, block_size(t)), n_out = 37, rows = 9;
   kernels::PackedMatrix pm = kernels::pack_matrix_alloc(t, n, n_out);
   if (pm.empty()) GTEST_SKIP() << "no packed form";
   const Operands o = make(t, n, n_out, rows, 99, true);

@@ -56,26 +56,31 @@ void panel_q4_0(const uint8_t* panel, int64_t nb, const BlockQ8_0* const a[], co
   }
 }
 
+// da[r][i]: row r's block scales as floats (computed once per call). Only the first row group
+// of a panel block streams it from memory (prefetched 2 KiB ahead); the others find it in L2.
 template <int R>
-void panel_q8_0(const uint8_t* panel, int64_t nb, const BlockQ8_0* const a[], __m256 acc[]) {
+void panel_q8_0(const uint8_t* panel, int64_t nb, const BlockQ8_0* const a[], const float* const da[], bool stream,
+                __m256 acc[]) {
   const __m256i ones = _mm256_set1_epi16(1);
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* pb = panel + size_t(i) * kQ8_0Block;
-    for (int l = 0; l < 5; ++l) _mm_prefetch(reinterpret_cast<const char*>(pb) + 2048 + 64 * l, _MM_HINT_T0);
+    if (stream)
+      for (int l = 0; l < 5; ++l) _mm_prefetch(reinterpret_cast<const char*>(pb) + 2048 + 64 * l, _MM_HINT_T0);
     __m256i isum[R];
+#pragma GCC unroll 8
     for (int k = 0; k < 8; ++k) {
       const __m256i w = load256(pb + 32 * k), wabs = _mm256_sign_epi8(w, w);
       for (int r = 0; r < R; ++r) {
         const __m256i s = _mm256_sign_epi8(bcast4(a[r][i].qs + 4 * k), w);
         const __m256i t = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, s), ones);
         isum[r] = k == 0 ? t : _mm256_add_epi32(isum[r], t);
+        keep_chain(isum[r]);
       }
     }
     const __m256 dw = _mm256_cvtph_ps(load128(pb + kQ8_0Codes));
     for (int r = 0; r < R; ++r)
-      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(half_to_float(a[r][i].d))),
-                               _mm256_cvtepi32_ps(isum[r]), acc[r]);
+      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(da[r][i])), _mm256_cvtepi32_ps(isum[r]), acc[r]);
   }
 }
 
@@ -125,6 +130,7 @@ void prepack_panel(DType wtype, const uint8_t* w, size_t w_stride, int64_t n_row
 }
 
 size_t prepacked_scratch_bytes(DType wtype, int64_t n_in, int64_t n_rows) {
+  if (wtype == DType::Q8_0) return size_t(n_rows * (n_in / kQ)) * sizeof(float);
   if (wtype != DType::Q4_0) return 0;
   return size_t(n_rows * (n_in / kQ)) * sizeof(Prep);
 }
@@ -132,24 +138,33 @@ size_t prepacked_scratch_bytes(DType wtype, int64_t n_in, int64_t n_rows) {
 void gemm_prepacked(DType wtype, const uint8_t* panels, size_t panel_bytes, int64_t n_in, int64_t out_begin,
                     int64_t out_end, const uint8_t* act, size_t a_stride, int64_t n_rows, float* y, int64_t y_stride,
                     void* scratch) {
+  const int64_t nb = n_in / kQ;
   if (wtype == DType::Q8_0) {
+    auto* da = static_cast<float*>(scratch);
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const auto* a = reinterpret_cast<const BlockQ8_0*>(act + size_t(r) * a_stride);
+      for (int64_t i = 0; i < nb; ++i) da[r * nb + i] = half_to_float(a[i].d);
+    }
     return for_prepacked_panels(panel_bytes, out_begin, out_end, n_rows, y, y_stride,
                                 [&](int64_t p, int64_t r0, int R, __m256 acc[]) {
                                   const BlockQ8_0* a[kRowGroup];
-                                  for (int r = 0; r < R; ++r)
+                                  const float* d[kRowGroup];
+                                  for (int r = 0; r < R; ++r) {
                                     a[r] = reinterpret_cast<const BlockQ8_0*>(act + size_t(r0 + r) * a_stride);
+                                    d[r] = da + (r0 + r) * nb;
+                                  }
                                   const uint8_t* panel = panels + size_t(p) * panel_bytes;
+                                  const bool stream = r0 == 0;
                                   switch (R) {
-                                    case 1: return panel_q8_0<1>(panel, n_in / kQ, a, acc);
-                                    case 2: return panel_q8_0<2>(panel, n_in / kQ, a, acc);
-                                    case 3: return panel_q8_0<3>(panel, n_in / kQ, a, acc);
-                                    default: return panel_q8_0<4>(panel, n_in / kQ, a, acc);
+                                    case 1: return panel_q8_0<1>(panel, nb, a, d, stream, acc);
+                                    case 2: return panel_q8_0<2>(panel, nb, a, d, stream, acc);
+                                    case 3: return panel_q8_0<3>(panel, nb, a, d, stream, acc);
+                                    default: return panel_q8_0<4>(panel, nb, a, d, stream, acc);
                                   }
                                 });
   }
   if (wtype != DType::Q4_0)
     return gemm_prepacked_k(wtype, panels, panel_bytes, n_in, out_begin, out_end, act, a_stride, n_rows, y, y_stride);
-  const int64_t nb = n_in / kQ;
   auto* prep = static_cast<Prep*>(scratch);
   for (int64_t r = 0; r < n_rows; ++r) {
     const auto* a = reinterpret_cast<const BlockQ8_0*>(act + size_t(r) * a_stride);
