@@ -79,7 +79,8 @@ Forward::Forward(const Model& model, const ForwardOptions& o)
   kernels::AttentionParams ap{c_.n_heads, 0, 1.f, 0.f};
   // Block size is a KvCache option; size the scratch for blocks of up to 256 tokens.
   probe.block_size = 256;
-  attn_scratch_floats_ = kernels::attention_scratch_floats(probe, ap);
+  // Whole cache lines per thread, so that no two threads' scratch shares one.
+  attn_scratch_floats_ = (kernels::attention_scratch_floats(probe, ap) + 15) & ~int64_t(15);
   attn_scratch_.resize(size_t(attn_scratch_floats_) * size_t(pool_.num_threads()));
   pack_weights();
 }

@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/aligned_vector.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "kernels/matmul.h"
@@ -70,22 +71,22 @@ class Forward {
   ThreadPool pool_;
 
   // Activations, one row per batch token.
-  std::vector<float> x_;        // [T][n_embd] residual stream
-  std::vector<float> xn_;       // [T][n_embd] normed input of a block
-  std::vector<float> q_;        // [T][q_dim]
-  std::vector<float> k_, v_;    // [T][kv_dim]
-  std::vector<float> att_;      // [T][q_dim]
-  std::vector<float> proj_;     // [T][n_embd] block output before the residual add
-  std::vector<float> gate_;     // [T][n_ff]
-  std::vector<float> up_;       // [T][n_ff]
-  std::vector<float> rope_cs_;  // [T][rope_dims] cos then sin of each rotated pair
-  std::vector<uint8_t> act_q_;  // activations converted to the weights' vec_dot_types
-  std::vector<float> attn_scratch_;  // per thread
+  AlignedVector<float> x_;        // [T][n_embd] residual stream
+  AlignedVector<float> xn_;       // [T][n_embd] normed input of a block
+  AlignedVector<float> q_;        // [T][q_dim]
+  AlignedVector<float> k_, v_;    // [T][kv_dim]
+  AlignedVector<float> att_;      // [T][q_dim]
+  AlignedVector<float> proj_;     // [T][n_embd] block output before the residual add
+  AlignedVector<float> gate_;     // [T][n_ff]
+  AlignedVector<float> up_;       // [T][n_ff]
+  AlignedVector<float> rope_cs_;  // [T][rope_dims] cos then sin of each rotated pair
+  AlignedVector<uint8_t> act_q_;  // activations converted to the weights' vec_dot_types
+  AlignedVector<float> attn_scratch_;  // per thread
   int64_t attn_scratch_floats_ = 0;
   std::vector<AttnTile> tiles_;
   // Repacked copies keyed by the file data they come from (a tied output shares its embedding's).
   std::unordered_map<const void*, kernels::PackedMatrix> packed_;
-  std::vector<float> logits_;   // [T][n_vocab]
+  AlignedVector<float> logits_;   // [T][n_vocab]
   std::vector<int64_t> logit_rows_;
 };
 
