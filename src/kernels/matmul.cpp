@@ -21,13 +21,13 @@ namespace {
   std::abort();
 }
 
-// Per-thread scratch of the tile kernels (packed panels, widened activations): grows to the
-// largest request once, then every matmul reuses it; nothing is allocated per token.
-// Q8_0's packed kernel is ahead up to decode-sized batches (no per-call repacking: 1.08x at 64
-// rows, 1.37x at 16 in bench/gemm_shapes); past that, repacking per call costs nothing that
-// shows and both run alike (prefill chunks of 512 rows).
+// Q8_0's packed-at-load kernel is ahead up to decode-sized batches (no repacking per call: 1.37x
+// at 16 rows, ~1.05x at 64 in a single-thread run over the small shape's matrices); for prefill
+// chunks (512 rows) repacking per call costs nothing that shows and both run alike.
 constexpr int64_t kQ8_0PackedMaxRows = 128;
 
+// Per-thread scratch of the tile kernels (packed panels, widened activations): grows to the
+// largest request once, then every matmul reuses it; nothing is allocated per token.
 void* thread_scratch(size_t bytes) {
   thread_local std::unique_ptr<uint8_t[]> buf;
   thread_local size_t cap = 0;

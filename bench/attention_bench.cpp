@@ -1,0 +1,85 @@
+// Decode attention alone: S sequences at depth D, one query row each, over L layers of the
+// small synthetic shape (12 heads of 64, F16 K/V, 16-token blocks in KvCache's layout), every
+// sequence's blocks scattered over the pool like a long-running engine's. Threads split the
+// work as Forward does (units of one sequence x a run of KV heads). Prints the median time per
+// step and the K/V bytes read per second; with --cached every sequence reads sequence 0's
+// blocks, which leaves the arithmetic alone (the data stays in cache).
+//
+//   attention_bench [-s 64] [-d 176] [-l 12] [-t 2] [-r 9] [--cached]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/fp16.h"
+#include "core/huge_buffer.h"
+#include "core/thread_pool.h"
+#include "kernels/attention.h"
+
+using namespace kvasir;
+
+int main(int argc, char** argv) {
+  int64_t seqs = 64, depth = 176, layers = 12, reps = 9;
+  int threads = 2;
+  bool cached = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    if (k == "--cached") cached = true;
+    else if (i + 1 < argc && k == "-s") seqs = std::atoll(argv[++i]);
+    else if (i + 1 < argc && k == "-d") depth = std::atoll(argv[++i]);
+    else if (i + 1 < argc && k == "-l") layers = std::atoll(argv[++i]);
+    else if (i + 1 < argc && k == "-t") threads = std::atoi(argv[++i]);
+    else if (i + 1 < argc && k == "-r") reps = std::atoll(argv[++i]);
+    else {
+      std::fprintf(stderr, "usage: %s [-s SEQS] [-d DEPTH] [-l LAYERS] [-t THREADS] [-r REPS] [--cached]\n", argv[0]);
+      return 2;
+    }
+  }
+  const int64_t heads = 12, hd = 64, bs = 16, run = bs * hd;
+  const int64_t per_seq = depth / bs + 1, blocks = seqs * per_seq;
+  const size_t layer_bytes = size_t(blocks * heads * 2 * run) * 2;
+  HugeBuffer pool(layer_bytes * size_t(layers));
+  if (!pool.data()) return std::fprintf(stderr, "cannot allocate %zu MiB\n", layer_bytes * layers >> 20), 1;
+  std::mt19937 rng(1);
+  auto* h = reinterpret_cast<uint16_t*>(pool.data());
+  for (size_t i = 0; i < layer_bytes * size_t(layers) / 2; ++i) h[i] = f32_to_fp16(float(int(rng() % 2001) - 1000) / 1000.f);
+  std::vector<int32_t> ids(static_cast<size_t>(blocks));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  std::vector<float> q(size_t(seqs * heads * hd)), out(q.size());
+  for (auto& x : q) x = float(int(rng() % 2001) - 1000) / 1000.f;
+
+  ThreadPool tp(threads);
+  const kernels::AttentionParams ap{heads, 0, 0.125f, 0.f};
+  const int64_t scratch_floats = (kernels::attention_scratch_floats({nullptr, nullptr, DType::F16, bs, heads, hd}, ap) + 15) & ~15;
+  std::vector<float> scratch(size_t(scratch_floats * threads));
+  const int64_t heads_per_unit = std::max<int64_t>(1, heads / threads), runs = (heads + heads_per_unit - 1) / heads_per_unit;
+  std::vector<double> ms;
+  for (int64_t rep = 0; rep < reps; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int64_t l = 0; l < layers; ++l) {
+      uint8_t* k = pool.data() + size_t(l) * layer_bytes;
+      const kernels::KvLayerView view{k, k + run * 2, DType::F16, bs, heads, hd, 2 * run};
+      tp.parallel_for(seqs * runs, 1, [&](int64_t b, int64_t e, int thread) {
+        for (int64_t u = b; u < e; ++u) {
+          const int64_t s = u / runs, g0 = (u % runs) * heads_per_unit, g1 = std::min(heads, g0 + heads_per_unit);
+          const int32_t* table = ids.data() + (cached ? 0 : s) * per_seq;
+          kernels::attention_rows(q.data() + s * heads * hd, 1, heads * hd, view, table, depth, ap, g0, g1,
+                                  out.data() + s * heads * hd, scratch.data() + thread * scratch_floats);
+        }
+      }, 16);
+    }
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  const double med = ms[ms.size() / 2];
+  const double bytes = double(seqs * (depth + 1) * layers * heads * hd * 2 * 2);
+  std::printf("attention: %lld seqs at depth %lld, %lld layers, %d threads%s: median %.2f ms/step (min %.2f), %.1f GB/s of K/V\n",
+              (long long)seqs, (long long)depth, (long long)layers, threads, cached ? " (cached)" : "", med, ms.front(),
+              bytes / med / 1e6);
+}
