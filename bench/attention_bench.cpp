@@ -1,5 +1,5 @@
 // Decode attention alone: S sequences at depth D, one query row each, over L layers of the
-// small synthetic shape (12 heads of 64, F16 K/V, 16-token blocks in KvCache's layout), every
+// small synthetic shape (12 heads of 64, F16 K/V, 16-token blocks of a KvCache), every
 // sequence's blocks scattered over the pool like a long-running engine's. Threads split the
 // work as Forward does (units of one sequence x a run of KV heads). Prints the median time per
 // step and the K/V bytes read per second; with --cached every sequence reads sequence 0's
@@ -16,10 +16,10 @@
 #include <string>
 #include <vector>
 
-#include "core/fp16.h"
-#include "core/huge_buffer.h"
 #include "core/thread_pool.h"
 #include "kernels/attention.h"
+#include "model/config.h"
+#include "model/kv_cache.h"
 
 using namespace kvasir;
 
@@ -40,19 +40,30 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  const int64_t heads = 12, hd = 64, bs = 16, run = bs * hd;
+  const int64_t heads = 12, hd = 64, bs = 16;
   const int64_t per_seq = depth / bs + 1, blocks = seqs * per_seq;
-  const size_t layer_bytes = size_t(blocks * heads * 2 * run) * 2;
-  HugeBuffer pool(layer_bytes * size_t(layers));
-  if (!pool.data()) return std::fprintf(stderr, "cannot allocate %zu MiB\n", layer_bytes * layers >> 20), 1;
+  ModelConfig c;
+  c.n_layers = layers;
+  c.n_heads = c.n_kv_heads = heads;
+  c.head_dim = hd;
+  auto kv = KvCache::create(c, {blocks, bs, DType::F16});
+  if (!kv) return std::fprintf(stderr, "%s\n", kv.error().c_str()), 1;
   std::mt19937 rng(1);
-  auto* h = reinterpret_cast<uint16_t*>(pool.data());
-  for (size_t i = 0; i < layer_bytes * size_t(layers) / 2; ++i) h[i] = f32_to_fp16(float(int(rng() % 2001) - 1000) / 1000.f);
   std::vector<int32_t> ids(static_cast<size_t>(blocks));
   std::iota(ids.begin(), ids.end(), 0);
   std::shuffle(ids.begin(), ids.end(), rng);
+  auto random_row = [&](std::vector<float>& v) {
+    for (auto& x : v) x = float(int(rng() % 2001) - 1000) / 1000.f;
+  };
+  std::vector<float> k(size_t(heads * hd)), v(k.size());
+  for (int64_t l = 0; l < layers; ++l)
+    for (int64_t s = 0; s < (cached ? 1 : seqs); ++s)
+      for (int64_t pos = 0; pos <= depth; ++pos) {
+        random_row(k), random_row(v);
+        kernels::kv_store(kv->layer(l), ids.data() + s * per_seq, pos, k.data(), v.data());
+      }
   std::vector<float> q(size_t(seqs * heads * hd)), out(q.size());
-  for (auto& x : q) x = float(int(rng() % 2001) - 1000) / 1000.f;
+  random_row(q);
 
   ThreadPool tp(threads);
   const kernels::AttentionParams ap{heads, 0, 0.125f, 0.f};
@@ -63,8 +74,7 @@ int main(int argc, char** argv) {
   for (int64_t rep = 0; rep < reps; ++rep) {
     const auto t0 = std::chrono::steady_clock::now();
     for (int64_t l = 0; l < layers; ++l) {
-      uint8_t* k = pool.data() + size_t(l) * layer_bytes;
-      const kernels::KvLayerView view{k, k + run * 2, DType::F16, bs, heads, hd, 2 * run};
+      const kernels::KvLayerView view = kv->layer(l);
       tp.parallel_for(seqs * runs, 1, [&](int64_t b, int64_t e, int thread) {
         for (int64_t u = b; u < e; ++u) {
           const int64_t s = u / runs, g0 = (u % runs) * heads_per_unit, g1 = std::min(heads, g0 + heads_per_unit);

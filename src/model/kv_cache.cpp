@@ -5,7 +5,7 @@
 namespace kvasir {
 
 size_t KvCache::bytes_per_token(const ModelConfig& c, DType type) {
-  return size_t(2 * c.n_layers * c.kv_dim()) * (type == DType::F32 ? 4 : 2);
+  return row_bytes(type, 2 * c.n_layers * c.kv_dim());
 }
 
 Result<KvCache> KvCache::create(const ModelConfig& c, const KvCacheOptions& o) {
@@ -18,7 +18,7 @@ Result<KvCache> KvCache::create(const ModelConfig& c, const KvCacheOptions& o) {
   // K and V of a layer share one pool, alternating per (block, head): [block][kv head][K rows,
   // V rows], so that what attention reads of a block for one head is one contiguous run. Pools
   // start on 64-byte lines; one mapping (huge pages where the OS allows) holds them all.
-  const size_t bytes = size_t(2 * o.num_blocks * o.block_size * c.kv_dim()) * (o.type == DType::F32 ? 4 : 2);
+  const size_t bytes = row_bytes(o.type, 2 * o.num_blocks * o.block_size * c.kv_dim());
   const size_t pool = (bytes + 63) & ~size_t(63);
   kv.memory_ = HugeBuffer(pool * size_t(c.n_layers));
   if (!kv.memory_.data()) return Error{"cannot allocate " + std::to_string(bytes * c.n_layers >> 20) + " MiB of KV cache"};
@@ -31,7 +31,7 @@ Result<KvCache> KvCache::create(const ModelConfig& c, const KvCacheOptions& o) {
 kernels::KvLayerView KvCache::layer(int64_t il) const {
   uint8_t* k = memory_.data() + size_t(il) * pool_bytes_;
   const int64_t run = options_.block_size * head_dim_;  // elements of one head's K (or V) rows of a block
-  uint8_t* v = k + size_t(run) * (options_.type == DType::F32 ? 4 : 2);
+  uint8_t* v = k + row_bytes(options_.type, run);
   return {k, v, options_.type, options_.block_size, n_kv_heads_, head_dim_, 2 * run};
 }
 
