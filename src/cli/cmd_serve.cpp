@@ -1,12 +1,24 @@
 // `kvasir serve -m MODEL [--host H] [--port P] [--api-key K] [engine sizing]`: the OpenAI-compatible
-// HTTP server. It listens before the model loads (/health says 503 until then) and drains on
-// SIGTERM or SIGINT: running requests finish, new ones get 503, then it exits 0.
+// HTTP server. Its life is a few phases, each of which a signal ends cleanly:
+//   loading   listening, /health says 503; a load error is printed and the exit code is 1; a
+//             SIGTERM/SIGINT exits at once (code 0).
+//   ready     serving until SIGTERM/SIGINT.
+//   draining  new generations get 503, running ones finish until --drain-timeout, then the rest
+//             are aborted (their clients get a clean end) and it exits 0. A second signal exits
+//             at once (code 1).
+#include <malloc.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <cctype>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <thread>
 
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -30,7 +42,88 @@ struct ServeArgs {
   bool no_prefix_cache = false;
   double tpot_target_ms = 0;
   double drain_timeout_s = 30;
+  std::vector<std::string> api_keys;
+  std::string api_key_file;
   server::ServerOptions http;
+};
+
+// Keys from --api-key, --api-key-file (one per line; blank lines and '#' comments skipped) and the
+// KVASIR_API_KEY environment variable (which, unlike a flag, does not show in `ps`).
+Result<std::vector<std::string>> collect_api_keys(const ServeArgs& a) {
+  std::vector<std::string> keys = a.api_keys;
+  if (const char* env = std::getenv("KVASIR_API_KEY"); env && *env) keys.emplace_back(env);
+  if (!a.api_key_file.empty()) {
+    std::ifstream in(a.api_key_file);
+    if (!in) return Error{"--api-key-file: cannot read " + a.api_key_file};
+    for (std::string line; std::getline(in, line);) {
+      while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
+      size_t start = 0;
+      while (start < line.size() && std::isspace(static_cast<unsigned char>(line[start]))) ++start;
+      line.erase(0, start);
+      if (!line.empty() && line[0] != '#') keys.push_back(line);
+    }
+    if (keys.empty()) return Error{"--api-key-file: " + a.api_key_file + " holds no key"};
+  }
+  for (const std::string& k : keys) {
+    if (k.empty()) return Error{"an API key must not be empty"};
+    for (char c : k)
+      if (static_cast<unsigned char>(c) <= ' ' || c == 0x7f) return Error{"an API key must be printable, without spaces"};
+  }
+  return keys;
+}
+
+// Every idle connection is a descriptor: use as many as the hard limit allows.
+void raise_descriptor_limit() {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &r);
+  }
+}
+
+size_t descriptor_limit() {
+  rlimit r{};
+  return getrlimit(RLIMIT_NOFILE, &r) == 0 ? size_t(r.rlim_cur) : 1024;
+}
+
+// SIGTERM / SIGINT, taken by sigwait on a thread of their own so that every phase hears them.
+class SignalWatch {
+ public:
+  SignalWatch(sigset_t set, const server::ServerState& state) : set_(set), state_(state) {
+    std::thread([this] { run(); }).detach();  // lives until the process exits
+  }
+  int wait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait(lock, [&] { return signal_ != 0; });
+    return signal_;
+  }
+
+ private:
+  void run() {
+    for (int count = 0;; ++count) {
+      int sig = 0;
+      if (sigwait(&set_, &sig) != 0) continue;
+      const char* name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
+      if (state_.phase() == server::Phase::loading) {
+        std::fprintf(stderr, "kvasir serve: %s while loading, stopped\n", name);
+        std::_Exit(0);
+      }
+      if (count > 0) {
+        std::fprintf(stderr, "kvasir serve: second %s, exiting without draining\n", name);
+        std::_Exit(1);
+      }
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        signal_ = sig;
+      }
+      cv_.notify_all();
+    }
+  }
+  sigset_t set_;
+  const server::ServerState& state_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  int signal_ = 0;
 };
 
 // "512M", "2G", "64k", "1048576" -> bytes (binary units).
@@ -67,6 +160,15 @@ int run_serve(ServeArgs a) {
   auto body = parse_size(a.max_body, "--max-body");
   if (!body) return fail(body.error());
   a.http.max_body_bytes = size_t(*body);
+  auto keys = collect_api_keys(a);
+  if (!keys) return fail(keys.error());
+  a.http.access.api_keys = std::move(*keys);
+  raise_descriptor_limit();
+  // Request bodies and their copies are megabytes at most and short-lived: from 1 MiB on they get
+  // their own mappings, returned to the system when freed. (glibc's default threshold rises with
+  // every such free, after which large buffers stay in the worker threads' arenas for good.)
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  a.http.max_connections = std::min(a.http.max_connections, std::max<size_t>(descriptor_limit(), 128) - 64);
   if (a.http.served_model_name.empty()) a.http.served_model_name = std::filesystem::path(a.model).stem().string();
 
   // Signals are taken by sigwait below; block them before any thread starts so none inherits them.
@@ -80,6 +182,7 @@ int run_serve(ServeArgs a) {
   server::HttpServer http(a.http);
   if (auto s = http.bind(); !s) return fail(s.error());
   http.start();
+  SignalWatch signals(stop_signals, http.state());
   std::fprintf(stderr, "kvasir serve: listening on http://%s:%d (loading %s)\n", a.http.host.c_str(), http.port(),
                a.model.c_str());
 
@@ -97,8 +200,9 @@ int run_serve(ServeArgs a) {
   auto backend = server::load_backend(bo);
   if (!backend) {
     http.state().set_phase(server::Phase::failed);
+    const int code = fail(backend.error());  // said first: stopping may take a moment
     http.stop();
-    return fail(backend.error());
+    return code;
   }
   const int32_t max_len = (*backend)->max_model_len;
   http.state().attach(std::move(*backend));
@@ -106,8 +210,7 @@ int run_serve(ServeArgs a) {
                a.http.served_model_name.c_str(),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), max_len);
 
-  int sig = 0;
-  sigwait(&stop_signals, &sig);
+  const int sig = signals.wait();
   std::fprintf(stderr, "kvasir serve: %s, draining\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
   http.drain_and_stop(std::chrono::milliseconds(int64_t(a.drain_timeout_s * 1000)));
   std::fprintf(stderr, "kvasir serve: stopped\n");
@@ -122,7 +225,20 @@ void register_serve(CLI::App& app, Handler& handler) {
   cmd->add_option("-m,--model", a->model, "GGUF model (default: the installed Gemma 3 270M)");
   cmd->add_option("--host", a->http.host, "Address to listen on (default 127.0.0.1: loopback only)");
   cmd->add_option("--port", a->http.port, "Port (0: any free port)")->check(CLI::Range(0, 65535));
-  cmd->add_option("--api-key", a->http.api_key, "Require 'Authorization: Bearer KEY' on the API");
+  cmd->add_option("--api-key", a->api_keys,
+                  "Require 'Authorization: Bearer KEY' on the API (repeatable; visible in ps: prefer "
+                  "--api-key-file or KVASIR_API_KEY)");
+  cmd->add_option("--api-key-file", a->api_key_file, "File of API keys, one per line");
+  cmd->add_flag("--metrics-public", a->http.access.metrics_public, "Serve /metrics without the API key");
+  cmd->add_option("--allowed-hosts", a->http.access.allowed_hosts,
+                  "Host header values accepted, comma separated, '*' for any (default: loopback names when "
+                  "listening on loopback, else any)")
+      ->delimiter(',');
+  cmd->add_option("--cors-origin", a->http.access.cors_origins,
+                  "Origins whose browser pages may call the API (repeatable or comma separated; '*' for any)")
+      ->delimiter(',');
+  cmd->add_option("--max-connections", a->http.max_connections, "Open connections at most")
+      ->check(CLI::Range(size_t(1), size_t(1) << 20));
   cmd->add_option("--served-model-name", a->http.served_model_name, "Model id in the API (default: file stem)");
   cmd->add_option("--chat-template", a->chat_template, "Jinja chat template file (default: the model's own)");
   cmd->add_option("--max-seqs", a->max_seqs, "Sequences in a batch at most")->check(CLI::Range(1, 4096));
@@ -141,9 +257,9 @@ void register_serve(CLI::App& app, Handler& handler) {
       ->check(CLI::Range(0.0, 1e6));
   cmd->add_option("-t,--threads", a->threads, "Compute threads (default: physical cores)");
   cmd->add_option("--max-body", a->max_body, "Largest request body, e.g. 8M (bigger: 413)");
-  cmd->add_option("--http-threads", a->http.http_threads, "HTTP worker threads; each stream holds one (default 256)")
+  cmd->add_option("--http-threads", a->http.http_threads, "Worker threads for requests in progress; each stream holds one (default 256)")
       ->check(CLI::Range(1, 8192));
-  cmd->add_option("--drain-timeout", a->drain_timeout_s, "Seconds to wait for responses in flight on shutdown");
+  cmd->add_option("--drain-timeout", a->drain_timeout_s, "Seconds the whole shutdown may take: running generations are aborted when it expires");
   cmd->callback([&handler, a] { handler = [a] { return run_serve(*a); }; });
 }
 

@@ -1,4 +1,6 @@
-// Result<T>: a value or an error message. The library returns errors; only main() exits.
+// Result<T>: a value or an error (a message and a code). The library returns errors; only main()
+// exits. The code lets a caller react (the server maps it to an HTTP status once) without
+// matching message text.
 #pragma once
 #include <string>
 #include <utility>
@@ -6,8 +8,19 @@
 
 namespace kvasir {
 
+enum class ErrorCode {
+  unknown,           // not classified (most load and format errors)
+  invalid_argument,  // the caller's input is wrong (HTTP 400)
+  not_found,         // the named thing does not exist (404)
+  too_large,         // input beyond a limit (400/413)
+  exhausted,         // out of a resource for now (429)
+  unavailable,       // not now: loading, shutting down (503)
+  internal,          // a bug (500)
+};
+
 struct Error {
   std::string message;
+  ErrorCode code = ErrorCode::unknown;
 };
 
 template <typename T>
@@ -24,6 +37,7 @@ class [[nodiscard]] Result {
   const T* operator->() const { return &value(); }
   T& operator*() { return value(); }
   const std::string& error() const { return std::get<1>(v_).message; }
+  ErrorCode error_code() const { return std::get<1>(v_).code; }
 
  private:
   std::variant<T, Error> v_;
@@ -33,14 +47,16 @@ class [[nodiscard]] Result {
 class [[nodiscard]] Status {
  public:
   Status() = default;
-  Status(Error error) : error_(std::move(error.message)), failed_(true) {}  // NOLINT
+  Status(Error error) : error_(std::move(error.message)), code_(error.code), failed_(true) {}  // NOLINT
   static Status ok_status() { return {}; }
   bool ok() const { return !failed_; }
   explicit operator bool() const { return ok(); }
   const std::string& error() const { return error_; }
+  ErrorCode error_code() const { return code_; }
 
  private:
   std::string error_;
+  ErrorCode code_ = ErrorCode::unknown;
   bool failed_ = false;
 };
 

@@ -29,7 +29,9 @@ bool RequestStream::wait_ready(std::chrono::milliseconds timeout) {
   return ready_.wait_for(lock, timeout, [&] { return drained_ || !queue_.empty(); });
 }
 
-Engine::Engine(std::unique_ptr<EngineCore> core) : core_(std::move(core)), thread_([this] { loop(); }) {}
+// stats_ starts from the core's, so a scrape before the first step shows the pool's size.
+Engine::Engine(std::unique_ptr<EngineCore> core)
+    : core_(std::move(core)), stats_(core_->stats()), thread_([this] { loop(); }) {}
 
 Engine::~Engine() {
   {
@@ -41,11 +43,11 @@ Engine::~Engine() {
 }
 
 Result<std::shared_ptr<RequestStream>> Engine::submit(GenerationParams params) {
-  if (auto s = core_->validate(params); !s) return Error{s.error()};
+  if (auto s = core_->validate(params); !s) return Error{s.error(), ErrorCode::invalid_argument};
   std::shared_ptr<RequestStream> stream;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (stop_ || draining_) return Error{"the engine is shutting down"};
+    if (stop_ || draining_) return Error{"the engine is shutting down", ErrorCode::unavailable};
     const RequestId id = next_id_++;
     stream = std::make_shared<RequestStream>(id);
     streams_[id] = stream;
@@ -68,11 +70,19 @@ EngineStats Engine::stats() {
   return stats_;
 }
 
-void Engine::drain() {
+bool Engine::drain(std::chrono::steady_clock::time_point deadline) {
   std::unique_lock<std::mutex> lock(mutex_);
   draining_ = true;
   work_.notify_all();
-  work_.wait(lock, [&] { return streams_.empty() && pending_adds_.empty(); });
+  return work_.wait_until(lock, deadline, [&] { return streams_.empty() && pending_adds_.empty(); });
+}
+
+void Engine::abort_all() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& [id, stream] : streams_) pending_aborts_.push_back(id);
+  }
+  work_.notify_all();
 }
 
 void Engine::loop() {

@@ -155,8 +155,11 @@ class Engine {
   Result<std::shared_ptr<RequestStream>> submit(GenerationParams params);
   void abort(RequestId id);  // safe from any thread, also after the request finished
   EngineStats stats();
-  // Stops accepting requests, lets the running ones finish, then stops the loop.
-  void drain();
+  // Stops accepting requests (submit fails with ErrorCode::unavailable) and waits until the ones
+  // already in finish, or until `deadline`. True: nothing is left.
+  bool drain(std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max());
+  // Aborts every request, queued or running: each stream gets its final delta (FinishReason::Abort).
+  void abort_all();
   const Tokenizer& tokenizer() const { return core_->tokenizer(); }
   const Model& model() const { return core_->model(); }
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "server/http_util.h"
+
 namespace kvasir::server {
 
 namespace {
@@ -46,6 +48,19 @@ Parsed<int32_t> check_prompt(const std::vector<int32_t>& prompt, const Generatio
     return e;
   }
   return *request.max_tokens;
+}
+
+std::optional<ApiError> check_text_length(size_t text_bytes, const Tokenizer& tokenizer, int32_t max_model_len,
+                                          Endpoint endpoint) {
+  const size_t per_token = size_t(std::max(tokenizer.max_piece_bytes(), 1));
+  const size_t least = text_bytes / per_token + (text_bytes % per_token != 0);
+  if (max_model_len > 0 && least < size_t(max_model_len)) return std::nullopt;
+  ApiError e = context_error("This model's maximum context length is " + std::to_string(max_model_len) +
+                             " tokens. However, your prompt of " + std::to_string(text_bytes) +
+                             " bytes has at least " + std::to_string(least) +
+                             " tokens, which leaves no room for an answer. Please shorten the prompt.");
+  e.param = endpoint == Endpoint::chat ? "messages" : "prompt";
+  return e;
 }
 
 std::optional<ApiError> check_request_ids(const GenerationRequest& request, const Tokenizer& tokenizer) {
@@ -96,7 +111,7 @@ Parsed<std::unique_ptr<GenerationJob>> GenerationJob::submit(engine::Engine& eng
   for (size_t i = 0; i < params.size(); ++i) {
     const int32_t prompt_tokens = int32_t(params[i].prompt.size());
     auto stream = engine.submit(std::move(params[i]));
-    if (!stream) return bad_request(stream.error());  // ~GenerationJob aborts the queued ones
+    if (!stream) return api_error(stream.error_code(), stream.error());  // ~GenerationJob aborts the queued ones
     Choice c;
     c.index = int32_t(i);
     c.prompt_index = prompt_of[i];

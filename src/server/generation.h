@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,12 @@ namespace kvasir::server {
 // context_length_exceeded.
 Parsed<int32_t> check_prompt(const std::vector<int32_t>& prompt, const GenerationRequest& request, Endpoint endpoint,
                              const Tokenizer& tokenizer, int32_t max_model_len);
+// Before tokenizing: a text of `text_bytes` bytes encodes to at least
+// ceil(text_bytes / tokenizer.max_piece_bytes()) tokens, so when that many already fill the
+// context the prompt is rejected as check_prompt would (400 context_length_exceeded) without
+// spending the tokenizer's time and memory on it. nullopt: it may fit; check_prompt decides.
+std::optional<ApiError> check_text_length(size_t text_bytes, const Tokenizer& tokenizer, int32_t max_model_len,
+                                          Endpoint endpoint);
 // Checks the token ids a request names outside its prompt (logit_bias, stop_token_ids).
 std::optional<ApiError> check_request_ids(const GenerationRequest& request, const Tokenizer& tokenizer);
 

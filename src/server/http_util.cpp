@@ -4,29 +4,36 @@
 
 namespace kvasir::server {
 
-void send_json(httplib::Response& res, int status, const ordered_json& body) {
+void send_json(http::Response& res, int status, const ordered_json& body) {
   res.status = status;
   res.set_content(dump_json(body), "application/json");
 }
 
-void send_error(httplib::Response& res, const ApiError& error, Metrics* metrics) {
+void send_error(http::Response& res, const ApiError& error) {
   res.status = error.status;
   res.set_content(error_body(error), "application/json");
-  if (metrics) metrics->count_http_error(error.status);
 }
 
-bool authorized(const httplib::Request& req, const std::string& api_key) {
-  if (api_key.empty()) return true;
-  const std::string header = req.get_header_value("Authorization");
-  const std::string prefix = "Bearer ";
-  if (header.size() != prefix.size() + api_key.size() || header.compare(0, prefix.size(), prefix) != 0) return false;
-  unsigned char diff = 0;  // no early exit: the time does not tell how many characters matched
-  for (size_t i = 0; i < api_key.size(); ++i) diff |= static_cast<unsigned char>(header[prefix.size() + i] ^ api_key[i]);
-  return diff == 0;
+http::Response error_response(const ApiError& error) {
+  http::Response res;
+  send_error(res, error);
+  return res;
 }
 
-bool needs_auth(const std::string& path) {
-  return path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize";
+ApiError api_error(ErrorCode code, std::string message) {
+  switch (code) {
+    case ErrorCode::not_found: return ApiError{.status = 404, .message = std::move(message), .code = "not_found"};
+    case ErrorCode::too_large: return ApiError{.status = 413, .message = std::move(message), .code = "too_large"};
+    case ErrorCode::exhausted:
+      return ApiError{.status = 429, .message = std::move(message), .type = "server_error", .code = "exhausted"};
+    case ErrorCode::unavailable:
+      return ApiError{.status = 503, .message = std::move(message), .type = "server_error", .code = "unavailable"};
+    case ErrorCode::internal:
+      return ApiError{.status = 500, .message = std::move(message), .type = "server_error", .code = "internal_error"};
+    case ErrorCode::invalid_argument:
+    case ErrorCode::unknown: break;
+  }
+  return bad_request(std::move(message));
 }
 
 }  // namespace kvasir::server

@@ -1,21 +1,18 @@
-// Small HTTP helpers shared by the routes: JSON replies, OpenAI-style errors, bearer auth.
+// Small HTTP helpers shared by the routes: JSON replies and OpenAI-style errors.
 #pragma once
 #include <string>
 
-#include <httplib.h>
-
-#include "server/metrics.h"
+#include "core/status.h"
+#include "http/message.h"
 #include "server/protocol.h"
 
 namespace kvasir::server {
 
-void send_json(httplib::Response& res, int status, const ordered_json& body);
-// Sets the status and the {"error": ...} body; counts it in the metrics when given.
-void send_error(httplib::Response& res, const ApiError& error, Metrics* metrics = nullptr);
-// "Authorization: Bearer KEY" matches (compared in constant time). An empty key allows everything.
-bool authorized(const httplib::Request& req, const std::string& api_key);
-// Paths that need the API key: the OpenAI API and the tokenizer endpoints. Health, metrics and the
-// web page stay open (the page asks for the key itself).
-bool needs_auth(const std::string& path);
+void send_json(http::Response& res, int status, const ordered_json& body);
+// Sets the status and the {"error": ...} body (the server counts error statuses once, as they go out).
+void send_error(http::Response& res, const ApiError& error);
+http::Response error_response(const ApiError& error);
+// An error from the engine as the API says it: the one mapping of ErrorCode to HTTP statuses.
+ApiError api_error(ErrorCode code, std::string message);
 
 }  // namespace kvasir::server

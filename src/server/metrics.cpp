@@ -113,9 +113,17 @@ void Metrics::count_http_error(int status) {
   ++http_errors_[status];
 }
 
-std::string Metrics::render(const EngineGauges* g) const {
+std::string Metrics::render(const EngineGauges* g, const HttpGauges* http) const {
   Writer w("model_name=\"" + escape_label(model_name_) + "\"");
   w.scalar("kvasir:model_loaded", "gauge", "1 once the model is loaded and requests are served.", g ? 1 : 0);
+  if (http) {
+    w.scalar("kvasir:http_connections", "gauge", "Open HTTP connections, idle ones included.",
+             double(http->connections_open));
+    w.scalar("kvasir:http_requests_in_flight", "gauge", "HTTP requests being handled or waiting for a worker.",
+             double(http->requests_in_flight));
+    w.scalar("kvasir:http_connections_refused_total", "counter", "Connections closed at once: over --max-connections.",
+             double(http->connections_refused));
+  }
   if (g) {
     w.scalar("kvasir:num_requests_running", "gauge", "Requests in the running batch.", double(g->num_running));
     w.scalar("kvasir:num_requests_waiting", "gauge", "Requests waiting to be scheduled.", double(g->num_waiting));

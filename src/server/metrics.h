@@ -55,13 +55,18 @@ struct EngineGauges {
   int64_t prompt_tokens_total = 0, generation_tokens_total = 0;
 };
 
+// The HTTP transport at scrape time.
+struct HttpGauges {
+  int64_t connections_open = 0, connections_refused = 0, requests_in_flight = 0;
+};
+
 class Metrics {
  public:
   explicit Metrics(std::string model_name);
   void observe(const RequestRecord& record);  // thread-safe
   void count_http_error(int status);          // 4xx/5xx answers, by status code
-  // The whole exposition. `gauges` is null while the model is loading.
-  std::string render(const EngineGauges* gauges) const;
+  // The whole exposition. `gauges` is null while the model is loading; `http` may be null.
+  std::string render(const EngineGauges* gauges, const HttpGauges* http = nullptr) const;
 
  private:
   struct Latencies {

@@ -1,5 +1,6 @@
 #include "server/protocol.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -21,6 +22,25 @@ ordered_json error_json(const ApiError& e) {
 
 std::string error_body(const ApiError& e) {
   return error_json(e).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+size_t json_nesting_depth(std::string_view json, size_t stop_at) {
+  size_t depth = 0, deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < json.size() && deepest < stop_at; ++i) {
+    const char c = json[i];
+    if (in_string) {
+      if (c == '\\') ++i;  // the escaped character (\" included) cannot end the string
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
 }
 
 namespace {
@@ -109,14 +129,22 @@ class Fields {
 };
 
 constexpr int64_t kI32Max = std::numeric_limits<int32_t>::max();
-constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max();
 
 Parsed<ordered_json> parse_object(std::string_view body) {
+  // Parsing itself is iterative; what later walks the value (copies, dump, templates) recurses.
+  if (json_nesting_depth(body, kMaxJsonDepth + 1) > kMaxJsonDepth)
+    return bad_request("the request body nests arrays and objects more than " + std::to_string(kMaxJsonDepth) +
+                           " levels deep",
+                       {}, "json_too_deep");
   ordered_json doc = ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return bad_request("the request body is not valid JSON", {}, "invalid_json");
   if (!doc.is_object()) return bad_request("the request body must be a JSON object", {}, "invalid_json");
   return doc;
 }
+
+// Moves the value of `key` out of the request document (which is parsed once and owned by the
+// parser), so that large client values are not deep-copied.
+ordered_json take(ordered_json& doc, const char* key) { return std::move(doc[key]); }
 
 // A token id list; `param` names the field in errors.
 std::optional<ApiError> read_ids(const ordered_json& v, const std::string& param, std::vector<int32_t>& out) {
@@ -218,15 +246,15 @@ Parsed<GenerationRequest> read_generation(const ordered_json& doc) {
   return g;
 }
 
-// prompt: "text" | ["text", ...] | [id, ...] | [[id, ...], ...]
-std::optional<ApiError> read_prompts(const ordered_json& doc, std::vector<PromptInput>& out) {
+// prompt: "text" | ["text", ...] | [id, ...] | [[id, ...], ...]. Texts are moved out of `doc`.
+std::optional<ApiError> read_prompts(ordered_json& doc, std::vector<PromptInput>& out) {
   auto it = doc.find("prompt");
   if (it == doc.end() || it->is_null()) return bad_request("'prompt' is required", "prompt");
-  const ordered_json& p = *it;
+  ordered_json& p = *it;
   const std::string shape = "'prompt' must be a string, an array of strings, an array of token ids or an array of "
                             "token-id arrays";
   if (p.is_string()) {
-    out.push_back(PromptInput{.text = p.get<std::string>()});
+    out.push_back(PromptInput{.text = std::move(p.get_ref<std::string&>())});
     return std::nullopt;
   }
   if (!p.is_array() || p.empty()) return bad_request(p.is_array() ? "'prompt' must not be empty" : shape, "prompt");
@@ -236,9 +264,9 @@ std::optional<ApiError> read_prompts(const ordered_json& doc, std::vector<Prompt
     out.push_back(std::move(in));
     return std::nullopt;
   }
-  for (const auto& item : p) {
+  for (auto& item : p) {
     if (item.is_string()) {
-      out.push_back(PromptInput{.text = item.get<std::string>()});
+      out.push_back(PromptInput{.text = std::move(item.get_ref<std::string&>())});
     } else if (item.is_array()) {
       PromptInput in{.is_ids = true};
       if (auto e = read_ids(item, "prompt", in.ids)) return e;
@@ -251,25 +279,24 @@ std::optional<ApiError> read_prompts(const ordered_json& doc, std::vector<Prompt
 }
 
 // Checks the conversation and normalizes each message's content to a string (text parts joined by
-// newlines, as vLLM does), so every chat template sees the shape it expects.
-std::optional<ApiError> read_messages(const ordered_json& doc, ordered_json& out) {
+// newlines, as vLLM does), so every chat template sees the shape it expects. The messages are
+// normalized in place and moved out of `doc`, not copied.
+std::optional<ApiError> read_messages(ordered_json& doc, ordered_json& out) {
   auto it = doc.find("messages");
   if (it == doc.end() || it->is_null()) return bad_request("'messages' is required", "messages");
   if (!it->is_array()) return bad_request("'messages' must be an array", "messages");
   if (it->empty()) return bad_request("'messages' must not be empty", "messages");
-  out = ordered_json::array();
   for (size_t i = 0; i < it->size(); ++i) {
-    const ordered_json& m = (*it)[i];
+    ordered_json& m = (*it)[i];
     const std::string at = "messages[" + std::to_string(i) + "]";
     if (!m.is_object()) return bad_request("'" + at + "' must be an object", at);
     auto role = m.find("role");
     if (role == m.end() || !role->is_string() || role->get_ref<const std::string&>().empty())
       return bad_request("'" + at + ".role' must be a non-empty string", at + ".role");
-    ordered_json msg = m;
     auto content = m.find("content");
     if (content == m.end() || content->is_null()) {
       // An assistant turn that only calls tools has no content; templates test for that.
-      msg["content"] = m.contains("tool_calls") ? ordered_json(nullptr) : ordered_json("");
+      m["content"] = m.contains("tool_calls") ? ordered_json(nullptr) : ordered_json("");
     } else if (content->is_array()) {
       std::string text;
       for (size_t j = 0; j < content->size(); ++j) {
@@ -284,14 +311,14 @@ std::optional<ApiError> read_messages(const ordered_json& doc, ordered_json& out
         if (!part.contains("text") || !part["text"].is_string())
           return bad_request("'" + pat + ".text' must be a string", pat + ".text");
         if (j) text += "\n";
-        text += part["text"].get<std::string>();
+        text += part["text"].get_ref<const std::string&>();
       }
-      msg["content"] = std::move(text);
+      *content = std::move(text);
     } else if (!content->is_string()) {
       return bad_request("'" + at + ".content' must be a string, an array of text parts or null", at + ".content");
     }
-    out.push_back(std::move(msg));
   }
+  out = std::move(*it);
   return std::nullopt;
 }
 
@@ -329,12 +356,12 @@ Parsed<ChatRequest> parse_chat_request(std::string_view body) {
   f.boolean("continue_final_message", r.continue_final_message);
   if (const ordered_json* t = f.find("tools"); t && !f.error) {
     if (!t->is_array()) f.fail("tools", "'tools' must be an array");
-    else if (!t->empty()) r.tools = *t;
+    else if (!t->empty()) r.tools = take(*doc, "tools");
   }
   r.chat_template_kwargs = ordered_json::object();
   if (const ordered_json* k = f.find("chat_template_kwargs"); k && !f.error) {
     if (!k->is_object()) f.fail("chat_template_kwargs", "'chat_template_kwargs' must be an object");
-    else r.chat_template_kwargs = *k;
+    else r.chat_template_kwargs = take(*doc, "chat_template_kwargs");
   }
   if (const ordered_json* rf = f.find("response_format"); rf && !f.error) {
     if (!rf->is_object() || !rf->contains("type") || (*rf)["type"] != "text")

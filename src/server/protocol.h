@@ -123,6 +123,16 @@ struct DetokenizeRequest {
 inline constexpr int32_t kMaxChoices = 64;        // n (times the number of prompts)
 inline constexpr int32_t kMaxTopLogprobs = 20;
 inline constexpr size_t kMaxStopStrings = 16;
+// Arrays and objects nested deeper than this anywhere in a body are a 400 (json_too_deep) before
+// the body is parsed: copying, dumping and templating a JSON value recurse once per level, so a
+// small body nested 100,000 deep would overflow the stack. Real requests (tool schemas included)
+// stay far below it.
+inline constexpr size_t kMaxJsonDepth = 64;
+
+// How deeply arrays and objects nest in `json` (0 for a scalar, 1 for "{}"), brackets inside
+// strings not counted; the scan stops as soon as it reaches `stop_at`. Linear, no parsing: text
+// that is not JSON gets some depth and is left to the parser to reject.
+size_t json_nesting_depth(std::string_view json, size_t stop_at = SIZE_MAX);
 
 Parsed<CompletionRequest> parse_completion_request(std::string_view body);
 Parsed<ChatRequest> parse_chat_request(std::string_view body);

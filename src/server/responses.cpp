@@ -110,7 +110,7 @@ ordered_json full_response(const ResponseMeta& meta, const Tokenizer& tok, std::
       choice["logprobs"] = logprobs ? chat_logprobs_json(tok, c.logprobs, top_logprobs > 0) : ordered_json(nullptr);
     } else {
       choice["text"] = c.text;
-      int64_t offset = 0;
+      int64_t offset = c.echo_bytes;  // as a stream counts: from the start of the echoed text
       choice["logprobs"] = logprobs ? completion_logprobs_json(tok, c.logprobs, offset) : ordered_json(nullptr);
     }
     choice["finish_reason"] = finish_reason_json(c.finish);

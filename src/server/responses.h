@@ -33,6 +33,7 @@ struct UsageTotals {
 struct ChoiceOutput {
   int32_t index = 0;
   std::string text = {};
+  int64_t echo_bytes = 0;  // the echoed prompt at the start of text: the first token's text_offset
   std::vector<engine::TokenLogprob> logprobs = {};
   engine::FinishReason finish = engine::FinishReason::None;
 };

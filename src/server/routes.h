@@ -1,20 +1,21 @@
-// The HTTP routes, registered on a cpp-httplib server. Handlers never throw: every failure is an
+// The HTTP routes, registered on the router. Handlers never throw: every failure is an
 // OpenAI-style error with an exact status (400 bad request, 401 auth, 404 unknown model or path,
-// 413 body too large, 503 loading or draining).
+// 405 wrong method, 413 body too large, 415 not JSON, 503 loading or draining).
 #pragma once
-#include <httplib.h>
+#include <optional>
 
+#include "http/router.h"
 #include "server/state.h"
 
 namespace kvasir::server {
 
 // POST /v1/completions, POST /v1/chat/completions (routes_generate.cpp)
-void register_generation_routes(httplib::Server& http, ServerState& state);
+void register_generation_routes(http::Router& router, ServerState& state);
 // GET /, /health, /metrics, /v1/models; POST /tokenize, /detokenize (routes_info.cpp)
-void register_info_routes(httplib::Server& http, ServerState& state);
+void register_info_routes(http::Router& router, ServerState& state);
 
 // Shared by both: the loaded backend when requests are being served, else sends 503 and returns null.
-Backend* serving_backend(ServerState& state, httplib::Response& res);
+Backend* serving_backend(ServerState& state, http::Response& res);
 // 404 model_not_found unless `model` is empty or the served name.
 std::optional<ApiError> check_model(const std::string& model, const ServerState& state);
 

@@ -21,6 +21,13 @@ struct PreparedChoices {
   std::vector<std::string> echo;   // per choice: text to print before the answer (completions echo)
 };
 
+// The prefix cache is partitioned per API key, so that cached_tokens cannot tell one tenant what
+// another sent; a client's own cache_salt partitions further within its key.
+std::string tenant_salt(const http::Request& req, const std::string& client_salt) {
+  if (req.principal.empty()) return client_salt;
+  return req.principal + '\x1f' + client_salt;
+}
+
 uint64_t random_seed() {
   thread_local std::mt19937_64 rng{std::random_device{}()};
   return rng();
@@ -47,8 +54,8 @@ ordered_json delta_logprobs(StreamState& s, int32_t choice, const engine::Delta&
 
 constexpr std::chrono::milliseconds kKeepAliveEvery{1000};
 
-// One call of the content provider: the next piece of the stream. False: the client is gone.
-bool pump_once(StreamState& s, httplib::DataSink& sink) {
+// One call of the stream: the next piece. False: the stream has ended (done, or the client is gone).
+bool pump_once(StreamState& s, http::StreamSink& sink) {
   std::string out;
   const bool with_usage = s.include_usage;
   if (!s.started) {
@@ -83,18 +90,15 @@ bool pump_once(StreamState& s, httplib::DataSink& sink) {
     if (with_usage) out += sse_event(dump_json(usage_chunk(s.meta, s.job->usage())));
     out += kSseDone;
   }
-  // An empty write would end the chunked body early, so write only when there is something.
-  if (!out.empty() && !sink.write(out.data(), out.size())) {
+  if (!out.empty() && !sink.write(out)) {
     s.job->abort_all();
     return false;
   }
-  if (done) sink.done();
-  return true;
+  return !done;
 }
 
-// cpp-httplib does not catch what a content provider throws (it would end the process); nothing
-// here should throw, but if it does the stream ends and the engine requests are freed.
-bool pump(StreamState& s, httplib::DataSink& sink) {
+// Nothing here should throw, but if it does the stream ends and the engine requests are freed.
+bool pump(StreamState& s, http::StreamSink& sink) {
   try {
     return pump_once(s, sink);
   } catch (...) {
@@ -103,13 +107,19 @@ bool pump(StreamState& s, httplib::DataSink& sink) {
   }
 }
 
-void respond_whole(Backend& b, httplib::Response& res, const GenerationRequest& gen,
+constexpr std::chrono::milliseconds kHangupCheckEvery{100};
+
+void respond_whole(Backend& b, const http::Request& req, http::Response& res, const GenerationRequest& gen,
                    GenerationJob& job, const ResponseMeta& meta, const std::vector<std::string>& echo) {
   std::vector<ChoiceOutput> outs(job.choices().size());
-  for (size_t i = 0; i < outs.size(); ++i) outs[i] = ChoiceOutput{.index = int32_t(i), .text = echo[i]};
+  for (size_t i = 0; i < outs.size(); ++i) outs[i] = ChoiceOutput{.index = int32_t(i), .text = echo[i], .echo_bytes = int64_t(echo[i].size())};
   int32_t choice = 0;
   engine::Delta d;
-  while (job.next(choice, d)) {
+  for (;;) {
+    // A client that hung up gets nothing: its engine requests are aborted, their KV freed.
+    if (req.client_gone()) return job.abort_all();
+    if (!job.wait_ready(kHangupCheckEvery)) continue;
+    if (!job.next(choice, d)) break;
     ChoiceOutput& o = outs[size_t(choice)];
     o.text += d.text;
     for (auto& lp : d.logprobs) o.logprobs.push_back(std::move(lp));
@@ -119,13 +129,13 @@ void respond_whole(Backend& b, httplib::Response& res, const GenerationRequest& 
             full_response(meta, *b.tokenizer, outs, job.usage(), gen.top_logprobs >= 0, gen.top_logprobs));
 }
 
-void run_generation(ServerState& st, Backend& b, httplib::Response& res, Endpoint endpoint,
+void run_generation(ServerState& st, Backend& b, const http::Request& req, http::Response& res, Endpoint endpoint,
                     const GenerationRequest& gen, PreparedChoices pc) {
   auto guard = std::make_shared<ActiveGuard>(st);
   auto job = GenerationJob::submit(*b.engine, st.metrics, std::move(pc.params), std::move(pc.prompt_of));
-  if (!job) return send_error(res, job.error(), &st.metrics);
+  if (!job) return send_error(res, job.error());
   ResponseMeta meta = make_meta(endpoint, st.options.served_model_name);
-  if (!gen.stream) return respond_whole(b, res, gen, **job, meta, pc.echo);
+  if (!gen.stream) return respond_whole(b, req, res, gen, **job, meta, pc.echo);
 
   auto s = std::make_shared<StreamState>();
   s->guard = std::move(guard);
@@ -137,30 +147,36 @@ void run_generation(ServerState& st, Backend& b, httplib::Response& res, Endpoin
   for (const std::string& e : pc.echo) s->text_offsets.push_back(int64_t(e.size()));
   s->echo = std::move(pc.echo);
   res.status = 200;
-  res.set_header("Cache-Control", "no-cache");
-  res.set_header("X-Accel-Buffering", "no");
-  res.set_chunked_content_provider(
-      "text/event-stream", [s](size_t, httplib::DataSink& sink) { return pump(*s, sink); },
-      // Called when the response ends; a broken connection frees the engine requests now.
-      [s](bool success) {
-        if (!success) s->job->abort_all();
-      });
+  res.headers.set("Cache-Control", "no-cache");
+  res.headers.set("X-Accel-Buffering", "no");
+  res.content_type = "text/event-stream";
+  res.stream = [s](http::StreamSink& sink) { return pump(*s, sink); };
+  // Called when the stream ends; a broken connection frees the engine requests now.
+  res.on_close = [s](bool completed) {
+    if (!completed) s->job->abort_all();
+  };
 }
 
-void handle_completions(ServerState& st, const httplib::Request& req, httplib::Response& res) {
+void handle_completions(ServerState& st, const http::Request& req, http::Response& res) {
   Backend* b = serving_backend(st, res);
   if (!b) return;
   auto r = parse_completion_request(req.body);
-  if (!r) return send_error(res, r.error(), &st.metrics);
-  if (auto e = check_model(r->gen.model, st)) return send_error(res, *e, &st.metrics);
-  if (auto e = check_request_ids(r->gen, *b->tokenizer)) return send_error(res, *e, &st.metrics);
+  if (!r) return send_error(res, r.error());
+  if (auto e = check_model(r->gen.model, st)) return send_error(res, *e);
+  if (auto e = check_request_ids(r->gen, *b->tokenizer)) return send_error(res, *e);
+  r->gen.cache_salt = tenant_salt(req, r->gen.cache_salt);
   const uint64_t seed = r->gen.sampling.seed ? *r->gen.sampling.seed : random_seed();
   PreparedChoices pc;
   for (size_t p = 0; p < r->prompts.size(); ++p) {
     PromptInput& in = r->prompts[p];
+    // A text that must exceed the context is refused before it costs a tokenization.
+    if (!in.is_ids) {
+      if (auto e = check_text_length(in.text.size(), *b->tokenizer, b->max_model_len, Endpoint::completions))
+        return send_error(res, *e);
+    }
     std::vector<int32_t> ids = in.is_ids ? std::move(in.ids) : b->tokenizer->encode(in.text);
     auto max_tokens = check_prompt(ids, r->gen, Endpoint::completions, *b->tokenizer, b->max_model_len);
-    if (!max_tokens) return send_error(res, max_tokens.error(), &st.metrics);
+    if (!max_tokens) return send_error(res, max_tokens.error());
     std::string echo;
     if (r->echo) echo = in.is_ids ? b->tokenizer->decode(ids, /*skip_special=*/true) : in.text;
     for (int32_t j = 0; j < r->gen.n; ++j) {
@@ -169,24 +185,27 @@ void handle_completions(ServerState& st, const httplib::Request& req, httplib::R
       pc.echo.push_back(echo);
     }
   }
-  run_generation(st, *b, res, Endpoint::completions, r->gen, std::move(pc));
+  run_generation(st, *b, req, res, Endpoint::completions, r->gen, std::move(pc));
 }
 
-void handle_chat(ServerState& st, const httplib::Request& req, httplib::Response& res) {
+void handle_chat(ServerState& st, const http::Request& req, http::Response& res) {
   Backend* b = serving_backend(st, res);
   if (!b) return;
   auto r = parse_chat_request(req.body);
-  if (!r) return send_error(res, r.error(), &st.metrics);
-  if (auto e = check_model(r->gen.model, st)) return send_error(res, *e, &st.metrics);
-  if (auto e = check_request_ids(r->gen, *b->tokenizer)) return send_error(res, *e, &st.metrics);
+  if (!r) return send_error(res, r.error());
+  if (auto e = check_model(r->gen.model, st)) return send_error(res, *e);
+  if (auto e = check_request_ids(r->gen, *b->tokenizer)) return send_error(res, *e);
+  r->gen.cache_salt = tenant_salt(req, r->gen.cache_salt);
   auto text = b->chat.render(r->messages, ChatRenderOptions{.add_generation_prompt = r->add_generation_prompt,
                                                             .continue_final_message = r->continue_final_message,
                                                             .tools = r->tools,
                                                             .extra = r->chat_template_kwargs});
-  if (!text) return send_error(res, bad_request("chat template: " + text.error(), "messages"), &st.metrics);
+  if (!text) return send_error(res, bad_request("chat template: " + text.error(), "messages"));
+  if (auto e = check_text_length(text->size(), *b->tokenizer, b->max_model_len, Endpoint::chat))
+    return send_error(res, *e);
   std::vector<int32_t> ids = b->chat.tokenize(*b->tokenizer, *text);
   auto max_tokens = check_prompt(ids, r->gen, Endpoint::chat, *b->tokenizer, b->max_model_len);
-  if (!max_tokens) return send_error(res, max_tokens.error(), &st.metrics);
+  if (!max_tokens) return send_error(res, max_tokens.error());
   const uint64_t seed = r->gen.sampling.seed ? *r->gen.sampling.seed : random_seed();
   PreparedChoices pc;
   for (int32_t j = 0; j < r->gen.n; ++j) {
@@ -194,18 +213,19 @@ void handle_chat(ServerState& st, const httplib::Request& req, httplib::Response
     pc.prompt_of.push_back(0);
     pc.echo.emplace_back();
   }
-  run_generation(st, *b, res, Endpoint::chat, r->gen, std::move(pc));
+  run_generation(st, *b, req, res, Endpoint::chat, r->gen, std::move(pc));
 }
 
 }  // namespace
 
-void register_generation_routes(httplib::Server& http, ServerState& st) {
-  http.Post("/v1/completions", [&st](const httplib::Request& req, httplib::Response& res) {
+void register_generation_routes(http::Router& router, ServerState& st) {
+  const http::RouteOptions json_post{.run = http::Run::worker, .json_body = true};
+  router.add("POST", "/v1/completions", [&st](const http::Request& req, http::Response& res) {
     handle_completions(st, req, res);
-  });
-  http.Post("/v1/chat/completions", [&st](const httplib::Request& req, httplib::Response& res) {
+  }, json_post);
+  router.add("POST", "/v1/chat/completions", [&st](const http::Request& req, http::Response& res) {
     handle_chat(st, req, res);
-  });
+  }, json_post);
 }
 
 }  // namespace kvasir::server

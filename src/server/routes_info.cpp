@@ -6,22 +6,20 @@
 
 namespace kvasir::server {
 
-Backend* serving_backend(ServerState& st, httplib::Response& res) {
+Backend* serving_backend(ServerState& st, http::Response& res) {
   switch (st.phase()) {
     case Phase::ready: return st.backend();
     case Phase::loading:
       send_error(res, ApiError{.status = 503, .message = "the model is still loading", .type = "server_error",
-                               .code = "model_loading"},
-                 &st.metrics);
+                               .code = "model_loading"});
       return nullptr;
     case Phase::draining:
       send_error(res, ApiError{.status = 503, .message = "the server is shutting down", .type = "server_error",
-                               .code = "shutting_down"},
-                 &st.metrics);
+                               .code = "shutting_down"});
       return nullptr;
     case Phase::failed: break;
   }
-  send_error(res, ApiError{.status = 503, .message = "the model failed to load", .type = "server_error"}, &st.metrics);
+  send_error(res, ApiError{.status = 503, .message = "the model failed to load", .type = "server_error"});
   return nullptr;
 }
 
@@ -49,48 +47,49 @@ EngineGauges gauges_of(const engine::EngineStats& s) {
                       .generation_tokens_total = s.generation_tokens_total};
 }
 
-void handle_health(ServerState& st, httplib::Response& res) {
+void handle_health(ServerState& st, http::Response& res) {
   if (st.phase() == Phase::ready) return send_json(res, 200, ordered_json{{"status", "ok"}});
   serving_backend(st, res);  // the 503 that says why
 }
 
-void handle_metrics(ServerState& st, httplib::Response& res) {
+void handle_metrics(ServerState& st, http::Response& res) {
   Backend* b = st.backend();
+  const HttpGauges http = st.http_gauges ? st.http_gauges() : HttpGauges{};
   std::string text;
   if (b && b->engine) {
     const EngineGauges g = gauges_of(b->engine->stats());
-    text = st.metrics.render(&g);
+    text = st.metrics.render(&g, &http);
   } else {
-    text = st.metrics.render(nullptr);
+    text = st.metrics.render(nullptr, &http);
   }
   res.status = 200;
   res.set_content(text, "text/plain; version=0.0.4; charset=utf-8");
 }
 
-void handle_models(ServerState& st, httplib::Response& res) {
+void handle_models(ServerState& st, http::Response& res) {
   Backend* b = serving_backend(st, res);
   if (!b) return;
   ordered_json model{{"id", st.options.served_model_name},
                      {"object", "model"},
                      {"created", int64_t(std::time(nullptr))},
                      {"owned_by", "kvasir"},
-                     {"root", b->model->path()},
+                     {"root", st.options.served_model_name},
                      {"parent", nullptr},
                      {"max_model_len", b->max_model_len}};
   send_json(res, 200, ordered_json{{"object", "list"}, {"data", ordered_json::array({std::move(model)})}});
 }
 
-void handle_tokenize(ServerState& st, const httplib::Request& req, httplib::Response& res) {
+void handle_tokenize(ServerState& st, const http::Request& req, http::Response& res) {
   Backend* b = serving_backend(st, res);
   if (!b) return;
   auto r = parse_tokenize_request(req.body);
-  if (!r) return send_error(res, r.error(), &st.metrics);
-  if (auto e = check_model(r->model, st)) return send_error(res, *e, &st.metrics);
+  if (!r) return send_error(res, r.error());
+  if (auto e = check_model(r->model, st)) return send_error(res, *e);
   const Tokenizer& tok = *b->tokenizer;
   std::vector<int32_t> ids;
   if (r->is_chat) {
     auto text = b->chat.render(r->messages, ChatRenderOptions{.add_generation_prompt = r->add_generation_prompt});
-    if (!text) return send_error(res, bad_request("chat template: " + text.error(), "messages"), &st.metrics);
+    if (!text) return send_error(res, bad_request("chat template: " + text.error(), "messages"));
     ids = r->add_special_tokens ? b->chat.tokenize(tok, *text)
                                 : tok.encode(*text, EncodeOptions{.add_special = false, .parse_special = true});
   } else {
@@ -105,34 +104,36 @@ void handle_tokenize(ServerState& st, const httplib::Request& req, httplib::Resp
   send_json(res, 200, out);
 }
 
-void handle_detokenize(ServerState& st, const httplib::Request& req, httplib::Response& res) {
+void handle_detokenize(ServerState& st, const http::Request& req, http::Response& res) {
   Backend* b = serving_backend(st, res);
   if (!b) return;
   auto r = parse_detokenize_request(req.body);
-  if (!r) return send_error(res, r.error(), &st.metrics);
-  if (auto e = check_model(r->model, st)) return send_error(res, *e, &st.metrics);
+  if (!r) return send_error(res, r.error());
+  if (auto e = check_model(r->model, st)) return send_error(res, *e);
   for (int32_t id : r->tokens) {
     if (!b->tokenizer->valid_id(id))
       return send_error(res,
                         bad_request("token id " + std::to_string(id) + " is outside the vocabulary of " +
                                         std::to_string(b->tokenizer->n_vocab()) + " tokens",
-                                    "tokens"),
-                        &st.metrics);
+                                    "tokens"));
   }
   send_json(res, 200, ordered_json{{"prompt", b->tokenizer->decode(r->tokens)}});
 }
 
 }  // namespace
 
-void register_info_routes(httplib::Server& http, ServerState& st) {
-  using Req = httplib::Request;
-  using Res = httplib::Response;
-  http.Get("/", [](const Req&, Res& res) { res.set_content(std::string(web_ui_html()), "text/html; charset=utf-8"); });
-  http.Get("/health", [&st](const Req&, Res& res) { handle_health(st, res); });
-  http.Get("/metrics", [&st](const Req&, Res& res) { handle_metrics(st, res); });
-  http.Get("/v1/models", [&st](const Req&, Res& res) { handle_models(st, res); });
-  http.Post("/tokenize", [&st](const Req& req, Res& res) { handle_tokenize(st, req, res); });
-  http.Post("/detokenize", [&st](const Req& req, Res& res) { handle_detokenize(st, req, res); });
+void register_info_routes(http::Router& router, ServerState& st) {
+  using Req = http::Request;
+  using Res = http::Response;
+  // Quick answers run on the I/O thread, so they never wait behind busy workers.
+  const http::RouteOptions quick{.run = http::Run::io_thread};
+  const http::RouteOptions json_post{.run = http::Run::worker, .json_body = true};
+  router.add("GET", "/", [](const Req&, Res& res) { res.set_content(std::string(web_ui_html()), "text/html; charset=utf-8"); }, quick);
+  router.add("GET", "/health", [&st](const Req&, Res& res) { handle_health(st, res); }, quick);
+  router.add("GET", "/metrics", [&st](const Req&, Res& res) { handle_metrics(st, res); }, quick);
+  router.add("GET", "/v1/models", [&st](const Req&, Res& res) { handle_models(st, res); }, quick);
+  router.add("POST", "/tokenize", [&st](const Req& req, Res& res) { handle_tokenize(st, req, res); }, json_post);
+  router.add("POST", "/detokenize", [&st](const Req& req, Res& res) { handle_detokenize(st, req, res); }, json_post);
 }
 
 }  // namespace kvasir::server

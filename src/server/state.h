@@ -4,12 +4,14 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "engine/engine.h"
 #include "model/model.h"
+#include "server/access.h"
 #include "server/chat_format.h"
 #include "server/metrics.h"
 #include "tokenizer/tokenizer.h"
@@ -19,9 +21,10 @@ namespace kvasir::server {
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;                   // 0: any free port (see HttpServer::port())
-  std::string api_key;               // empty: no authentication
+  AccessOptions access;              // API keys, allowed hosts, CORS (access.listen_host: set from host)
   size_t max_body_bytes = 8u << 20;  // larger request bodies get 413
-  int http_threads = 0;              // 0: enough for every engine slot to stream, at least 64
+  int http_threads = 0;              // worker threads for blocking handlers; 0: 256
+  size_t max_connections = 4096;     // open connections at most (idle ones cost no thread)
   std::string served_model_name;     // the id clients name in "model"
 };
 
@@ -53,6 +56,9 @@ class ServerState {
   }
   Backend* backend() const { return phase() == Phase::loading ? nullptr : backend_.get(); }
   std::unique_ptr<Backend> detach() { return std::move(backend_); }
+
+  // The transport's gauges, for /metrics (set by HttpServer).
+  std::function<HttpGauges()> http_gauges;
 
   // Generation requests still writing a response; drain waits for zero.
   std::atomic<int64_t> active_generations{0};

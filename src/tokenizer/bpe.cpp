@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/scratch.h"
 #include "tokenizer/utf8.h"
 
 namespace kvasir::tok {
@@ -92,6 +93,7 @@ Status BpeEncoder::build(const Vocab& vocab, const gguf::Value& merges) {
     utf8_append(byte_char_[b], gpt2_byte_to_codepoint(uint8_t(b)));
     byte_id_[b] = symbol_id(byte_char_[b], hash_bytes(byte_char_[b]));
   }
+  every_symbol_is_token_ = extra_text_.empty();
 
   // Load factor <= 0.6: the table stays small enough to be cache-friendly when encoding.
   size_t cap = 16;
@@ -141,7 +143,10 @@ Status BpeEncoder::build(const Vocab& vocab, const gguf::Value& merges) {
       id[2] = symbol_id(joined[i - start], p.hj);
       __builtin_prefetch(&pairs_[pair_hash(pair_key(id[0], id[1])) & pair_mask_]);
     }
-    for (size_t i = start; i < end; ++i) insert_pair(ids[i - start][0], ids[i - start][1], int32_t(i), ids[i - start][2]);
+    for (size_t i = start; i < end; ++i) {
+      insert_pair(ids[i - start][0], ids[i - start][1], int32_t(i), ids[i - start][2]);
+      if (ids[i - start][2] >= vocab.size()) every_symbol_is_token_ = false;
+    }
   }
   return {};
 }
@@ -179,6 +184,7 @@ void BpeEncoder::merge_word(std::string_view word, std::vector<int32_t>& out) co
     mapped.clear();
     for (char c : word) mapped += byte_char_[uint8_t(c)];
     const int32_t id = vocab_->index.find(mapped);
+    release_if_large(mapped);
     if (id >= 0) {
       out.push_back(id);
       return;
@@ -220,6 +226,9 @@ void BpeEncoder::merge_word(std::string_view word, std::vector<int32_t>& out) co
     try_add(b.left, left.next);
   }
   for (int32_t i = 0; i != -1; i = sym[size_t(i)].next) emit(sym[size_t(i)].id, out);
+  // One huge word (a long run of letters) must not pin its peak size in every thread.
+  release_if_large(sym);
+  release_if_large(heap);
 }
 
 }  // namespace kvasir::tok

@@ -29,6 +29,9 @@ class BpeEncoder {
   Status build(const Vocab& vocab, const gguf::Value& merges);
   // Appends the tokens of one pre-tokenized word (raw bytes).
   void encode_word(std::string_view word, std::vector<int32_t>& out, SegmentCache* cache = nullptr) const;
+  // Every byte and every merge result is a vocabulary token. Otherwise encode spells such a
+  // symbol with single-byte tokens that mostly do not exist, i.e. drops it.
+  bool every_symbol_is_token() const { return every_symbol_is_token_; }
 
  private:
   struct Symbol {
@@ -59,6 +62,7 @@ class BpeEncoder {
   StringIndex extra_index_;
   int32_t byte_id_[256] = {};         // raw byte -> id of its mapped character
   std::string byte_char_[256];        // raw byte -> UTF-8 of its mapped character
+  bool every_symbol_is_token_ = true;
 };
 
 }  // namespace kvasir::tok

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "core/scratch.h"
 #include "tokenizer/utf8.h"
 
 namespace kvasir::tok {
@@ -31,6 +32,10 @@ void SpmEncoder::build(const Vocab& vocab, int32_t small_segment) {
   for (const std::string& t : vocab.text)
     for (size_t k = t.find(kSpace, 1); k != std::string::npos; k = t.find(kSpace, k + 1))
       joins_space_[uint8_t(t[k - 1])] = true;
+}
+
+bool SpmEncoder::spells_every_byte() const {
+  return std::all_of(std::begin(byte_token_), std::end(byte_token_), [](int32_t id) { return id >= 0; });
 }
 
 void SpmEncoder::push_symbol(std::string_view piece, int32_t id, std::vector<int32_t>& out) const {
@@ -147,6 +152,7 @@ void SpmEncoder::merge_heap(const char* text, std::vector<Symbol>& sym, std::vec
     if (p >= 0) add(p, b.left, hp);
     if (q >= 0) add(b.left, q, hq);
   }
+  release_if_large(hashes);
 }
 
 void SpmEncoder::encode(std::string_view text, std::vector<int32_t>& out, SegmentCache* cache) const {
@@ -180,6 +186,9 @@ void SpmEncoder::encode(std::string_view text, std::vector<int32_t>& out, Segmen
     encode_segment(text, sym, heap, out);
     cache->store(key, hash, out, from);
   }
+  // A text without spaces is one segment as long as itself: do not keep that peak per thread.
+  release_if_large(sym);
+  release_if_large(heap);
 }
 
 }  // namespace kvasir::tok

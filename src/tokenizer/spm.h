@@ -22,6 +22,9 @@ class SpmEncoder {
   // `text` is one raw-text fragment with spaces already escaped to U+2581. `cache` (optional)
   // remembers segments across the fragments of one encode call.
   void encode(std::string_view text, std::vector<int32_t>& out, SegmentCache* cache = nullptr) const;
+  // Every byte has a fallback token (<0xNN>, or the unknown token); otherwise encode drops the
+  // bytes of characters it cannot spell.
+  bool spells_every_byte() const;
 
  private:
   struct Symbol {

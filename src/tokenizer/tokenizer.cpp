@@ -3,6 +3,7 @@
 #include "tokenizer/tokenizer.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "tokenizer/tokenizer_impl.h"
 
@@ -11,6 +12,36 @@ namespace kvasir {
 using tok::Fragment;
 using tok::TokenizerImpl;
 using tok::VocabKind;
+
+namespace {
+
+// The most input bytes one token can stand for (see max_piece_bytes). encode() splits the text
+// into special-token matches, each covering exactly its text (which is its piece), and raw
+// fragments, where a token covers what it was merged from:
+//  - BPE: one mapped character (1-2 bytes of token text) per input byte, i.e. its code points;
+//    for a normal token that is its piece.
+//  - SPM: its text in the escaped fragment, which is never shorter than the input (a space grows
+//    to U+2581, all else stays), i.e. its text length; a byte-fallback token covers one byte.
+// No bound where special tokens strip whitespace (the stripped run belongs to no token) or where
+// encode drops bytes it cannot spell (StarCoder and Falcon lack some byte tokens).
+int32_t max_input_bytes_per_token(const TokenizerImpl& t) {
+  constexpr int32_t kNoBound = std::numeric_limits<int32_t>::max();
+  const tok::Vocab& v = t.vocab;
+  const bool spm = v.kind == VocabKind::spm;
+  if (spm ? !t.spm.spells_every_byte() : !t.bpe.every_symbol_is_token()) return kNoBound;
+  size_t most = 1;
+  for (int32_t id = 0; id < v.size(); ++id) {
+    if (v.has(id, tok::kAttrLstrip | tok::kAttrRstrip)) return kNoBound;
+    const std::string& text = v.text[size_t(id)];
+    size_t covers = text.size();
+    if (!spm)  // code points: bytes that do not continue a UTF-8 sequence
+      covers = size_t(std::count_if(text.begin(), text.end(), [](char c) { return (uint8_t(c) & 0xC0) != 0x80; }));
+    most = std::max({most, covers, t.pieces[size_t(id)].size()});
+  }
+  return int32_t(std::min<size_t>(most, size_t(kNoBound)));
+}
+
+}  // namespace
 
 Result<Tokenizer> Tokenizer::from_gguf(const gguf::File& file) {
   auto impl = std::make_shared<TokenizerImpl>();
@@ -23,6 +54,7 @@ Result<Tokenizer> Tokenizer::from_gguf(const gguf::File& file) {
     if (Status s = impl->pre.build(impl->vocab.pre); !s) return Error{s.error()};
   }
   if (Status s = tok::build_pieces(*impl); !s) return Error{s.error()};
+  impl->max_piece_bytes = max_input_bytes_per_token(*impl);
   return Tokenizer(std::move(impl));
 }
 
@@ -98,6 +130,7 @@ bool Tokenizer::add_bos() const { return impl_->vocab.add_bos; }
 bool Tokenizer::add_eos() const { return impl_->vocab.add_eos; }
 bool Tokenizer::add_space_prefix() const { return impl_->vocab.add_space_prefix; }
 int32_t Tokenizer::n_vocab() const { return impl_->vocab.size(); }
+int32_t Tokenizer::max_piece_bytes() const { return impl_->max_piece_bytes; }
 TokenizerKind Tokenizer::kind() const {
   return impl_->vocab.kind == VocabKind::spm ? TokenizerKind::spm : TokenizerKind::bpe;
 }

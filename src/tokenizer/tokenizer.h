@@ -54,6 +54,15 @@ class Tokenizer {
   // The bytes one token stands for, as decode shows it (special tokens as their text).
   std::string piece(int32_t id) const;
 
+  // The most input bytes one token of encode() can stand for (>= 1), so that a text of B bytes
+  // encodes to at least ceil(B / max_piece_bytes()) tokens, with or without special tokens and
+  // parse_special. It is at least the longest piece(id), and can be larger: an SPM token may
+  // cover a literal U+2581 (3 bytes) where its piece has a 1-byte space, so there it is the
+  // longest token text. INT32_MAX (no bound) when some special token strips the whitespace
+  // next to it (Phi-3: a whitespace run of any length vanishes into it) or the vocabulary
+  // cannot spell every byte (encode drops those bytes).
+  int32_t max_piece_bytes() const;
+
   int32_t bos() const;  // -1 when the vocabulary has none
   int32_t eos() const;
   int32_t eot() const;

@@ -22,6 +22,7 @@ struct TokenizerImpl {
   BpeEncoder bpe;       // VocabKind::bpe
   PreTokenizer pre;     // VocabKind::bpe
   std::vector<std::string> pieces;  // id -> decoded bytes (special tokens as their text)
+  int32_t max_piece_bytes = 1;      // see Tokenizer::max_piece_bytes
 };
 
 // Builds `impl.pieces`; fails on a byte-type token whose text is not <0xNN>.

@@ -31,10 +31,10 @@ def free_port():
 class Server:
     """A running `kvasir serve`; `stop()` sends SIGTERM and returns the exit code."""
 
-    def __init__(self, model, extra=(), api_key=API_KEY, log_name="server"):
+    def __init__(self, model, extra=(), api_key=API_KEY, log_name="server", max_body=MAX_BODY):
         self.port = free_port()
         self.api_key = api_key
-        args = [BIN, "serve", "-m", str(model), "--port", str(self.port), "--max-body", str(MAX_BODY), *extra]
+        args = [BIN, "serve", "-m", str(model), "--port", str(self.port), "--max-body", str(max_body), *extra]
         if api_key:
             args += ["--api-key", api_key]
         self.log_path = Path(os.environ.get("KVASIR_E2E_LOGS", "/tmp")) / f"kvasir-e2e-{log_name}-{self.port}.log"

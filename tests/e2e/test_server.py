@@ -372,9 +372,10 @@ def test_authentication(server, model_id):
     wrong = openai.OpenAI(base_url=server.base_url + "/v1", api_key="nope", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         wrong.completions.create(model=model_id, prompt=PROMPT, max_tokens=2)
-    # Health and metrics stay open for probes and scrapers.
+    # Health stays open for probes; metrics need the key unless --metrics-public.
     assert server.request("GET", "/health", auth=False)[0] == 200
-    assert server.request("GET", "/metrics", auth=False)[0] == 200
+    assert server.request("GET", "/metrics", auth=False)[0] == 401
+    assert server.request("GET", "/metrics")[0] == 200
 
 
 def test_still_serving_after_errors(client, model_id):

@@ -178,6 +178,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto special = t.encode(text, {.add_special = true, .parse_special = true});
     for (int32_t id : plain) check(t.valid_id(id), "ids in range", v);
     for (int32_t id : special) check(t.valid_id(id), "ids in range", v);
+    // No token stands for more input bytes than max_piece_bytes (the server's early length check).
+    const size_t least = (size + size_t(t.max_piece_bytes()) - 1) / size_t(t.max_piece_bytes());
+    check(plain.size() >= least && special.size() >= least, "tokens >= ceil(bytes / max_piece_bytes)", v);
 
     const std::string back = t.decode(plain);
     if (v.lossless_bytes) check(back == text, "decode(encode(bytes)) == bytes", v);

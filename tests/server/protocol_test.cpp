@@ -240,5 +240,90 @@ TEST(Protocol, TokenizeAndDetokenize) {
   EXPECT_EQ(parse_detokenize_request("{").error().code, "invalid_json");
 }
 
+// `depth` arrays nested in each other around `inner`: [[...inner...]].
+std::string nested(size_t depth, const std::string& inner = "1") {
+  return std::string(depth, '[') + inner + std::string(depth, ']');
+}
+
+TEST(Protocol, JsonNestingDepth) {
+  EXPECT_EQ(json_nesting_depth("1"), 0u);
+  EXPECT_EQ(json_nesting_depth("{}"), 1u);
+  EXPECT_EQ(json_nesting_depth(R"({"a": [1, {"b": []}], "c": {}})"), 4u);
+  EXPECT_EQ(json_nesting_depth(R"({"a": "[[[{{{"})"), 1u);
+  // An escaped quote does not end the string; an escaped backslash before a quote does.
+  EXPECT_EQ(json_nesting_depth(R"({"a": "\"[[[", "b": "\\", "c": [[]]})"), 3u);
+  EXPECT_EQ(json_nesting_depth(R"({"a": "\\\"[[", "b": "\u005b"})"), 1u);
+  EXPECT_EQ(json_nesting_depth("]]]{"), 1u);  // stray closers do not go below zero
+  EXPECT_EQ(json_nesting_depth(nested(100000), 65), 65u);  // stops once it is that deep
+  EXPECT_EQ(json_nesting_depth(nested(100000)), 100000u);
+}
+
+TEST(Protocol, DeepJsonIsRejectedBeforeParsing) {
+  // 110,000 levels in ~220 KB: copying, dumping or templating it would overflow the stack.
+  const std::string deep = nested(110000);
+  const std::string msg = R"("messages": [{"role": "user", "content": "x"}])";
+  auto expect_too_deep = [](const auto& r, const std::string& what) {
+    ASSERT_FALSE(r.ok()) << what;
+    EXPECT_EQ(r.error().status, 400) << what;
+    EXPECT_EQ(r.error().type, "invalid_request_error") << what;
+    EXPECT_EQ(r.error().code, "json_too_deep") << what;
+    EXPECT_NE(r.error().message.find(std::to_string(kMaxJsonDepth)), std::string::npos) << r.error().message;
+    EXPECT_FALSE(error_body(r.error()).empty());
+  };
+  expect_too_deep(parse_chat_request(R"({"messages": [{"role": "user", "content": )" + deep + "}]}"), "content");
+  expect_too_deep(parse_chat_request(R"({"messages": )" + deep + "}"), "messages");
+  expect_too_deep(parse_chat_request("{" + msg + R"(, "tools": )" + deep + "}"), "tools");
+  expect_too_deep(parse_chat_request("{" + msg + R"(, "chat_template_kwargs": {"x": )" + deep + "}}"), "kwargs");
+  expect_too_deep(parse_tokenize_request(R"({"messages": [{"role": "user", "content": )" + deep + "}]}"), "tokenize");
+  expect_too_deep(parse_completion_request(R"({"prompt": )" + deep + "}"), "prompt");
+  expect_too_deep(parse_detokenize_request(R"({"tokens": )" + deep + "}"), "tokens");
+  // Deep objects as well as arrays; and a body that is deep but also broken JSON.
+  std::string objects;
+  for (int i = 0; i < 110000; ++i) objects += R"({"a":)";
+  expect_too_deep(parse_chat_request("{" + msg + R"(, "chat_template_kwargs": )" + objects + "1"), "objects");
+  expect_too_deep(parse_chat_request(deep), "not an object");
+}
+
+TEST(Protocol, DepthLimitIsExact) {
+  // The body is level 1 and chat_template_kwargs level 2, so its "x" may nest kMaxJsonDepth - 2.
+  const std::string msg = R"("messages": [{"role": "user", "content": "x"}])";
+  auto body = [&](size_t depth) {
+    return "{" + msg + R"(, "chat_template_kwargs": {"x": )" + nested(depth - 2) + "}}";
+  };
+  EXPECT_EQ(json_nesting_depth(body(kMaxJsonDepth)), kMaxJsonDepth);
+  auto ok = parse_chat_request(body(kMaxJsonDepth));
+  ASSERT_TRUE(ok.ok()) << ok.error().message;
+  EXPECT_EQ(ok->chat_template_kwargs["x"].dump(), nested(kMaxJsonDepth - 2));
+  EXPECT_EQ(chat_error(body(kMaxJsonDepth + 1)).code, "json_too_deep");
+  auto tok = parse_tokenize_request(R"({"prompt": "p", "x": )" + nested(kMaxJsonDepth - 1) + "}");
+  EXPECT_TRUE(tok.ok());
+  EXPECT_EQ(parse_tokenize_request(R"({"prompt": "p", "x": )" + nested(kMaxJsonDepth) + "}").error().code,
+            "json_too_deep");
+}
+
+TEST(Protocol, BracketsInStringsDoNotCount) {
+  // 100,000 brackets inside strings, with escaped quotes and backslashes among them.
+  const std::string brackets = std::string(50000, '[') + R"(\"{\\)" + std::string(50000, '{');
+  auto r = parse_chat_request(R"({"messages": [{"role": "user", "content": ")" + brackets + R"("}],
+                                  "chat_template_kwargs": {"s": ")" + brackets + R"("}})");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  const std::string content = r->messages[0]["content"].get<std::string>();
+  EXPECT_EQ(content.size(), 100000u + 3u);
+  EXPECT_EQ(content.substr(50000, 3), "\"{\\");
+  EXPECT_EQ(r->chat_template_kwargs["s"], content);
+}
+
+TEST(Protocol, WideJsonStillParses) {
+  // Wide is fine: 100,000 small objects in one array are only three levels deep.
+  std::string tools = "[";
+  for (int i = 0; i < 100000; ++i)
+    tools += std::string(i ? "," : "") + R"({"type": "function", "function": {"name": "f)" + std::to_string(i) + R"("}})";
+  tools += "]";
+  auto r = parse_chat_request(R"({"messages": [{"role": "user", "content": "x"}], "tools": )" + tools + "}");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  ASSERT_EQ(r->tools.size(), 100000u);
+  EXPECT_EQ(r->tools[99999]["function"]["name"], "f99999");
+}
+
 }  // namespace
 }  // namespace kvasir::server

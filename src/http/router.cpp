@@ -1,0 +1,86 @@
+#include "http/router.h"
+
+namespace kvasir::http {
+
+namespace {
+
+// "application/json; charset=utf-8" -> "application/json"
+std::string media_type(const std::string& content_type) {
+  std::string m = content_type.substr(0, content_type.find(';'));
+  while (!m.empty() && (m.back() == ' ' || m.back() == '\t')) m.pop_back();
+  size_t start = 0;
+  while (start < m.size() && (m[start] == ' ' || m[start] == '\t')) ++start;
+  return m.substr(start);
+}
+
+}  // namespace
+
+void Router::add(const std::string& method, const std::string& path, Handler handler, RouteOptions options) {
+  routes_[path][method] = Route{std::move(handler), options};
+}
+
+std::string Router::allowed_methods(const std::string& path) const {
+  auto it = routes_.find(path);
+  if (it == routes_.end()) return {};
+  std::string out;
+  for (const auto& [method, route] : it->second) out += (out.empty() ? "" : ", ") + method;
+  return out;
+}
+
+const Router::Route* Router::find(const Request& req) const {
+  auto p = routes_.find(req.path);
+  if (p == routes_.end()) return nullptr;
+  auto m = p->second.find(req.method);
+  return m == p->second.end() ? nullptr : &m->second;
+}
+
+void Router::finish(const Request& req, Response& res) const {
+  if (finisher_) finisher_(req, res);
+}
+
+bool Router::handle_inline(Request& req, Response& res) {
+  if (filter_ && filter_(req, res)) return finish(req, res), true;
+  const Route* route = find(req);
+  if (!route) {
+    const std::string allow = allowed_methods(req.path);
+    if (allow.empty()) {
+      res = error(404, "no route for " + req.method + " " + req.path, "not_found");
+    } else {
+      res = error(405, "method " + req.method + " is not allowed on " + req.path + " (allowed: " + allow + ")",
+                  "method_not_allowed");
+      res.headers.set("Allow", allow);
+    }
+    return finish(req, res), true;
+  }
+  if (route->options.json_body && req.headers.has("Content-Type")) {
+    const std::string type = media_type(req.header("Content-Type"));
+    // curl -d sends its JSON as a form unless told otherwise; the body is parsed as JSON either way.
+    if (!iequals(type, "application/json") && !iequals(type, "application/x-www-form-urlencoded")) {
+      res = error(415, "the body must be JSON sent as 'Content-Type: application/json', got '" + type + "'",
+                  "unsupported_media_type");
+      return finish(req, res), true;
+    }
+  }
+  if (route->options.run == Run::worker) return false;
+  route->handler(req, res);
+  return finish(req, res), true;
+}
+
+void Router::handle(Request& req, Response& res) {
+  if (const Route* route = find(req)) {
+    route->handler(req, res);
+  } else {
+    res = error(404, "no route for " + req.method + " " + req.path, "not_found");
+  }
+  finish(req, res);
+}
+
+Response Router::error(int status, const std::string& message, const std::string& code) {
+  if (error_builder_) return error_builder_(status, message, code);
+  Response res;
+  res.status = status;
+  res.set_content(message + "\n", "text/plain; charset=utf-8");
+  return res;
+}
+
+}  // namespace kvasir::http
