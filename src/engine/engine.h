@@ -19,6 +19,7 @@
 
 #include "core/status.h"
 #include "model/model.h"
+#include "runtime/model_runner.h"
 #include "sample/sampler.h"
 #include "sched/request.h"
 #include "tokenizer/tokenizer.h"
@@ -100,8 +101,12 @@ struct EngineStats {
 
 class EngineCore {
  public:
+  // On the CPU runner over `model` (sized by the options' KV fields and threads).
   static Result<std::unique_ptr<EngineCore>> create(const Model& model, const Tokenizer& tokenizer,
                                                     const EngineOptions& options);
+  // On any runner (a fake one in tests, another backend); its block size must be the options'.
+  static Result<std::unique_ptr<EngineCore>> create(std::unique_ptr<runtime::ModelRunner> runner,
+                                                    const Tokenizer& tokenizer, const EngineOptions& options);
   ~EngineCore();
 
   // Checks a request without queueing it (non-empty prompt, ids in the vocabulary, prompt
@@ -118,7 +123,6 @@ class EngineCore {
   bool has_unfinished() const;
   EngineStats stats() const;
   const Tokenizer& tokenizer() const;
-  const Model& model() const;
 
  private:
   struct Impl;
@@ -161,7 +165,6 @@ class Engine {
   // Aborts every request, queued or running: each stream gets its final delta (FinishReason::Abort).
   void abort_all();
   const Tokenizer& tokenizer() const { return core_->tokenizer(); }
-  const Model& model() const { return core_->model(); }
 
  private:
   void loop();

@@ -1,4 +1,4 @@
-// EngineCore: scheduler output -> ragged Batch -> Forward -> per-request sampling, stop rules,
+// EngineCore: scheduler output -> ragged Batch -> ModelRunner -> per-request sampling, stop rules,
 // detokenization -> Deltas.
 #include <algorithm>
 #include <cmath>
@@ -8,8 +8,7 @@
 
 #include "engine/engine.h"
 #include "engine/stop_matcher.h"
-#include "model/forward.h"
-#include "model/kv_cache.h"
+#include "runtime/cpu_runner.h"
 #include "sched/scheduler.h"
 
 namespace kvasir::engine {
@@ -67,11 +66,10 @@ TokenLogprob logprobs_of(std::span<const float> logits, int32_t id, int32_t n_to
 }  // namespace
 
 struct EngineCore::Impl {
-  const Model& model;
+  std::unique_ptr<runtime::ModelRunner> runner;
   const Tokenizer& tokenizer;
   EngineOptions options;
-  KvCache kv;
-  Forward forward;
+  int64_t n_vocab = 0;
   sched::Scheduler scheduler;
   std::unordered_map<RequestId, std::unique_ptr<Live>> live;
   std::vector<RequestId> aborted;
@@ -83,12 +81,12 @@ struct EngineCore::Impl {
   std::vector<std::pair<const sched::ScheduledSeq*, const float*>> to_sample;
   EngineStats totals;
 
-  Impl(const Model& m, const Tokenizer& t, const EngineOptions& o, KvCache cache, sched::Scheduler s, int32_t len)
-      : model(m),
+  Impl(std::unique_ptr<runtime::ModelRunner> r, const Tokenizer& t, const EngineOptions& o, sched::Scheduler s,
+       int32_t len)
+      : runner(std::move(r)),
         tokenizer(t),
         options(o),
-        kv(std::move(cache)),
-        forward(m, {.max_batch_tokens = o.max_batch_tokens, .num_threads = o.num_threads}),
+        n_vocab(runner->info().n_vocab),
         scheduler(std::move(s)),
         max_model_len(len) {}
 
@@ -99,24 +97,32 @@ struct EngineCore::Impl {
 
 Result<std::unique_ptr<EngineCore>> EngineCore::create(const Model& model, const Tokenizer& tokenizer,
                                                        const EngineOptions& o) {
-  const ModelConfig& c = model.config();
+  if (o.max_batch_tokens < 1 || o.max_seqs < 1 || o.max_seqs > o.max_batch_tokens)
+    return Error{"need 1 <= max_seqs <= max_batch_tokens", ErrorCode::invalid_argument};
+  auto runner = runtime::CpuRunner::create(model, {.max_batch_tokens = o.max_batch_tokens,
+                                                   .num_threads = o.num_threads,
+                                                   .kv_blocks = o.kv_blocks,
+                                                   .kv_mem_bytes = o.kv_mem_bytes,
+                                                   .default_kv_tokens = int64_t(o.max_seqs) * 2048,
+                                                   .kv_type = o.kv_type,
+                                                   .block_size = o.block_size});
+  if (!runner) return Error{runner.error(), runner.error_code()};
+  return create(std::move(*runner), tokenizer, o);
+}
+
+Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<runtime::ModelRunner> runner,
+                                                       const Tokenizer& tokenizer, const EngineOptions& o) {
+  const runtime::RunnerInfo& info = runner->info();
   if (!(o.tpot_target_ms >= 0 && o.tpot_target_ms <= 1e6)) return Error{"tpot target must be in [0, 1e6] ms"};
   if (o.max_batch_tokens < 1 || o.max_seqs < 1 || o.max_seqs > o.max_batch_tokens)
     return Error{"need 1 <= max_seqs <= max_batch_tokens"};
-  if (tokenizer.n_vocab() > c.n_vocab) return Error{"the tokenizer has more tokens than the model's vocabulary"};
-  const uint64_t per_block = KvCache::bytes_per_token(c, o.kv_type) * uint64_t(o.block_size);
-  int64_t blocks = o.kv_blocks;
-  if (blocks <= 0) {
-    uint64_t mem = o.kv_mem_bytes;
-    if (mem == 0) mem = std::min<uint64_t>(uint64_t(o.max_seqs) * 2048 * KvCache::bytes_per_token(c, o.kv_type), 1ull << 30);
-    blocks = int64_t(mem / per_block);
-  }
-  if (blocks < 2) return Error{"the KV cache budget holds fewer than 2 blocks of " + std::to_string(o.block_size) + " tokens"};
-  if (blocks > (int64_t(1) << 30)) return Error{"too many KV blocks"};
-  int32_t len = o.max_model_len > 0 ? o.max_model_len : int32_t(std::min<int64_t>(c.n_ctx_train, 1 << 30));
+  if (o.max_batch_tokens > info.max_batch_tokens) return Error{"max_batch_tokens exceeds what the runner takes"};
+  if (o.block_size != info.block_size) return Error{"the runner's KV block size differs from the engine's"};
+  if (tokenizer.n_vocab() > info.n_vocab) return Error{"the tokenizer has more tokens than the model's vocabulary"};
+  const int64_t blocks = info.num_kv_blocks;
+  if (blocks < 2 || blocks > (int64_t(1) << 30)) return Error{"the runner's KV storage must hold 2 to 2^30 blocks"};
+  int32_t len = o.max_model_len > 0 ? o.max_model_len : int32_t(std::min<int64_t>(info.n_ctx_train, 1 << 30));
   len = int32_t(std::min<int64_t>(len, blocks * o.block_size));
-  auto kv = KvCache::create(c, {.num_blocks = blocks, .block_size = o.block_size, .type = o.kv_type});
-  if (!kv) return Error{kv.error()};
   auto sched = sched::Scheduler::create({.max_batch_tokens = o.max_batch_tokens,
                                          .max_seqs = o.max_seqs,
                                          .block_size = o.block_size,
@@ -124,20 +130,19 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const Model& model, const
                                          .max_model_len = len,
                                          .enable_prefix_cache = o.prefix_cache,
                                          .tpot_slo_ns = int64_t(o.tpot_target_ms * 1e6),
-                                         .model_id = model.path() + "#" + c.arch_name});
+                                         .model_id = info.identity});
   if (!sched) return Error{sched.error()};
-  auto impl = std::make_unique<Impl>(model, tokenizer, o, std::move(*kv), std::move(*sched), len);
+  auto impl = std::make_unique<Impl>(std::move(runner), tokenizer, o, std::move(*sched), len);
   return std::unique_ptr<EngineCore>(new EngineCore(std::move(impl)));
 }
 
 EngineCore::EngineCore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 EngineCore::~EngineCore() = default;
 const Tokenizer& EngineCore::tokenizer() const { return impl_->tokenizer; }
-const Model& EngineCore::model() const { return impl_->model; }
 bool EngineCore::has_unfinished() const { return impl_->scheduler.has_unfinished() || !impl_->aborted.empty(); }
 
 Status EngineCore::validate(const GenerationParams& p) const {
-  const int64_t n_vocab = impl_->model.config().n_vocab;
+  const int64_t n_vocab = impl_->n_vocab;
   if (p.prompt.empty()) return Error{"the prompt is empty"};
   for (int32_t id : p.prompt)
     if (id < 0 || id >= n_vocab) return Error{"token id " + std::to_string(id) + " is outside the vocabulary"};
@@ -189,8 +194,7 @@ void EngineCore::abort(RequestId id) {
 void EngineCore::Impl::pick_token(const sched::ScheduledSeq& seq, const float* logits) {
   Live& l = *live.at(seq.id);
   const sched::Request* req = scheduler.find(seq.id);
-  const size_t n_vocab = size_t(model.config().n_vocab);
-  std::span<const float> row(logits, n_vocab);
+  std::span<const float> row(logits, size_t(n_vocab));
   const bool mask_stops = req->num_generated() < l.params.stop.min_tokens;  // too early to stop
   if (!l.params.logit_bias.empty() || mask_stops) {
     thread_local std::vector<float> biased;
@@ -253,7 +257,7 @@ Status EngineCore::step(std::vector<Delta>& out) {
       for (int32_t i = seq.start; i < seq.end; ++i)
         m.batch.add(seq.tokens[size_t(i - seq.start)], i, int32_t(s), seq.want_logits && i + 1 == seq.end);
     }
-    auto logits = m.forward.forward(m.batch, m.kv);
+    auto logits = m.runner->forward(m.batch);
     if (!logits) {
       // A failed forward leaves these requests' KV undefined: end them rather than serve garbage.
       for (const auto& seq : so.seqs) (void)m.scheduler.abort(seq.id);
@@ -263,11 +267,11 @@ Status EngineCore::step(std::vector<Delta>& out) {
     m.to_sample.clear();
     for (const auto& seq : so.seqs) {
       m.totals.prompt_tokens_total += std::max<int64_t>(0, std::min(seq.end, m.scheduler.find(seq.id)->num_prompt_tokens) - seq.start);
-      if (seq.want_logits) m.to_sample.push_back({&seq, *logits + int64_t(m.to_sample.size()) * m.model.config().n_vocab});
+      if (seq.want_logits) m.to_sample.push_back({&seq, *logits + int64_t(m.to_sample.size()) * m.n_vocab});
     }
     // Sampling is per request (its own RNG), so the rows are picked in parallel, then committed in
     // batch order.
-    m.forward.pool().parallel_for(int64_t(m.to_sample.size()), 1, [&](int64_t b, int64_t e, int) {
+    m.runner->parallel_for(int64_t(m.to_sample.size()), [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) m.pick_token(*m.to_sample[size_t(i)].first, m.to_sample[size_t(i)].second);
     });
     for (const auto& picked : m.to_sample) m.commit_token(*picked.first);
@@ -307,7 +311,7 @@ EngineStats EngineCore::stats() const {
   s.num_running = m.scheduler.num_running();
   s.num_waiting = m.scheduler.num_waiting();
   const auto& kv = m.scheduler.kv();
-  s.kv_blocks_total = m.kv.num_blocks();
+  s.kv_blocks_total = m.runner->info().num_kv_blocks;
   s.kv_blocks_used = kv.num_blocks() - kv.num_free_blocks();  // cached-but-unreferenced blocks count as free
   const auto& pc = kv.cache().counters();
   s.prefix_queries = pc.num_queries;

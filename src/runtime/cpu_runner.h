@@ -1,0 +1,39 @@
+// The CPU runner: the batched Forward over a KvCache in this process's memory.
+#pragma once
+#include <memory>
+
+#include "core/dtype.h"
+#include "model/forward.h"
+#include "model/kv_cache.h"
+#include "model/model.h"
+#include "runtime/model_runner.h"
+
+namespace kvasir::runtime {
+
+struct CpuRunnerOptions {
+  int64_t max_batch_tokens = 512;
+  int num_threads = 0;         // 0: physical cores
+  int64_t kv_blocks = 0;       // exact number of KV blocks; 0: from kv_mem_bytes
+  uint64_t kv_mem_bytes = 0;   // KV budget; 0 with kv_blocks 0: default_kv_tokens tokens, capped at 1 GiB
+  int64_t default_kv_tokens = 64 * 2048;
+  DType kv_type = DType::F16;
+  int64_t block_size = 16;
+};
+
+class CpuRunner : public ModelRunner {
+ public:
+  static Result<std::unique_ptr<CpuRunner>> create(const Model& model, const CpuRunnerOptions& options);
+
+  const RunnerInfo& info() const override { return info_; }
+  Result<const float*> forward(const Batch& batch) override { return forward_.forward(batch, kv_); }
+  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) override;
+
+ private:
+  CpuRunner(const Model& model, const CpuRunnerOptions& options, KvCache kv, RunnerInfo info);
+
+  KvCache kv_;
+  Forward forward_;
+  RunnerInfo info_;
+};
+
+}  // namespace kvasir::runtime

@@ -1,0 +1,38 @@
+// The runner seam: what the engine needs from a model to serve it. A runner owns its weights'
+// execution and its paged KV storage; the engine owns everything else (which blocks belong to
+// whom, sampling, stop rules). The CPU path is one runner (cpu_runner.h); a draft model is a
+// second one, a fake runner drives engine tests without model files, and a GPU backend plugs in
+// here.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "core/status.h"
+#include "model/batch.h"
+
+namespace kvasir::runtime {
+
+struct RunnerInfo {
+  int64_t n_vocab = 0;           // logits per row
+  int64_t n_ctx_train = 0;       // the longest context the model was trained for
+  int64_t max_batch_tokens = 0;  // rows per forward at most
+  int64_t num_kv_blocks = 0;     // physical blocks of the KV storage (ids 0..num_kv_blocks-1)
+  int64_t block_size = 16;       // token positions per block
+  // Same identity and same tokens give the same KV: what the prefix cache keys blocks on.
+  std::string identity;
+};
+
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+  virtual const RunnerInfo& info() const = 0;
+  // Writes the K/V of every row into the blocks its block table names and returns the logits of
+  // the rows with want_logits, in row order: [num_logit_rows][n_vocab], valid until the next call.
+  // Preconditions as Forward::forward (checked, an error when violated).
+  virtual Result<const float*> forward(const Batch& batch) = 0;
+  // fn(begin, end) over [0, n), split over the runner's threads: the engine samples rows there.
+  virtual void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) = 0;
+};
+
+}  // namespace kvasir::runtime

@@ -1,0 +1,84 @@
+// A ModelRunner without weights, for engine tests that need no model file. Its "KV" is the token
+// written at each block slot, and a row's logits are a function of the whole context it reads
+// back through its block table, as attention would: a wrong block table, a bad prefix-cache hit
+// or a preemption that loses KV changes the output. `reference_logits` is the same function of a
+// plain token list: the model the engine must reproduce.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/model_runner.h"
+
+namespace kvasir::test {
+
+class FakeRunner : public runtime::ModelRunner {
+ public:
+  FakeRunner(int64_t n_vocab, int64_t num_blocks, int64_t block_size = 16, int64_t max_batch_tokens = 512)
+      : info_{.n_vocab = n_vocab,
+              .n_ctx_train = 1 << 16,
+              .max_batch_tokens = max_batch_tokens,
+              .num_kv_blocks = num_blocks,
+              .block_size = block_size,
+              .identity = "fake"},
+        kv_(size_t(num_blocks * block_size), -1) {}
+
+  const runtime::RunnerInfo& info() const override { return info_; }
+
+  Result<const float*> forward(const Batch& batch) override {
+    const int64_t bs = info_.block_size;
+    if (batch.size() == 0 || batch.size() > info_.max_batch_tokens) return Error{"bad batch size"};
+    for (int64_t r = 0; r < batch.size(); ++r) {  // every row's K/V first, as Forward does
+      const auto* table = batch.block_tables[size_t(batch.seq_index[size_t(r)])];
+      const int32_t pos = batch.positions[size_t(r)];
+      if (size_t(pos / bs) >= table->size()) return Error{"block table too short"};
+      const int32_t block = (*table)[size_t(pos / bs)];
+      if (block < 0 || block >= info_.num_kv_blocks) return Error{"block id out of range"};
+      kv_[size_t(block * bs + pos % bs)] = batch.tokens[size_t(r)];
+    }
+    logits_.clear();
+    for (int64_t r = 0; r < batch.size(); ++r) {
+      if (!batch.want_logits[size_t(r)]) continue;
+      const auto* table = batch.block_tables[size_t(batch.seq_index[size_t(r)])];
+      context_.clear();
+      for (int32_t p = 0; p <= batch.positions[size_t(r)]; ++p)
+        context_.push_back(kv_[size_t((*table)[size_t(p / bs)] * bs + p % bs)]);
+      const std::vector<float> row = reference_logits(context_, info_.n_vocab);
+      logits_.insert(logits_.end(), row.begin(), row.end());
+    }
+    ++forwards;
+    return logits_.data();
+  }
+
+  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) override {
+    if (n > 0) fn(0, n);
+  }
+
+  // One clear favourite (logit 6) chosen by a hash of the context, the rest spread in [-2, 2]:
+  // greedy is exact and sampling at temperature 1 still varies.
+  static std::vector<float> reference_logits(std::span<const int32_t> context, int64_t n_vocab) {
+    uint64_t h = 1469598103934665603ull;
+    for (int32_t t : context) h = (h ^ uint64_t(uint32_t(t))) * 1099511628211ull;
+    std::vector<float> out(static_cast<size_t>(n_vocab));
+    for (int64_t i = 0; i < n_vocab; ++i) {
+      uint64_t x = (h + uint64_t(i) * 0x9E3779B97F4A7C15ull);
+      x ^= x >> 31;
+      x *= 0xBF58476D1CE4E5B9ull;
+      x ^= x >> 29;
+      out[size_t(i)] = float(int64_t(x % 4001) - 2000) / 1000.0f;
+    }
+    out[size_t((h >> 7) % uint64_t(n_vocab))] = 6.0f;
+    return out;
+  }
+
+  int64_t forwards = 0;
+
+ private:
+  runtime::RunnerInfo info_;
+  std::vector<int32_t> kv_;
+  std::vector<int32_t> context_;
+  std::vector<float> logits_;
+};
+
+}  // namespace kvasir::test
