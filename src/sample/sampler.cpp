@@ -10,10 +10,8 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-struct Candidate {
-  int32_t id;
-  float logit;
-};
+using sample_detail::Candidate;
+using sample_detail::SortedPrefix;
 
 bool in_order(const Candidate& a, const Candidate& b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); }
 bool by_id(const Candidate& a, const Candidate& b) { return a.id < b.id; }
@@ -21,49 +19,7 @@ bool by_id(const Candidate& a, const Candidate& b) { return a.id < b.id; }
 // NaN (a broken model) ranks like -inf, so that ordering stays a strict weak order.
 float rank_value(float x) { return std::isnan(x) ? kNegInf : x; }
 
-// The candidates in sampling order, gathered lazily: first those within kFirstGap nats of the
-// maximum, then (widen) those within twice that, ..., finally all. Every widening only appends:
-// what it adds ranks below everything gathered before, so a walk over the prefix keeps its state.
-class SortedPrefix {
- public:
-  SortedPrefix(std::span<const float> logits, float max, std::vector<Candidate>& buf)
-      : logits_(logits), max_(max), buf_(buf) {
-    buf_.clear();
-    widen();
-  }
-  size_t size() const { return buf_.size(); }
-  const Candidate& operator[](size_t i) const { return buf_[i]; }
-  // Gathers more candidates; false once all are in.
-  bool widen() {
-    if (complete_) return false;
-    gap_ = gap_ == 0 ? kFirstGap : 2 * gap_;
-    const float hi = bound_;
-    complete_ = gap_ > kLastGap;
-    bound_ = complete_ ? kNegInf : max_ - gap_;
-    const size_t old = buf_.size();
-    for (size_t i = 0; i < logits_.size(); ++i) {
-      const float x = rank_value(logits_[i]);
-      const bool new_band = old == 0 || x < hi;  // the first gather has no upper bound
-      if (new_band && (complete_ || x >= bound_)) buf_.push_back({int32_t(i), x});
-    }
-    std::sort(buf_.begin() + ptrdiff_t(old), buf_.end(), in_order);
-    return true;
-  }
-  // Whether candidate i exists, gathering more as needed.
-  bool has(size_t i) {
-    while (i >= size())
-      if (!widen()) return false;
-    return true;
-  }
-
- private:
-  static constexpr float kFirstGap = 8.f, kLastGap = 64.f;
-  std::span<const float> logits_;
-  float max_;
-  std::vector<Candidate>& buf_;
-  float gap_ = 0, bound_ = 0;
-  bool complete_ = false;
-};
+constexpr float kFirstGap = 8.f, kLastGap = 64.f;
 
 // Scratch of one sampling call: per thread, reused, never per request.
 struct Scratch {
@@ -95,6 +51,37 @@ double sum_all(std::span<const float> logits, F f) {
 
 }  // namespace
 
+namespace sample_detail {
+
+SortedPrefix::SortedPrefix(std::span<const float> logits, float max, std::vector<Candidate>& buf)
+    : logits_(logits), max_(max), buf_(&buf) {
+  buf_->clear();  // gathered on first use: a greedy step never pays for it
+}
+
+bool SortedPrefix::widen() {
+  if (complete_) return false;
+  gap_ = gap_ == 0 ? kFirstGap : 2 * gap_;
+  const float hi = bound_;
+  complete_ = gap_ > kLastGap;
+  bound_ = complete_ ? kNegInf : max_ - gap_;
+  const size_t old = buf_->size();
+  for (size_t i = 0; i < logits_.size(); ++i) {
+    const float x = rank_value(logits_[i]);
+    const bool new_band = old == 0 || x < hi;  // the first gather has no upper bound
+    if (new_band && (complete_ || x >= bound_)) buf_->push_back({int32_t(i), x});
+  }
+  std::sort(buf_->begin() + ptrdiff_t(old), buf_->end(), in_order);
+  return true;
+}
+
+bool SortedPrefix::has(size_t i) {
+  while (i >= size())
+    if (!widen()) return false;
+  return true;
+}
+
+}  // namespace sample_detail
+
 int32_t argmax(std::span<const float> logits) {
   if (logits.empty()) return 0;
   // Two passes the compiler vectorizes: the maximum, then its first index.
@@ -111,7 +98,12 @@ bool Sampler::has_penalties() const {
   return params_.repetition_penalty != 1.f || params_.presence_penalty != 0.f || params_.frequency_penalty != 0.f;
 }
 
-int32_t Sampler::sample(std::span<const float> logits_in, std::span<const int32_t> history) {
+int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
+  Distribution d = distribution(logits, history);
+  return draw(d);
+}
+
+Distribution Sampler::distribution(std::span<const float> logits_in, std::span<const int32_t> history) const {
   const auto& p = params_;
   Scratch& s = scratch();
   std::span<const float> logits = logits_in;
@@ -129,11 +121,15 @@ int32_t Sampler::sample(std::span<const float> logits_in, std::span<const int32_
     logits = s.work;
   }
   const int32_t best = argmax(logits);
-  if (p.temperature <= 0.f || logits.size() <= 1) return best;
-  const float max_logit = rank_value(logits[size_t(best)]);
-  if (max_logit == kNegInf) return best;  // nothing is possible: the lowest id, like greedy
+  const float max_logit = logits.empty() ? 0.f : rank_value(logits[size_t(best)]);
+  Distribution d(logits, max_logit == kNegInf ? 0.f : max_logit, s.cand);
+  d.best_ = best;
+  d.temperature_ = p.temperature;
+  // Greedy, or nothing possible (the lowest id, like greedy).
+  d.greedy_ = p.temperature <= 0.f || logits.size() <= 1 || max_logit == kNegInf;
+  if (d.greedy_) return d;
 
-  SortedPrefix prefix(logits, max_logit, s.cand);
+  SortedPrefix& prefix = d.prefix_;
   // keep: survivors so far, a count of the sorted order; `all` while nothing has cut it.
   const size_t vocab = logits.size();
   size_t keep = vocab;
@@ -160,13 +156,37 @@ int32_t Sampler::sample(std::span<const float> logits_in, std::span<const int32_
     while (k < keep && prefix.has(k) && double(prefix[k].logit - max_logit) >= threshold) ++k;
     keep = k;
   }
-  // Temperature, softmax over the survivors, one uniform draw, walked in sampling order.
-  auto expt = [&](float x) { return std::exp(double(x - max_logit) / p.temperature); };
-  const double sum = keep < vocab ? sum_in_id_order(prefix, keep, s.id_order, expt) : sum_all(logits, expt);
-  const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng_) * sum;
+  // Temperature and the softmax's normalizer over the survivors.
+  auto expt = [&](float x) { return d.weight(x); };
+  d.keep_ = keep;
+  d.sum_ = keep < vocab ? sum_in_id_order(prefix, keep, s.id_order, expt) : sum_all(logits, expt);
+  if (keep < vocab) prefix.has(keep - 1);  // the boundary candidate, for prob()
+  return d;
+}
+
+double Distribution::weight(float logit) const { return std::exp(double(logit - max_logit_) / temperature_); }
+
+double Distribution::prob(int32_t id) const {
+  if (id < 0 || size_t(id) >= vocab_) return 0;
+  if (greedy_) return id == best_ ? 1.0 : 0.0;
+  const float x = rank_value(logits_[size_t(id)]);
+  if (x == kNegInf) return 0;
+  if (keep_ < vocab_) {
+    const Candidate& last = prefix_[std::min(keep_, prefix_.size()) - 1];
+    const Candidate c{id, x};
+    if (in_order(last, c)) return 0;  // ranks after the last survivor: cut
+  }
+  return weight(x) / sum_;
+}
+
+int32_t Sampler::draw(Distribution& d) {
+  if (d.greedy_) return d.best_;
+  SortedPrefix& prefix = d.prefix_;
+  const size_t keep = d.keep_;
+  const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng_) * d.sum_;
   double acc = 0;
   for (size_t i = 0; i < keep && prefix.has(i); ++i) {
-    acc += expt(prefix[i].logit);
+    acc += d.weight(prefix[i].logit);
     if (u < acc) return prefix[i].id;
   }
   prefix.has(keep - 1);  // rounding left u at the very end: the last survivor

@@ -18,12 +18,43 @@
 // widened (lower threshold) only when a walk runs past them, so a 262k vocabulary costs a few
 // linear passes per token, not a full sort. Scratch is per thread, not per request, so concurrent
 // requests sample in parallel without holding vocabulary-sized buffers each.
+//
+// Two halves, for speculative decoding: distribution() applies every processor above and returns
+// the processed next-token distribution (probabilities of any token, O(1) each); draw() makes the
+// one seeded draw from it. sample() is the two in a row. Verification compares exactly the
+// distribution that sampling draws from.
 #pragma once
 #include <cstdint>
 #include <random>
 #include <span>
+#include <vector>
 
 namespace kvasir {
+
+namespace sample_detail {
+struct Candidate {
+  int32_t id;
+  float logit;
+};
+// The candidates in sampling order (logit descending, id ascending), gathered lazily: first those
+// within a few nats of the maximum, then within twice that, ..., finally all. Every widening only
+// appends what ranks below everything gathered before, so a walk over the prefix keeps its state.
+class SortedPrefix {
+ public:
+  SortedPrefix(std::span<const float> logits, float max, std::vector<Candidate>& buf);
+  size_t size() const { return buf_->size(); }  // gathered so far
+  const Candidate& operator[](size_t i) const { return (*buf_)[i]; }  // after has(i)
+  bool widen();         // gathers more; false once all are in
+  bool has(size_t i);   // whether candidate i exists, gathering as needed
+
+ private:
+  std::span<const float> logits_;
+  float max_;
+  std::vector<Candidate>* buf_;
+  float gap_ = 0, bound_ = 0;
+  bool complete_ = false;
+};
+}  // namespace sample_detail
 
 struct SamplingParams {
   float temperature = 0.8f;
@@ -40,11 +71,44 @@ struct SamplingParams {
 // Index of the largest value; the lowest index wins a tie.
 int32_t argmax(std::span<const float> logits);
 
+// The processed next-token distribution of one sampling step. It refers to the logits it was made
+// from and to per-thread scratch: valid until the next distribution() on the same thread.
+class Distribution {
+ public:
+  bool greedy() const { return greedy_; }
+  // p(id) after penalties, top-k / top-p / min-p and temperature: 0 for a token they cut; for
+  // greedy 1 at the argmax, 0 elsewhere.
+  double prob(int32_t id) const;
+  int32_t size() const { return int32_t(vocab_); }  // the vocabulary
+
+ private:
+  friend class Sampler;
+  Distribution(std::span<const float> logits, float max_logit, std::vector<sample_detail::Candidate>& buf)
+      : logits_(logits), max_logit_(max_logit), prefix_(logits, max_logit, buf), vocab_(logits.size()) {}
+  double weight(float logit) const;  // exp((logit - max) / temperature)
+
+  std::span<const float> logits_;  // after penalties
+  float max_logit_ = 0;
+  sample_detail::SortedPrefix prefix_;
+  size_t vocab_ = 0;
+  size_t keep_ = 0;        // survivors: the first keep_ candidates in sampling order
+  double sum_ = 0;         // of weight() over the survivors, in id order
+  float temperature_ = 1;
+  bool greedy_ = false;
+  int32_t best_ = 0;
+};
+
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& params);
   // `history`: the sequence so far (prompt + generated), for penalties.
   int32_t sample(std::span<const float> logits, std::span<const int32_t> history);
+  // The distribution sample() would draw from; consumes no randomness.
+  Distribution distribution(std::span<const float> logits, std::span<const int32_t> history) const;
+  // The one seeded draw from `d` (walked in sampling order); greedy takes no randomness.
+  int32_t draw(Distribution& d);
+  // A uniform number in [0, 1) from this request's RNG (rejection tests of speculative decoding).
+  double uniform() { return std::uniform_real_distribution<double>(0.0, 1.0)(rng_); }
   const SamplingParams& params() const { return params_; }
 
  private:

@@ -92,8 +92,25 @@ TEST(Sampler, PenaltiesChangeGreedyChoice) {
 // same logits, history and seed.
 namespace {
 
-int32_t reference_sample(const SamplingParams& p, std::mt19937_64& rng, std::vector<float> l,
-                         const std::vector<int32_t>& history) {
+struct C {
+  int32_t id;
+  float logit;
+};
+
+// Every processor applied, the slow way: survivors c[0..keep) in sampling order, their
+// softmax's normalizer (summed in id order, as the contract says).
+struct RefDist {
+  std::vector<C> c;
+  size_t keep = 0;
+  float mx = 0;
+  double sum = 0;
+  float temperature = 1;
+  bool greedy = false;
+  int32_t best = 0;
+  double weight(const C& x) const { return std::exp(double(x.logit - mx) / temperature); }
+};
+
+RefDist reference_process(const SamplingParams& p, std::vector<float> l, const std::vector<int32_t>& history) {
   const size_t n = p.penalty_last_n < 0 ? history.size() : std::min(history.size(), size_t(p.penalty_last_n));
   std::map<int32_t, int> counts;
   for (size_t i = history.size() - n; i < history.size(); ++i) counts[history[i]]++;
@@ -103,19 +120,19 @@ int32_t reference_sample(const SamplingParams& p, std::mt19937_64& rng, std::vec
       if (p.repetition_penalty != 1.f) x = x > 0 ? x / p.repetition_penalty : x * p.repetition_penalty;
       x -= p.presence_penalty + p.frequency_penalty * float(count);
     }
-  if (p.temperature <= 0.f) return argmax(l);
-  struct C {
-    int32_t id;
-    float logit;
-  };
-  std::vector<C> c;
+  RefDist d;
+  d.best = argmax(l);
+  d.temperature = p.temperature;
+  if (p.temperature <= 0.f) return d.greedy = true, d;
+  std::vector<C>& c = d.c;
   for (size_t i = 0; i < l.size(); ++i) c.push_back({int32_t(i), l[i]});
   std::sort(c.begin(), c.end(), [](const C& a, const C& b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); });
   const float mx = c[0].logit;
-  if (mx == -std::numeric_limits<float>::infinity()) return argmax(l);
+  if (mx == -std::numeric_limits<float>::infinity()) return d.greedy = true, d;
+  d.mx = mx;
   size_t keep = c.size();
   if (p.top_k > 0 && size_t(p.top_k) < keep) keep = size_t(p.top_k);
-  auto sum_by_id = [&](size_t k, double t) {  // sums in id order, as the contract says
+  auto sum_by_id = [&](size_t k, double t) {
     std::vector<C> s(c.begin(), c.begin() + ptrdiff_t(k));
     std::sort(s.begin(), s.end(), [](const C& a, const C& b) { return a.id < b.id; });
     double sum = 0;
@@ -138,14 +155,34 @@ int32_t reference_sample(const SamplingParams& p, std::mt19937_64& rng, std::vec
     while (k < keep && double(c[k].logit - mx) >= std::log(double(p.min_p))) ++k;
     keep = k;
   }
-  const double sum = sum_by_id(keep, p.temperature);
-  const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng) * sum;
+  d.keep = keep;
+  d.sum = sum_by_id(keep, p.temperature);
+  return d;
+}
+
+int32_t reference_sample(const SamplingParams& p, std::mt19937_64& rng, std::vector<float> l,
+                         const std::vector<int32_t>& history) {
+  const RefDist d = reference_process(p, std::move(l), history);
+  if (d.greedy) return d.best;
+  const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng) * d.sum;
   double acc = 0;
-  for (size_t i = 0; i < keep; ++i) {
-    acc += std::exp(double(c[i].logit - mx) / p.temperature);
-    if (u < acc) return c[i].id;
+  for (size_t i = 0; i < d.keep; ++i) {
+    acc += d.weight(d.c[i]);
+    if (u < acc) return d.c[i].id;
   }
-  return c[keep - 1].id;
+  return d.c[d.keep - 1].id;
+}
+
+// p(id) for every id, from the reference.
+std::vector<double> reference_probs(const RefDist& d, size_t vocab) {
+  std::vector<double> out(vocab, 0.0);
+  if (d.greedy) {
+    out[size_t(d.best)] = 1.0;
+    return out;
+  }
+  for (size_t i = 0; i < d.keep; ++i)
+    if (d.c[i].logit != -std::numeric_limits<float>::infinity()) out[size_t(d.c[i].id)] = d.weight(d.c[i]) / d.sum;
+  return out;
 }
 
 }  // namespace
@@ -198,4 +235,72 @@ TEST(Sampler, NothingPossibleFallsBackToLowestId) {
   EXPECT_EQ(s.sample(l, {}), 0);  // NaN ranks like -inf
   l[3] = 1.f;
   EXPECT_EQ(s.sample(l, {}), 3);
+}
+
+// distribution() is the processed distribution sample() draws from: for random vocabularies and
+// parameters, every token's probability equals the reference's (to 1e-12 relative), the
+// probabilities sum to 1, cut tokens are exactly 0, and draw() after distribution() is sample().
+TEST(Sampler, DistributionIsWhatSamplingDrawsFrom) {
+  std::mt19937 gen(77);
+  for (int trial = 0; trial < 120; ++trial) {
+    const size_t vocab = size_t(std::uniform_int_distribution<int>(2, 2000)(gen));
+    std::vector<float> l(vocab);
+    std::normal_distribution<float> g(0.f, trial % 2 ? 1.f : 6.f);
+    for (auto& x : l) x = g(gen);
+    if (trial % 5 == 0)
+      for (size_t i = 0; i < vocab / 4; ++i) l[gen() % vocab] = -std::numeric_limits<float>::infinity();
+    SamplingParams p;
+    p.temperature = std::array<float, 4>{0.f, 0.3f, 1.f, 2.f}[gen() % 4];
+    p.top_k = std::array<int, 3>{0, 5, 100}[gen() % 3];
+    p.top_p = std::array<float, 3>{1.f, 0.9f, 0.5f}[gen() % 3];
+    p.min_p = std::array<float, 3>{0.f, 0.05f, 0.2f}[gen() % 3];
+    if (trial % 3 == 0) p.repetition_penalty = 1.3f, p.presence_penalty = 0.5f;
+    p.seed = gen();
+    std::vector<int32_t> history;
+    for (int i = 0; i < 10; ++i) history.push_back(int32_t(gen() % vocab));
+    Sampler a(p), b(p);
+    const std::vector<double> ref = reference_probs(reference_process(p, l, history), vocab);
+    for (int step = 0; step < 5; ++step) {
+      Distribution d = a.distribution(l, history);
+      double total = 0;
+      for (size_t i = 0; i < vocab; ++i) {
+        const double got = d.prob(int32_t(i));
+        total += got;
+        if (ref[i] == 0) {
+          ASSERT_EQ(got, 0.0) << "trial " << trial << " id " << i;
+        } else {
+          ASSERT_NEAR(got, ref[i], 1e-12 * std::max(1.0, ref[i])) << "trial " << trial << " id " << i;
+        }
+      }
+      EXPECT_NEAR(total, 1.0, 1e-9);
+      EXPECT_EQ(a.draw(d), b.sample(l, history)) << "trial " << trial;  // same RNG use, same token
+    }
+  }
+}
+
+// Draws follow prob(): chi-square of 40,000 draws against the probabilities over 6 tokens.
+TEST(Sampler, DrawsFollowTheDistribution) {
+  std::vector<float> l = {2.f, 1.5f, 1.f, 0.f, -1.f, -8.f};
+  Sampler s({.temperature = 0.9f, .top_k = 5, .top_p = 0.97f, .min_p = 0.f, .seed = 3});
+  std::vector<int> counts(l.size(), 0);
+  const int n = 40000;
+  std::vector<double> prob(l.size());
+  for (int i = 0; i < n; ++i) {
+    Distribution d = s.distribution(l, {});
+    if (i == 0)
+      for (size_t k = 0; k < l.size(); ++k) prob[k] = d.prob(int32_t(k));
+    counts[size_t(s.draw(d))]++;
+  }
+  double chi2 = 0;
+  int dof = -1;
+  for (size_t k = 0; k < l.size(); ++k) {
+    if (prob[k] == 0) {
+      EXPECT_EQ(counts[k], 0);
+      continue;
+    }
+    const double e = prob[k] * n;
+    chi2 += (counts[k] - e) * (counts[k] - e) / e;
+    ++dof;
+  }
+  EXPECT_LT(chi2, 20.5);  // p < 0.001 at 4 degrees of freedom is 18.47; 20.5 at dof <= 5
 }
