@@ -103,6 +103,15 @@ void KvManager::seq_commit(SeqId id, std::span<const int32_t> tokens, int32_t nu
   }
 }
 
+void KvManager::seq_truncate(SeqId id, int32_t num_tokens) {
+  Seq& s = seqs_.at(id);
+  const size_t keep = size_t(std::max(blocks_for(std::max(num_tokens, 0)), s.num_committed));
+  while (s.blocks.size() > keep) {
+    release_block(s.blocks.back());
+    s.blocks.pop_back();
+  }
+}
+
 void KvManager::seq_free(SeqId id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return;

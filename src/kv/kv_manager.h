@@ -5,6 +5,7 @@
 //   seq_admit(id, hit, n, salt)                 references the hit blocks, room for n more tokens
 //   seq_allocate(id, num_tokens)                room for the sequence's first num_tokens tokens
 //   seq_commit(id, tokens, num_computed)        registers blocks that are full and computed
+//   seq_truncate(id, num_tokens)                rollback: frees blocks beyond the first num_tokens
 //   seq_free(id)                                drops references; cached blocks stay until evicted
 // Allocation that needs space takes the head of the pool's free list; if that block was cached its
 // entry (and its descendants') is evicted first — this is the cache's LRU.
@@ -58,6 +59,10 @@ class KvManager {
   // Registers the sequence's blocks that are full within its first `num_computed` tokens (their KV
   // is written). Generated tokens count: turn N+1 of a conversation reuses turn N's answer.
   void seq_commit(SeqId id, std::span<const int32_t> tokens, int32_t num_computed);
+  // Rollback (rejected draft tokens): keeps only the blocks covering the first `num_tokens` tokens
+  // and frees the rest, last first. Never below what seq_commit registered (those blocks hold
+  // verified tokens); asking for less is clamped there.
+  void seq_truncate(SeqId id, int32_t num_tokens);
   // Drops the sequence's references, last block first, so its deepest blocks are evicted first.
   void seq_free(SeqId id);
   bool seq_exists(SeqId id) const { return seqs_.count(id) != 0; }

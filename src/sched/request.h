@@ -56,6 +56,11 @@ struct Request {
   uint64_t arrival_seq = 0;        // FCFS order
   uint64_t admit_seq = 0;          // order of the latest admission; preemption picks the largest
   RequestTimings timings;
+  // Speculative decoding: tokens proposed after the last one, verified in the next step
+  // (Scheduler::set_draft; consumed or dropped by that step), and the scheduled rows' tokens (the
+  // last token, then the draft) while that step runs.
+  std::vector<int32_t> draft;
+  std::vector<int32_t> step_tokens;
 
   int32_t num_tokens() const { return int32_t(tokens.size()); }
   int32_t num_generated() const { return int32_t(tokens.size()) - num_prompt_tokens; }

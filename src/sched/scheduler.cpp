@@ -69,6 +69,14 @@ Status Scheduler::add_request(RequestId id, std::vector<int32_t> prompt, Request
   return {};
 }
 
+Status Scheduler::set_draft(RequestId id, std::span<const int32_t> draft) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return Error{"set_draft: unknown request " + str(id)};
+  if (awaiting_update_) return Error{"set_draft: a step is waiting for its update"};
+  it->second->draft.assign(draft.begin(), draft.end());
+  return {};
+}
+
 int32_t Scheduler::chunk_limit(int32_t remaining, int32_t budget) const {
   int32_t n = std::min(remaining, budget);
   if (config_.max_chunk_tokens > 0) n = std::min(n, config_.max_chunk_tokens);
@@ -100,6 +108,7 @@ const SchedulerOutput& Scheduler::step() {
     if (r->state == RequestState::Running) schedule_running(r, &budget);  // may have been preempted
   }
   step_decodes_ = int32_t(out_.seqs.size());
+  for (Request* r : running_) r->draft.clear();  // used above or dropped: the next step proposes anew
   candidates_.clear();
   for (Request* r : running_) {
     if (r->num_tokens() - r->num_computed_tokens > 1) candidates_.push_back(r);
@@ -142,7 +151,7 @@ int32_t Scheduler::prefill_cap() const {
   int64_t allowed = INT64_MAX;
   for (Request* r : running_) {
     const auto& ts = r->timings.token_ns;
-    if (ts.empty() || r->num_tokens() != r->num_computed_tokens) continue;  // not decoding this step
+    if (ts.empty() || r->num_computed_tokens < r->num_tokens()) continue;  // not decoding this step
     allowed = std::min(allowed, int64_t(ts.size()) * config_.tpot_slo_ns - (t - ts.front()));
   }
   if (allowed == INT64_MAX) return kNoCap;
@@ -189,10 +198,20 @@ void Scheduler::schedule_running(Request* r, int32_t* budget) {
   }
   // A prefill chunk shrinks to what fits rather than preempting someone.
   const int32_t n = std::min(want, fit);
-  const bool ok = kv_.seq_allocate(r->id, r->num_computed_tokens + n);
+  const int32_t k = n == 1 && r->num_tokens() - r->num_computed_tokens == 1 ? draft_room(*r, *budget, fit) : 0;
+  const bool ok = kv_.seq_allocate(r->id, r->num_computed_tokens + n + k);
   assert(ok);
   (void)ok;
-  emit(r, n, budget);
+  emit(r, n, budget, k);
+}
+
+// How many of a decoding request's draft tokens fit this step: within the budget and the free
+// blocks (a draft never preempts), and short of the context and max_new_tokens by the one token
+// that verification always adds.
+int32_t Scheduler::draft_room(const Request& r, int32_t budget, int32_t fit) const {
+  int32_t k = std::min({int32_t(r.draft.size()), budget - 1, fit - 1, config_.max_model_len - r.num_tokens() - 1});
+  if (r.options.max_new_tokens > 0) k = std::min(k, r.options.max_new_tokens - r.num_generated() - 1);
+  return std::max(k, 0);
 }
 
 void Scheduler::admit_waiting(int32_t* budget) {
@@ -221,18 +240,26 @@ void Scheduler::admit_waiting(int32_t* budget) {
   }
 }
 
-void Scheduler::emit(Request* r, int32_t num_tokens, int32_t* budget) {
+void Scheduler::emit(Request* r, int32_t num_tokens, int32_t* budget, int32_t num_draft) {
   ScheduledSeq s;
   s.id = r->id;
   s.start = r->num_computed_tokens;
-  s.end = s.start + num_tokens;
+  s.end = s.start + num_tokens + num_draft;
   s.tokens = std::span<const int32_t>(r->tokens).subspan(size_t(s.start), size_t(num_tokens));
+  if (num_draft > 0) {  // the last token, then the draft: rows of their own
+    r->step_tokens.assign(s.tokens.begin(), s.tokens.end());
+    r->step_tokens.insert(r->step_tokens.end(), r->draft.begin(), r->draft.begin() + num_draft);
+    s.tokens = r->step_tokens;
+    ++counters_.num_drafts;
+    counters_.num_draft_tokens += num_draft;
+  }
   s.block_table = &kv_.seq_blocks(r->id);
-  s.want_logits = s.end == r->num_tokens();
+  s.want_logits = s.end >= r->num_tokens();
+  s.num_draft = num_draft;
   out_.seqs.push_back(s);
-  out_.num_tokens += num_tokens;
+  out_.num_tokens += num_tokens + num_draft;
   r->num_computed_tokens = s.end;
-  *budget -= num_tokens;
+  *budget -= num_tokens + num_draft;
 }
 
 Request* Scheduler::pick_victim() const {
@@ -294,6 +321,10 @@ Status Scheduler::update(std::span<const SeqOutput> outputs) {
     const bool active = requests_.count(s.id) != 0;
     if (it != output_of_.end()) {
       if (!s.want_logits) return Error{"update: request " + str(s.id) + " produced no logits this step"};
+      const auto& acc = outputs[size_t(it->second)].accepted;
+      const auto draft = s.tokens.subspan(s.tokens.size() - size_t(s.num_draft));
+      if (acc.size() > draft.size() || !std::equal(acc.begin(), acc.end(), draft.begin()))
+        return Error{"update: request " + str(s.id) + " accepted tokens that are not a prefix of its draft"};
       ++num_matched;
     } else if (s.want_logits && active) {
       return Error{"update: no sampled token for request " + str(s.id)};
@@ -313,9 +344,20 @@ Status Scheduler::update(std::span<const SeqOutput> outputs) {
     auto req = requests_.find(s.id);
     if (req == requests_.end()) continue;  // finished or aborted since step()
     Request* r = req->second.get();
-    // The chunk's KV is written now: full blocks become shareable.
-    kv_.seq_commit(r->id, r->tokens, r->num_computed_tokens);
     auto it = output_of_.find(s.id);
+    if (s.num_draft > 0) {
+      // Verified: the last token and the accepted drafts have their KV; the rest is rolled back.
+      const std::vector<int32_t> none;
+      const std::vector<int32_t>& acc = it != output_of_.end() ? outputs[size_t(it->second)].accepted : none;
+      r->tokens.insert(r->tokens.end(), acc.begin(), acc.end());
+      r->num_computed_tokens = s.start + 1 + int32_t(acc.size());
+      kv_.seq_truncate(r->id, r->num_computed_tokens);
+      counters_.num_accepted_tokens += int64_t(acc.size());
+      for (size_t i = 0; i < acc.size(); ++i) r->timings.token_ns.push_back(t);
+      if (!acc.empty() && r->timings.first_token_ns < 0) r->timings.first_token_ns = t;
+    }
+    // The chunk's KV is written now: full blocks of verified tokens become shareable.
+    kv_.seq_commit(r->id, r->tokens, r->num_computed_tokens);
     if (it == output_of_.end()) continue;
     const SeqOutput& o = outputs[size_t(it->second)];
     r->tokens.push_back(o.token);

@@ -19,6 +19,13 @@
 // one more sequence stays within the target (on a slow machine the target caps concurrency).
 // Prefill and decode are not modes: every request computes tokens [num_computed, num_tokens).
 //
+// Speculative decoding (the multi-token step contract): a decoding request may carry draft tokens
+// (set_draft before step()). It is then scheduled as 1 + K rows, its last token and K draft
+// tokens, each wanting logits; K shrinks to the token budget, the free blocks (drafts never
+// preempt anyone), the context and max_new_tokens. update() gets the draft prefix verification
+// accepted plus one more token; the rejected positions are rolled back (block table truncated,
+// blocks returned), and the prefix cache only ever registers verified tokens.
+//
 // Call order: step(), run the model, update(); step() again before update() returns the same step.
 // finish()/abort() may be called at any time; a request finished between step() and update() is
 // skipped by update() (its ScheduledSeq pointers are dead: do not run it). Not thread-safe: one
@@ -59,6 +66,9 @@ struct ScheduledSeq {
   std::span<const int32_t> tokens;                        // tokens [start, end)
   const std::vector<kv::BlockId>* block_table = nullptr;  // physical blocks covering positions [0, end)
   bool want_logits = false;                           // the chunk reaches the last known token
+  // Draft tokens among the rows: the last num_draft of [start, end). With drafts every row wants
+  // logits (1 + num_draft rows of them).
+  int32_t num_draft = 0;
 };
 
 struct SchedulerOutput {
@@ -74,6 +84,9 @@ struct SeqOutput {
   RequestId id = 0;
   int32_t token = 0;
   FinishReason finish = FinishReason::None;  // the caller's verdict on this token (stop token, ...)
+  // With a draft: the draft tokens verification accepted (a prefix of the scheduled draft), which
+  // come before `token` (the correction or bonus token).
+  std::vector<int32_t> accepted = {};
 };
 
 struct SchedulerCounters {
@@ -83,6 +96,9 @@ struct SchedulerCounters {
   int64_t num_preemptions = 0;
   int64_t num_finished = 0;
   int64_t num_prefill_held = 0;  // steps in which the TPOT target held prefill back
+  int64_t num_drafts = 0;        // sequences scheduled with draft tokens
+  int64_t num_draft_tokens = 0;  // draft tokens scheduled
+  int64_t num_accepted_tokens = 0;  // draft tokens accepted
 };
 
 // The step-time model behind the TPOT target: a step with n decodes and P prefill tokens takes
@@ -109,6 +125,8 @@ class Scheduler {
   static Result<Scheduler> create(SchedulerConfig config);
 
   Status add_request(RequestId id, std::vector<int32_t> prompt, RequestOptions options = {});
+  // Draft tokens to verify in the next step, if the request decodes in it (else dropped).
+  Status set_draft(RequestId id, std::span<const int32_t> draft);
   const SchedulerOutput& step();
   // The sampled token of every sequence of the last step that wanted logits (and is still active).
   // Registers newly computed full blocks in the prefix cache; finishes requests that reached
@@ -151,7 +169,8 @@ class Scheduler {
   void schedule_running(Request* r, int32_t* budget);
   void admit_waiting(int32_t* budget);
   int32_t prefill_cap() const;
-  void emit(Request* r, int32_t num_tokens, int32_t* budget);
+  void emit(Request* r, int32_t num_tokens, int32_t* budget, int32_t num_draft = 0);
+  int32_t draft_room(const Request& r, int32_t budget, int32_t fit) const;
   Request* pick_victim() const;
   void preempt(Request* victim, int32_t* budget);
   void finish_request(Request* r, FinishReason reason);

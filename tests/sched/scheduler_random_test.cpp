@@ -34,6 +34,7 @@ struct Params {
   bool enable_prefix_cache = true;
   kv::BlockHasher hasher = {};
   int64_t tpot_slo_ns = 0;  // with a clock that advances 1 ms per reading
+  bool drafts = false;      // decoding requests carry random drafts; a random prefix is accepted
 };
 
 class Harness {
@@ -89,6 +90,7 @@ class Harness {
   int64_t num_preemptions() const { return s_.counters().num_preemptions; }
   int64_t num_prefill_held() const { return s_.counters().num_prefill_held; }
   int64_t num_hit_tokens() const { return s_.kv().cache().counters().num_hit_tokens; }
+  const SchedulerCounters& counters() const { return s_.counters(); }
 
   static constexpr int32_t kMaxActive = 12;
 
@@ -145,7 +147,27 @@ class Harness {
     return h[size_t(pos) + 1];
   }
 
+  // The KV value at `pos` if the request's tokens were `tokens` (a draft appended): the same chain
+  // as kv_value, not cached, since a draft may be rejected.
+  uint64_t kv_value_with(const Request& r, const std::vector<int32_t>& tokens, int32_t pos) {
+    uint64_t h = mix(std::hash<std::string>{}(salt_of_[r.id]) + 1);
+    for (int32_t p = 0; p <= pos; ++p)
+      h = mix(h ^ (uint64_t(uint32_t(tokens[size_t(p)])) + 0x9e3779b97f4a7c15ULL * uint64_t(p + 1)));
+    return h;
+  }
+
+  void propose_drafts() {
+    for (const auto& [id, step] : arrived_) {
+      const Request* r = s_.find(id);
+      if (!r || r->state != RequestState::Running || r->num_tokens() - r->num_computed_tokens != 1) continue;
+      if (pick(0, 1) == 0) continue;
+      ASSERT_TRUE(s_.set_draft(id, random_tokens(pick(1, 5))).ok());
+    }
+  }
+
   void step() {
+    if (p_.drafts) propose_drafts();
+    if (::testing::Test::HasFatalFailure()) return;
     const SchedulerOutput& out = s_.step();
     ++num_steps_;
     for (RequestId id : out.preempted) prefix_hash_.erase(id);  // recompute rebuilds the same values
@@ -158,8 +180,11 @@ class Harness {
       ASSERT_EQ(r->state, RequestState::Running);
       ASSERT_LT(seq.start, seq.end);
       ASSERT_EQ(seq.end, r->num_computed_tokens);
-      ASSERT_EQ(seq.want_logits, seq.end == r->num_tokens());
-      ASSERT_TRUE(std::equal(seq.tokens.begin(), seq.tokens.end(), r->tokens.begin() + seq.start));
+      ASSERT_EQ(seq.want_logits, seq.end >= r->num_tokens());
+      ASSERT_EQ(seq.num_draft > 0, seq.end > r->num_tokens());
+      ASSERT_TRUE(p_.drafts || seq.num_draft == 0);
+      const size_t known = seq.tokens.size() - size_t(seq.num_draft);
+      ASSERT_TRUE(std::equal(seq.tokens.begin(), seq.tokens.begin() + ptrdiff_t(known), r->tokens.begin() + seq.start));
       const auto& table = *seq.block_table;
       ASSERT_GE(int32_t(table.size()), (seq.end + bs - 1) / bs);
       // Reads: the KV of every earlier position is this request's own prefix.
@@ -175,13 +200,16 @@ class Harness {
     for (const ScheduledSeq& seq : out.seqs) {
       const Request& r = *s_.find(seq.id);
       const auto& table = *seq.block_table;
+      std::vector<int32_t> with_draft = r.tokens;
+      with_draft.insert(with_draft.end(), seq.tokens.end() - seq.num_draft, seq.tokens.end());
       for (int32_t pos = seq.start; pos < seq.end; ++pos) {
         const kv::BlockId b = table[size_t(pos / bs)];
         ASSERT_EQ(kv.pool().ref_count(b), 1) << "write into shared block " << b;
         if (p_.enable_prefix_cache) {
           ASSERT_FALSE(kv.cache().is_cached(b)) << "write into cached block " << b;
         }
-        kv_[size_t(b) * size_t(bs) + size_t(pos % bs)] = kv_value(r, pos);
+        kv_[size_t(b) * size_t(bs) + size_t(pos % bs)] =
+            pos < r.num_tokens() ? kv_value(r, pos) : kv_value_with(r, with_draft, pos);
       }
     }
     // Sometimes a request is cancelled while its step is in flight.
@@ -192,11 +220,22 @@ class Harness {
     for (const ScheduledSeq& seq : out.seqs) {
       if (!seq.want_logits) continue;
       SeqOutput o{.id = seq.id, .token = pick(0, 5)};
+      if (seq.num_draft > 0) {  // verification kept a random prefix of the draft
+        const auto draft = seq.tokens.subspan(seq.tokens.size() - size_t(seq.num_draft));
+        o.accepted.assign(draft.begin(), draft.begin() + pick(0, seq.num_draft));
+      }
       if (pick(0, 29) == 0) o.finish = FinishReason::Stop;
       outputs.push_back(o);
     }
     Status st = s_.update(outputs);
     ASSERT_TRUE(st.ok()) << st.error();
+    // A running sequence holds exactly the blocks of its computed tokens: rejected drafts' blocks
+    // went back.
+    for (const auto& [id, step] : arrived_) {
+      const Request* r = s_.find(id);
+      if (!r || r->state != RequestState::Running) continue;
+      ASSERT_EQ(int32_t(s_.kv().seq_blocks(id).size()), s_.kv().blocks_for(r->num_computed_tokens)) << "request " << id;
+    }
     if (pick(0, 19) == 0) {  // a stop string found by the caller after detokenizing
       RequestId id = random_active();
       if (id >= 0 && s_.find(id)->state == RequestState::Running) {
@@ -284,4 +323,18 @@ TEST(SchedulerRandom, TpotTargetHoldsPrefillButEverythingDrains) {
 TEST(SchedulerRandom, PrioritiesStillDrain) {
   Harness h({.seed = 5, .priorities = true});
   h.run();
+}
+
+TEST(SchedulerRandom, DraftsAreVerifiedAndRolledBack) {
+  for (uint32_t seed : {31u, 32u, 33u}) {
+    Harness h({.seed = seed, .drafts = true});
+    h.run();
+    ASSERT_FALSE(HasFailure()) << "seed " << seed;
+    EXPECT_LE(h.max_lifetime_steps(), kLifetimeBound);
+    EXPECT_GT(h.num_preemptions(), 0);
+    EXPECT_GT(h.num_hit_tokens(), 0);
+    EXPECT_GT(h.counters().num_draft_tokens, 100);
+    EXPECT_GT(h.counters().num_accepted_tokens, 0);
+    EXPECT_LT(h.counters().num_accepted_tokens, h.counters().num_draft_tokens);  // some were rolled back
+  }
 }
