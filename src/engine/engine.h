@@ -37,6 +37,18 @@ struct StopConditions {
   bool ignore_eos = false;                // keep going past the model's EOG tokens
 };
 
+// Speculative decoding: a proposer drafts up to max_k tokens for a decoding request, one forward
+// verifies them all (lossless: sampler distributions and rejection sampling, greedy = the longest
+// matching prefix), and with `adaptive` a controller picks K per request and step from its
+// acceptance so far and the step cost the scheduler has measured (K = 0: not this step).
+enum class SpecMethod { none, ngram };
+
+struct SpecOptions {
+  SpecMethod method = SpecMethod::none;
+  int32_t max_k = 4;
+  bool adaptive = true;  // false: always max_k (when the proposer has that many)
+};
+
 struct GenerationParams {
   std::vector<int32_t> prompt;
   SamplingParams sampling;
@@ -45,6 +57,7 @@ struct GenerationParams {
   std::string cache_salt;      // tenant isolation of the prefix cache
   int32_t top_logprobs = -1;   // -1: no logprobs; 0..20: chosen token's logprob + that many alternatives
   std::vector<std::pair<int32_t, float>> logit_bias;  // added to the logits before sampling
+  bool speculative = true;     // false: never drafted for, even when the engine speculates
 };
 
 struct TokenLogprob {
@@ -86,6 +99,7 @@ struct EngineOptions {
   int num_threads = 0;
   bool prefix_cache = true;
   double tpot_target_ms = 0;   // decode latency target per output token (sched::SchedulerConfig); 0: off
+  SpecOptions spec;
 };
 
 struct EngineStats {
@@ -95,6 +109,7 @@ struct EngineStats {
   int64_t num_preemptions = 0;
   int64_t num_prefill_held = 0;  // steps in which the TPOT target held prefill back
   int64_t prompt_tokens_total = 0, generation_tokens_total = 0;  // computed prompt tokens, sampled tokens
+  int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;  // speculative decoding
   int64_t num_steps = 0;
   int32_t max_model_len = 0;
 };

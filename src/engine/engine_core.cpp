@@ -10,6 +10,7 @@
 #include "engine/stop_matcher.h"
 #include "runtime/cpu_runner.h"
 #include "sched/scheduler.h"
+#include "spec/ngram.h"
 
 namespace kvasir::engine {
 namespace {
@@ -24,9 +25,14 @@ struct Live {
   std::string new_text;
   std::vector<TokenLogprob> new_logprobs;
   bool stopped_by_string = false;
-  // This step's pick (pick_token, on any pool thread), committed in batch order by commit_token.
-  int32_t picked = -1;
-  TokenLogprob picked_logprob;
+  // This step's pick (pick_token, on any pool thread), committed in batch order by commit_token:
+  // the draft tokens verification accepted, then one more token (each with its logprob).
+  std::vector<int32_t> picked;
+  std::vector<TokenLogprob> picked_logprobs;
+  // Speculation controller: acceptance rate per draft token (moving average) and steps since the
+  // last draft, so that a request whose drafts stopped paying is probed again now and then.
+  double spec_accept = 0.6;
+  int32_t spec_idle_steps = 0;
 
   Live(GenerationParams p, const Tokenizer& tok)
       : params(std::move(p)), sampler(params.sampling), decoder(tok, /*skip_special=*/true, /*continuation=*/true),
@@ -92,6 +98,8 @@ struct EngineCore::Impl {
 
   void pick_token(const sched::ScheduledSeq& seq, const float* logits);
   void commit_token(const sched::ScheduledSeq& seq);
+  int32_t choose_k(Live& l, int32_t num_decodes) const;
+  void propose_drafts();
   Delta& delta_for(std::vector<Delta>& out, std::unordered_map<RequestId, size_t>& index, RequestId id);
 };
 
@@ -188,50 +196,129 @@ void EngineCore::abort(RequestId id) {
   if (impl_->live.count(id)) impl_->aborted.push_back(id);
 }
 
-// Chooses seq's next token from its logits row. Touches only this request's state (its sampler
-// and RNG) and per-thread scratch, so the rows of a step are picked in parallel; the choice does
-// not depend on the thread.
+// Chooses seq's next tokens from its logits rows: one row, or with a draft one row per draft
+// token plus one, verified in order (a draft token is kept with probability p(x) under exactly
+// the distribution sampling would use; at the first rejection the token comes from p without it,
+// which keeps the output distributed as without speculation; greedy keeps the longest prefix that
+// matches the argmax). Touches only this request's state (its sampler and RNG) and per-thread
+// scratch, so the rows of a step are picked in parallel; the choice does not depend on the thread.
 void EngineCore::Impl::pick_token(const sched::ScheduledSeq& seq, const float* logits) {
   Live& l = *live.at(seq.id);
   const sched::Request* req = scheduler.find(seq.id);
-  std::span<const float> row(logits, size_t(n_vocab));
-  const bool mask_stops = req->num_generated() < l.params.stop.min_tokens;  // too early to stop
-  if (!l.params.logit_bias.empty() || mask_stops) {
-    thread_local std::vector<float> biased;
-    biased.assign(row.begin(), row.end());
-    for (const auto& [id, bias] : l.params.logit_bias) biased[size_t(id)] += bias;
-    if (mask_stops) {
-      for (int32_t t : tokenizer.eog_ids()) biased[size_t(t)] = -std::numeric_limits<float>::infinity();
-      for (int32_t t : l.params.stop.stop_token_ids) biased[size_t(t)] = -std::numeric_limits<float>::infinity();
+  l.picked.clear();
+  l.picked_logprobs.clear();
+  const auto draft = seq.tokens.subspan(seq.tokens.size() - size_t(seq.num_draft));
+  thread_local std::vector<int32_t> history;
+  history.assign(req->tokens.begin(), req->tokens.end());
+  for (int32_t j = 0; j <= seq.num_draft; ++j) {
+    std::span<const float> row(logits + int64_t(j) * n_vocab, size_t(n_vocab));
+    const bool mask_stops = req->num_generated() + j < l.params.stop.min_tokens;  // too early to stop
+    if (!l.params.logit_bias.empty() || mask_stops) {
+      thread_local std::vector<float> biased;
+      biased.assign(row.begin(), row.end());
+      for (const auto& [id, bias] : l.params.logit_bias) biased[size_t(id)] += bias;
+      if (mask_stops) {
+        for (int32_t t : tokenizer.eog_ids()) biased[size_t(t)] = -std::numeric_limits<float>::infinity();
+        for (int32_t t : l.params.stop.stop_token_ids) biased[size_t(t)] = -std::numeric_limits<float>::infinity();
+      }
+      row = biased;
     }
-    row = biased;
-  }
-  l.picked = l.sampler.sample(row, req->tokens);
-  if (l.params.top_logprobs >= 0) {
-    thread_local std::vector<int32_t> order;
-    l.picked_logprob = logprobs_of(row, l.picked, l.params.top_logprobs, order);
+    Distribution d = l.sampler.distribution(row, history);
+    int32_t token = -1;
+    bool accepted = false;
+    if (j < seq.num_draft) {
+      const int32_t x = draft[size_t(j)];
+      accepted = d.greedy() ? d.prob(x) == 1.0 : l.sampler.uniform() < d.prob(x);
+      token = accepted ? x : l.sampler.draw_excluding(d, x);
+    } else {
+      token = l.sampler.draw(d);
+    }
+    l.picked.push_back(token);
+    if (l.params.top_logprobs >= 0) {
+      thread_local std::vector<int32_t> order;
+      l.picked_logprobs.push_back(logprobs_of(row, token, l.params.top_logprobs, order));
+    }
+    if (!accepted) break;
+    history.push_back(token);
   }
 }
 
-// Stop rules, detokenization and the scheduler's output for the token pick_token chose.
+// K for a request this step: the draft length that maximizes expected tokens per unit of step
+// time, E(K) = (1 - a^(K+1)) / (1 - a) tokens for 1 + c K, with a its acceptance rate and c the
+// cost of one more row relative to the step (the scheduler's fitted step-cost model). A request
+// that stopped drafting is probed with K = 1 every 16 steps so that its estimate can recover.
+int32_t EngineCore::Impl::choose_k(Live& l, int32_t num_decodes) const {
+  const SpecOptions& o = options.spec;
+  if (!o.adaptive) return o.max_k;
+  const sched::StepCostModel& cost = scheduler.step_cost();
+  const double step = cost.decode_time(std::max(num_decodes, 1));
+  const double c = step > 0 && cost.prefill_token_ns() > 0 ? cost.prefill_token_ns() / step : 0.1;
+  const double a = std::clamp(l.spec_accept, 0.0, 0.999);
+  int32_t best = 0;
+  double best_rate = 1.0;  // K = 0: one token per step of cost 1
+  double expected = 1.0, power = 1.0;
+  for (int32_t k = 1; k <= o.max_k; ++k) {
+    power *= a;
+    expected += power;
+    const double rate = expected / (1.0 + c * k);
+    if (rate > best_rate * 1.02) best = k, best_rate = rate;  // a margin: no drafts that barely pay
+  }
+  if (best == 0 && ++l.spec_idle_steps >= 16) {
+    l.spec_idle_steps = 0;
+    return 1;
+  }
+  return best;
+}
+
+// Drafts for the requests that decode next step (n-gram: what followed the latest earlier
+// occurrence of their last tokens).
+void EngineCore::Impl::propose_drafts() {
+  if (options.spec.method == SpecMethod::none) return;
+  const int32_t decodes = scheduler.num_running();
+  for (auto& [id, l] : live) {
+    if (!l->params.speculative) continue;
+    const sched::Request* r = scheduler.find(id);
+    if (!r || r->state != sched::RequestState::Running || r->num_tokens() - r->num_computed_tokens != 1) continue;
+    const int32_t k = choose_k(*l, decodes);
+    if (k == 0) continue;
+    std::vector<int32_t> draft = spec::propose_ngram(r->tokens, k);
+    if (!draft.empty()) (void)scheduler.set_draft(id, draft);
+  }
+}
+
+// Stop rules, detokenization and the scheduler's output for the tokens pick_token chose, in
+// order: a stop token or stop string inside an accepted run ends it exactly there.
 void EngineCore::Impl::commit_token(const sched::ScheduledSeq& seq) {
   Live& l = *live.at(seq.id);
-  const int32_t token = l.picked;
   auto is_stop_token = [&](int32_t t) {
     if (!l.params.stop.ignore_eos && tokenizer.is_eog(t)) return true;
     return std::find(l.params.stop.stop_token_ids.begin(), l.params.stop.stop_token_ids.end(), t) !=
            l.params.stop.stop_token_ids.end();
   };
-  sched::SeqOutput out{seq.id, token, sched::FinishReason::None};
-  if (is_stop_token(token)) {
-    out.finish = sched::FinishReason::Stop;
-  } else {
-    if (l.params.top_logprobs >= 0) l.new_logprobs.push_back(std::move(l.picked_logprob));
-    l.new_tokens.push_back(token);
-    l.new_text += l.stops.push(l.decoder.push(token));
-    if (l.stops.stopped()) out.finish = sched::FinishReason::StopString;
+  sched::SeqOutput out{seq.id, -1, sched::FinishReason::None};
+  for (size_t i = 0; i < l.picked.size(); ++i) {
+    const int32_t token = l.picked[i];
+    const bool last = i + 1 == l.picked.size();
+    if (is_stop_token(token)) {
+      out.finish = sched::FinishReason::Stop;
+    } else {
+      if (l.params.top_logprobs >= 0) l.new_logprobs.push_back(std::move(l.picked_logprobs[i]));
+      l.new_tokens.push_back(token);
+      l.new_text += l.stops.push(l.decoder.push(token));
+      if (l.stops.stopped()) out.finish = sched::FinishReason::StopString;
+    }
+    if (last || out.finish != sched::FinishReason::None) {
+      out.token = token;
+      break;
+    }
+    out.accepted.push_back(token);
   }
-  outputs.push_back(out);
+  if (seq.num_draft > 0) {  // the controller learns how many of the draft tokens were kept
+    const double kept = double(l.picked.size() - 1) / double(seq.num_draft);
+    l.spec_accept = 0.7 * l.spec_accept + 0.3 * kept;
+    l.spec_idle_steps = 0;
+  }
+  outputs.push_back(std::move(out));
 }
 
 Delta& EngineCore::Impl::delta_for(std::vector<Delta>& out, std::unordered_map<RequestId, size_t>& index, RequestId id) {
@@ -247,6 +334,7 @@ Status EngineCore::step(std::vector<Delta>& out) {
   for (RequestId id : m.aborted) (void)m.scheduler.abort(id);
   m.aborted.clear();
 
+  m.propose_drafts();
   const sched::SchedulerOutput& so = m.scheduler.step();
   m.outputs.clear();
   if (!so.empty()) {
@@ -254,8 +342,10 @@ Status EngineCore::step(std::vector<Delta>& out) {
     for (size_t s = 0; s < so.seqs.size(); ++s) {
       const auto& seq = so.seqs[s];
       m.batch.block_tables.push_back(seq.block_table);
+      // With a draft every row is verified, so every row wants logits.
       for (int32_t i = seq.start; i < seq.end; ++i)
-        m.batch.add(seq.tokens[size_t(i - seq.start)], i, int32_t(s), seq.want_logits && i + 1 == seq.end);
+        m.batch.add(seq.tokens[size_t(i - seq.start)], i, int32_t(s),
+                    seq.want_logits && (i + 1 == seq.end || seq.num_draft > 0));
     }
     auto logits = m.runner->forward(m.batch);
     if (!logits) {
@@ -265,9 +355,12 @@ Status EngineCore::step(std::vector<Delta>& out) {
       return Error{"forward failed: " + logits.error()};
     }
     m.to_sample.clear();
+    int64_t logit_row = 0;
     for (const auto& seq : so.seqs) {
       m.totals.prompt_tokens_total += std::max<int64_t>(0, std::min(seq.end, m.scheduler.find(seq.id)->num_prompt_tokens) - seq.start);
-      if (seq.want_logits) m.to_sample.push_back({&seq, *logits + int64_t(m.to_sample.size()) * m.n_vocab});
+      if (!seq.want_logits) continue;
+      m.to_sample.push_back({&seq, *logits + logit_row * m.n_vocab});
+      logit_row += 1 + seq.num_draft;
     }
     // Sampling is per request (its own RNG), so the rows are picked in parallel, then committed in
     // batch order.
@@ -275,7 +368,7 @@ Status EngineCore::step(std::vector<Delta>& out) {
       for (int64_t i = b; i < e; ++i) m.pick_token(*m.to_sample[size_t(i)].first, m.to_sample[size_t(i)].second);
     });
     for (const auto& picked : m.to_sample) m.commit_token(*picked.first);
-    m.totals.generation_tokens_total += int64_t(m.outputs.size());
+    for (const auto& o : m.outputs) m.totals.generation_tokens_total += 1 + int64_t(o.accepted.size());
     if (auto s = m.scheduler.update(m.outputs); !s) return s;
   }
 
@@ -322,6 +415,9 @@ EngineStats EngineCore::stats() const {
   s.num_preemptions = m.scheduler.counters().num_preemptions;
   s.num_prefill_held = m.scheduler.counters().num_prefill_held;
   s.num_steps = m.scheduler.counters().num_steps;
+  s.spec_drafts = m.scheduler.counters().num_drafts;
+  s.spec_draft_tokens = m.scheduler.counters().num_draft_tokens;
+  s.spec_accepted_tokens = m.scheduler.counters().num_accepted_tokens;
   s.max_model_len = m.max_model_len;
   return s;
 }

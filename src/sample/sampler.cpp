@@ -193,4 +193,22 @@ int32_t Sampler::draw(Distribution& d) {
   return prefix[std::min(keep, prefix.size()) - 1].id;
 }
 
+int32_t Sampler::draw_excluding(Distribution& d, int32_t excluded) {
+  if (d.greedy_) return d.best_;
+  const double w_excluded = d.prob(excluded) > 0 ? d.weight(d.logits_[size_t(excluded)]) : 0.0;
+  const double rest = d.sum_ - w_excluded;
+  if (!(rest > 0)) return draw(d);  // nothing else survives (then the draft is never rejected)
+  SortedPrefix& prefix = d.prefix_;
+  const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng_) * rest;
+  double acc = 0;
+  int32_t last = -1;
+  for (size_t i = 0; i < d.keep_ && prefix.has(i); ++i) {
+    if (prefix[i].id == excluded) continue;
+    acc += d.weight(prefix[i].logit);
+    last = prefix[i].id;
+    if (u < acc) return prefix[i].id;
+  }
+  return last >= 0 ? last : d.best_;
+}
+
 }  // namespace kvasir

@@ -107,6 +107,10 @@ class Sampler {
   Distribution distribution(std::span<const float> logits, std::span<const int32_t> history) const;
   // The one seeded draw from `d` (walked in sampling order); greedy takes no randomness.
   int32_t draw(Distribution& d);
+  // A draw from `d` with token `excluded` taken out and the rest renormalized: the residual of a
+  // rejected point-mass draft in speculative decoding (normalize(max(0, p - q)) for q one-hot at
+  // `excluded`). Greedy returns the argmax (the draft was not it).
+  int32_t draw_excluding(Distribution& d, int32_t excluded);
   // A uniform number in [0, 1) from this request's RNG (rejection tests of speculative decoding).
   double uniform() { return std::uniform_real_distribution<double>(0.0, 1.0)(rng_); }
   const SamplingParams& params() const { return params_; }

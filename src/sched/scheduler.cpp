@@ -89,7 +89,9 @@ const SchedulerOutput& Scheduler::step() {
   // engine does between steps (streaming, new requests), all of which the decodes wait for.
   // Intervals that may hold idle time (nothing was running) are not observed.
   const int64_t t0 = now();
-  if (last_step_busy_ && !running_.empty()) cost_.observe(t0 - step_start_ns_, step_decodes_, step_prefill_tokens_);
+  // Draft rows cost like prefill tokens (extra rows of a forward), not like more sequences.
+  if (last_step_busy_ && !running_.empty())
+    cost_.observe(t0 - step_start_ns_, step_decodes_, step_prefill_tokens_ + step_draft_rows_);
   out_.seqs.clear();
   out_.preempted.clear();
   out_.num_tokens = 0;
@@ -108,6 +110,8 @@ const SchedulerOutput& Scheduler::step() {
     if (r->state == RequestState::Running) schedule_running(r, &budget);  // may have been preempted
   }
   step_decodes_ = int32_t(out_.seqs.size());
+  step_draft_rows_ = 0;
+  for (const ScheduledSeq& q : out_.seqs) step_draft_rows_ += q.num_draft;
   for (Request* r : running_) r->draft.clear();  // used above or dropped: the next step proposes anew
   candidates_.clear();
   for (Request* r : running_) {

@@ -191,7 +191,7 @@ class Scheduler {
   SchedulerCounters counters_;
   StepCostModel cost_;
   int64_t step_start_ns_ = 0;
-  int32_t step_decodes_ = 0, step_prefill_tokens_ = 0, held_steps_ = 0;
+  int32_t step_decodes_ = 0, step_prefill_tokens_ = 0, step_draft_rows_ = 0, held_steps_ = 0;
   bool last_step_busy_ = false, force_progress_ = false;
 };
 

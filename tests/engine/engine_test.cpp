@@ -2,6 +2,7 @@
 // after a prefix-cache hit == after preemption), stop rules, logprobs, aborts returning KV.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <map>
 #include <random>
 #include <thread>
@@ -141,6 +142,45 @@ TEST_P(EngineInvariance, PreemptedEqualsUninterrupted) {
   EXPECT_EQ(tight->stats().kv_blocks_used, 0);
 }
 
+// Copy-heavy prompts (a random passage, then its start again) and random ones: greedy tokens
+// with n-gram speculation, in a crowd with tiny prefill chunks and preemption, equal the tokens
+// without it, with the controller and with a fixed K.
+std::vector<GenerationParams> copy_heavy_requests(int n, int32_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<GenerationParams> reqs;
+  for (int i = 0; i < n; ++i) {
+    GenerationParams p;
+    std::vector<int32_t> passage;
+    for (int k = 0; k < 12 + int(rng() % 20); ++k) passage.push_back(int32_t(rng() % uint32_t(vocab)));
+    p.prompt = passage;
+    if (i % 3 != 2) p.prompt.insert(p.prompt.end(), passage.begin(), passage.begin() + 4);  // copying starts
+    p.stop = {.max_tokens = 16 + int(rng() % 16), .ignore_eos = true};
+    p.sampling = {.temperature = 0.f};
+    reqs.push_back(std::move(p));
+  }
+  return reqs;
+}
+
+TEST_P(EngineInvariance, SpeculationKeepsGreedyTokens) {
+  Loaded l = load(GetParam());
+  const auto reqs = copy_heavy_requests(8, int32_t(l.model->config().n_vocab), 31);
+  auto plain = core(l, {.max_batch_tokens = 64, .max_seqs = 8, .kv_blocks = 128});
+  const auto ref = run_all(*plain, reqs);
+  for (bool adaptive : {true, false}) {
+    EngineOptions o{.max_batch_tokens = 16, .max_seqs = 8, .kv_blocks = 10};
+    o.spec = {.method = SpecMethod::ngram, .max_k = 4, .adaptive = adaptive};
+    auto spec = core(l, o);
+    const auto got = run_all(*spec, reqs);
+    ASSERT_EQ(got.size(), ref.size());
+    for (auto a = ref.begin(), b = got.begin(); a != ref.end(); ++a, ++b)
+      EXPECT_EQ(a->second.tokens, b->second.tokens) << "adaptive " << adaptive;
+    const EngineStats st = spec->stats();
+    EXPECT_GT(st.spec_draft_tokens, 0);
+    EXPECT_GT(st.num_preemptions, 0);
+    EXPECT_EQ(st.kv_blocks_used, 0);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, EngineInvariance,
                          ::testing::Values("stories260K", "fixture-llama-q4_k_m", "fixture-gemma3-q8_0"),
                          [](const auto& info) {
@@ -267,4 +307,30 @@ TEST(StopMatcher, HoldsBackPossiblePrefixes) {
   StopMatcher n({"stop"});
   EXPECT_EQ(n.push("sto"), "");
   EXPECT_EQ(n.flush(), "sto");
+}
+
+// The default model (Gemma 3 270M Q4_K_M, installed by make): greedy tokens with n-gram drafts
+// equal those without, on a prompt that copies its context; acceptance is reported.
+TEST(Engine, SpeculationKeepsGreedyTokensOnTheDefaultModel) {
+  const std::string path = std::string(KVASIR_SOURCE_DIR) + "/models/gemma-3-270m-q4_k_m.gguf";
+  if (!std::ifstream(path)) GTEST_SKIP() << "the default model is not installed";
+  auto m = Model::load(path);
+  ASSERT_TRUE(m.ok()) << m.error();
+  auto t = Tokenizer::from_gguf((*m)->gguf());
+  ASSERT_TRUE(t.ok()) << t.error();
+  Loaded l{std::move(*m), std::make_unique<Tokenizer>(std::move(*t))};
+  GenerationParams p;
+  p.prompt = l.tok->encode(
+      "Repeat the list exactly.\nList: apples, pears, plums, cherries, grapes, figs, dates, limes.\n"
+      "Again: apples, pears,");
+  p.stop = {.max_tokens = 24};
+  p.sampling = {.temperature = 0.f};
+  auto plain = core(l, {.max_batch_tokens = 128, .max_seqs = 2, .kv_blocks = 64});
+  const auto ref = run_all(*plain, {p}).begin()->second;
+  EngineOptions o{.max_batch_tokens = 128, .max_seqs = 2, .kv_blocks = 64};
+  o.spec = {.method = SpecMethod::ngram, .max_k = 4, .adaptive = false};
+  auto spec = core(l, o);
+  const auto got = run_all(*spec, {p}).begin()->second;
+  EXPECT_EQ(got.tokens, ref.tokens) << ref.text << " | " << got.text;
+  EXPECT_GT(spec->stats().spec_accepted_tokens, 0);
 }

@@ -4,7 +4,9 @@
 // or a preemption that loses KV changes the output. `reference_logits` is the same function of a
 // plain token list: the model the engine must reproduce.
 #pragma once
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <vector>
@@ -13,10 +15,21 @@
 
 namespace kvasir::test {
 
+// How the fake model behaves: by default the favourite is a hash of the context; with
+// copy_period the favourite repeats the token copy_period back (text that copies its context, where
+// n-gram drafts pay); with support > 0 only the favourite and support - 1 fixed other tokens are
+// possible (small joint distributions for statistical tests).
+struct FakeModel {
+  int32_t copy_period = 0;
+  int32_t support = 0;
+};
+
 class FakeRunner : public runtime::ModelRunner {
  public:
-  FakeRunner(int64_t n_vocab, int64_t num_blocks, int64_t block_size = 16, int64_t max_batch_tokens = 512)
-      : info_{.n_vocab = n_vocab,
+  FakeRunner(int64_t n_vocab, int64_t num_blocks, int64_t block_size = 16, int64_t max_batch_tokens = 512,
+             FakeModel model = {})
+      : model_(model),
+        info_{.n_vocab = n_vocab,
               .n_ctx_train = 1 << 16,
               .max_batch_tokens = max_batch_tokens,
               .num_kv_blocks = num_blocks,
@@ -44,7 +57,7 @@ class FakeRunner : public runtime::ModelRunner {
       context_.clear();
       for (int32_t p = 0; p <= batch.positions[size_t(r)]; ++p)
         context_.push_back(kv_[size_t((*table)[size_t(p / bs)] * bs + p % bs)]);
-      const std::vector<float> row = reference_logits(context_, info_.n_vocab);
+      const std::vector<float> row = reference_logits(context_, info_.n_vocab, model_);
       logits_.insert(logits_.end(), row.begin(), row.end());
     }
     ++forwards;
@@ -57,10 +70,19 @@ class FakeRunner : public runtime::ModelRunner {
 
   // One clear favourite (logit 6) chosen by a hash of the context, the rest spread in [-2, 2]:
   // greedy is exact and sampling at temperature 1 still varies.
-  static std::vector<float> reference_logits(std::span<const int32_t> context, int64_t n_vocab) {
+  static std::vector<float> reference_logits(std::span<const int32_t> context, int64_t n_vocab, FakeModel m = {}) {
     uint64_t h = 1469598103934665603ull;
     for (int32_t t : context) h = (h ^ uint64_t(uint32_t(t))) * 1099511628211ull;
     std::vector<float> out(static_cast<size_t>(n_vocab));
+    if (m.support > 0) {  // the favourite 2, then 1, 0.5, 0, ... on fixed tokens 3, 4, 5, ...; the rest impossible
+      std::fill(out.begin(), out.end(), -std::numeric_limits<float>::infinity());
+      int32_t fav = m.copy_period > 0 && int64_t(context.size()) >= m.copy_period
+                        ? context[context.size() - size_t(m.copy_period)]
+                        : int32_t(3 + (h >> 7) % uint64_t(m.support));
+      for (int32_t i = 0; i < m.support; ++i) out[size_t(3 + i)] = i == 0 ? 1.0f : 1.0f / float(1 << i) - 0.5f;
+      out[size_t(fav)] = 2.0f;
+      return out;
+    }
     for (int64_t i = 0; i < n_vocab; ++i) {
       uint64_t x = (h + uint64_t(i) * 0x9E3779B97F4A7C15ull);
       x ^= x >> 31;
@@ -68,13 +90,15 @@ class FakeRunner : public runtime::ModelRunner {
       x ^= x >> 29;
       out[size_t(i)] = float(int64_t(x % 4001) - 2000) / 1000.0f;
     }
-    out[size_t((h >> 7) % uint64_t(n_vocab))] = 6.0f;
+    const bool copy = m.copy_period > 0 && int64_t(context.size()) >= m.copy_period;
+    out[copy ? size_t(context[context.size() - size_t(m.copy_period)]) : size_t((h >> 7) % uint64_t(n_vocab))] = 6.0f;
     return out;
   }
 
   int64_t forwards = 0;
 
  private:
+  FakeModel model_;
   runtime::RunnerInfo info_;
   std::vector<int32_t> kv_;
   std::vector<int32_t> context_;

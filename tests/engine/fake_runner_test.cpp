@@ -3,6 +3,7 @@
 // produce exactly what the reference model gives each request alone, and every block comes back.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 #include <random>
 
@@ -36,9 +37,11 @@ const Tokenizer& tokenizer() {
 
 constexpr int64_t kBlock = 4;
 
-std::unique_ptr<EngineCore> fake_core(int64_t blocks, int32_t max_batch_tokens, int32_t max_seqs) {
-  auto runner = std::make_unique<FakeRunner>(tokenizer().n_vocab(), blocks, kBlock, max_batch_tokens);
+std::unique_ptr<EngineCore> fake_core(int64_t blocks, int32_t max_batch_tokens, int32_t max_seqs,
+                                      test::FakeModel model = {}, SpecOptions spec = {}) {
+  auto runner = std::make_unique<FakeRunner>(tokenizer().n_vocab(), blocks, kBlock, max_batch_tokens, model);
   EngineOptions o;
+  o.spec = spec;
   o.block_size = int32_t(kBlock);
   o.max_batch_tokens = max_batch_tokens;
   o.max_seqs = max_seqs;
@@ -48,10 +51,10 @@ std::unique_ptr<EngineCore> fake_core(int64_t blocks, int32_t max_batch_tokens, 
 }
 
 // What the reference model generates greedily for `prompt` (lowest id wins a tie, EOS ends).
-std::vector<int32_t> greedy_reference(std::vector<int32_t> ctx, int32_t max_tokens) {
+std::vector<int32_t> greedy_reference(std::vector<int32_t> ctx, int32_t max_tokens, test::FakeModel model = {}) {
   std::vector<int32_t> out;
   for (int32_t k = 0; k < max_tokens; ++k) {
-    const std::vector<float> l = FakeRunner::reference_logits(ctx, tokenizer().n_vocab());
+    const std::vector<float> l = FakeRunner::reference_logits(ctx, tokenizer().n_vocab(), model);
     const int32_t t = int32_t(std::max_element(l.begin(), l.end()) - l.begin());
     if (tokenizer().is_eog(t)) break;
     out.push_back(t);
@@ -141,6 +144,72 @@ TEST(FakeRunnerEngine, TheRunnerMustMatchTheEngine) {
   o.max_batch_tokens = 1024;
   auto big_batch = EngineCore::create(std::make_unique<FakeRunner>(tokenizer().n_vocab(), 64, 4, 512), tokenizer(), o);
   EXPECT_FALSE(big_batch.ok());
+}
+
+// Speculation (n-gram drafts) on a model that copies its context: greedy outputs are exactly the
+// reference model's, in a crowd with chunked prefill, prefix hits and preemption, with the
+// controller and with a fixed K; most drafts are accepted; every block comes back.
+TEST(FakeRunnerEngine, SpeculationKeepsGreedyOutputsExact) {
+  const test::FakeModel copier{.copy_period = 5};
+  auto reqs = workload(13, 24, 0.0f);
+  for (auto& r : reqs) r.stop.max_tokens = 8 + r.stop.max_tokens;
+  for (bool adaptive : {true, false}) {
+    auto c = fake_core(12, 8, 8, copier, {.method = SpecMethod::ngram, .max_k = 4, .adaptive = adaptive});
+    const auto got = run(*c, reqs);
+    for (size_t i = 0; i < reqs.size(); ++i)
+      EXPECT_EQ(got.at(RequestId(i)), greedy_reference(reqs[i].prompt, reqs[i].stop.max_tokens, copier))
+          << "request " << i << " adaptive " << adaptive;
+    const EngineStats s = c->stats();
+    EXPECT_GT(s.spec_draft_tokens, 100);
+    EXPECT_GT(double(s.spec_accepted_tokens), 0.5 * double(s.spec_draft_tokens));
+    EXPECT_GT(s.num_preemptions, 0) << s.num_steps << " steps, " << s.generation_tokens_total << " tokens, max_model_len " << s.max_model_len;
+    EXPECT_EQ(s.kv_blocks_used, 0);
+    EXPECT_GT(s.generation_tokens_total, s.num_steps);  // more than one token per step on average
+  }
+}
+
+// Sampling at temperature 1 keeps its distribution under speculation: the joint distribution of
+// the first 3 tokens over 20,000 seeded requests with n-gram drafts (K = 3 always) and without
+// agree under a two-sample chi-square test at p = 1e-4 (64 cells: 4 possible tokens per position).
+TEST(FakeRunnerEngine, SpeculationKeepsTheSampledDistribution) {
+  const test::FakeModel model{.copy_period = 3, .support = 4};
+  const int kSamples = 20000;
+  auto histogram = [&](SpecOptions spec) {
+    std::map<std::vector<int32_t>, int> h;
+    auto c = fake_core(4096, 256, 64, model, spec);
+    std::vector<GenerationParams> reqs;
+    for (int i = 0; i < kSamples; ++i) {
+      GenerationParams p;
+      p.prompt = {3, 4, 5, 3, 4, 5, 3, 4};
+      p.stop.max_tokens = 3;
+      p.stop.ignore_eos = true;
+      p.sampling = {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f, .seed = uint64_t(i) * 7919 + 1};
+      reqs.push_back(std::move(p));
+      if (reqs.size() == 512 || i + 1 == kSamples) {
+        for (const auto& [id, toks] : run(*c, reqs)) h[toks]++;
+        reqs.clear();
+      }
+    }
+    return std::make_pair(h, c->stats());
+  };
+  const auto [plain, plain_stats] = histogram({});
+  const auto [spec, spec_stats] = histogram({.method = SpecMethod::ngram, .max_k = 3, .adaptive = false});
+  EXPECT_EQ(plain_stats.spec_draft_tokens, 0);
+  EXPECT_GT(spec_stats.spec_draft_tokens, kSamples / 2);  // it did speculate
+  EXPECT_GT(spec_stats.spec_accepted_tokens, 0);
+  EXPECT_LT(spec_stats.spec_accepted_tokens, spec_stats.spec_draft_tokens);  // and it did reject
+  std::map<std::vector<int32_t>, std::pair<int, int>> cells;
+  for (const auto& [k, n] : plain) cells[k].first = n;
+  for (const auto& [k, n] : spec) cells[k].second = n;
+  double chi2 = 0;
+  for (const auto& [k, n] : cells) {
+    const double a = n.first, b = n.second, e = (a + b) / 2;  // equal sample sizes
+    chi2 += (a - e) * (a - e) / e + (b - e) * (b - e) / e;
+  }
+  const double dof = double(cells.size()) - 1;
+  const double critical = dof * std::pow(1 - 2 / (9 * dof) + 3.719 * std::sqrt(2 / (9 * dof)), 3);  // p = 1e-4
+  EXPECT_GE(cells.size(), 40u);
+  EXPECT_LT(chi2, critical) << "cells " << cells.size();
 }
 
 }  // namespace
