@@ -43,6 +43,7 @@ Result<engine::GenerationParams> parse_line(const json& j, const Tokenizer& tok,
     if (j.contains("repetition_penalty")) p.sampling.repetition_penalty = j["repetition_penalty"].get<float>();
     if (j.contains("min_tokens")) p.stop.min_tokens = j["min_tokens"].get<int32_t>();
     if (j.contains("ignore_eos")) p.stop.ignore_eos = j["ignore_eos"].get<bool>();
+    if (j.contains("speculative")) p.speculative = j["speculative"].get<bool>();
     if (j.contains("stop")) {
       if (j["stop"].is_string()) p.stop.stop_strings = {j["stop"].get<std::string>()};
       else p.stop.stop_strings = j["stop"].get<std::vector<std::string>>();
@@ -135,6 +136,11 @@ int run_batch(BatchArgs a) {
                "aggregate | %lld steps, %lld preemptions\n",
                outs.size(), secs, (long long)prompt_tokens, (long long)cached, (long long)completion_tokens,
                double(completion_tokens) / std::max(secs, 1e-9), (long long)st.num_steps, (long long)st.num_preemptions);
+  if (st.spec_draft_tokens > 0)
+    std::fprintf(stderr, "batch: speculation: %lld drafts, %lld draft tokens, %lld accepted (%.1f%%), %.2f tokens per step and sequence drafted\n",
+                 (long long)st.spec_drafts, (long long)st.spec_draft_tokens, (long long)st.spec_accepted_tokens,
+                 100.0 * double(st.spec_accepted_tokens) / double(st.spec_draft_tokens),
+                 1.0 + double(st.spec_accepted_tokens) / double(std::max<int64_t>(st.spec_drafts, 1)));
   return 0;
 }
 

@@ -42,6 +42,7 @@ struct ServeArgs {
   bool no_prefix_cache = false;
   double tpot_target_ms = 0;
   double drain_timeout_s = 30;
+  SpecFlags spec;
   std::vector<std::string> api_keys;
   std::string api_key_file;
   server::ServerOptions http;
@@ -151,6 +152,8 @@ int run_serve(ServeArgs a) {
   if (a.model.empty()) a.model = default_model_path();
   auto kv_type = parse_kv_type(a.kv_type);
   if (!kv_type) return fail(kv_type.error());
+  auto spec = a.spec.to_options();
+  if (!spec) return fail(spec.error());
   uint64_t kv_mem = 0;
   if (!a.kv_mem.empty()) {
     auto m = parse_size(a.kv_mem, "--kv-mem");
@@ -196,6 +199,7 @@ int run_serve(ServeArgs a) {
   bo.engine.num_threads = a.threads;
   bo.engine.prefix_cache = !a.no_prefix_cache;
   bo.engine.tpot_target_ms = a.tpot_target_ms;
+  bo.engine.spec = *spec;
   const auto t0 = std::chrono::steady_clock::now();
   auto backend = server::load_backend(bo);
   if (!backend) {
@@ -256,6 +260,7 @@ void register_serve(CLI::App& app, Handler& handler) {
                   "they stay within it (0: throughput first)")
       ->check(CLI::Range(0.0, 1e6));
   cmd->add_option("-t,--threads", a->threads, "Compute threads (default: physical cores)");
+  a->spec.add_to(cmd);
   cmd->add_option("--max-body", a->max_body, "Largest request body, e.g. 8M (bigger: 413)");
   cmd->add_option("--http-threads", a->http.http_threads, "Worker threads for requests in progress; each stream holds one (default 256)")
       ->check(CLI::Range(1, 8192));

@@ -91,6 +91,22 @@ void EngineFlags::add_to(CLI::App* cmd) {
                   "Decode latency target, ms per output token: prefill joins running decodes only as far as "
                   "they stay within it (0: throughput first)")
       ->check(CLI::Range(0.0, 1e6));
+  spec.add_to(cmd);
+}
+
+void SpecFlags::add_to(CLI::App* cmd) {
+  cmd->add_option("--spec", method, "Speculative decoding: none or ngram (drafts from the prompt and text so far)");
+  cmd->add_option("--spec-k", max_k, "Draft tokens per step at most")->check(CLI::Range(1, 16));
+  cmd->add_flag("--no-spec-auto", no_auto, "Always draft --spec-k tokens (no controller)");
+}
+
+Result<engine::SpecOptions> SpecFlags::to_options() const {
+  engine::SpecOptions o;
+  if (method == "ngram") o.method = engine::SpecMethod::ngram;
+  else if (method != "none") return Error{"--spec: unknown method '" + method + "' (none, ngram)"};
+  o.max_k = max_k;
+  o.adaptive = !no_auto;
+  return o;
 }
 
 Result<engine::EngineOptions> EngineFlags::to_options() const {
@@ -110,6 +126,9 @@ Result<engine::EngineOptions> EngineFlags::to_options() const {
   o.num_threads = threads;
   o.prefix_cache = !no_prefix_cache;
   o.tpot_target_ms = tpot_target_ms;
+  auto sp = spec.to_options();
+  if (!sp) return Error{sp.error()};
+  o.spec = *sp;
   return o;
 }
 

@@ -29,6 +29,16 @@ namespace kvasir::cli {
 // "512M", "2G", "1048576" -> bytes.
 Result<uint64_t> parse_size(const std::string& text);
 
+// Speculative decoding flags (`batch`, `serve`): --spec ngram, --spec-k N, --no-spec-auto.
+struct SpecFlags {
+  std::string method = "none";
+  int32_t max_k = 4;
+  bool no_auto = false;
+
+  void add_to(CLI::App* cmd);
+  Result<engine::SpecOptions> to_options() const;
+};
+
 // The engine flags shared by `batch` and `serve`.
 struct EngineFlags {
   int32_t max_batch_tokens = 512;
@@ -40,6 +50,7 @@ struct EngineFlags {
   int threads = 0;
   double tpot_target_ms = 0;
   bool no_prefix_cache = false;
+  SpecFlags spec;
 
   void add_to(CLI::App* cmd);
   Result<engine::EngineOptions> to_options() const;

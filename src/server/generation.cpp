@@ -100,6 +100,7 @@ engine::GenerationParams engine_params(const GenerationRequest& r, std::vector<i
   p.cache_salt = r.cache_salt;
   p.top_logprobs = r.top_logprobs;
   p.logit_bias = r.logit_bias;
+  p.speculative = r.speculative;
   return p;
 }
 

@@ -140,6 +140,12 @@ std::string Metrics::render(const EngineGauges* g, const HttpGauges* http) const
              double(g->num_preemptions));
     w.scalar("kvasir:prefill_held_steps_total", "counter",
              "Engine steps in which the TPOT target (--tpot-target) held prefill back.", double(g->num_prefill_held));
+    w.scalar("kvasir:spec_decode_num_drafts_total", "counter", "Sequence steps verified with draft tokens.",
+             double(g->spec_drafts));
+    w.scalar("kvasir:spec_decode_num_draft_tokens_total", "counter", "Draft tokens verified.",
+             double(g->spec_draft_tokens));
+    w.scalar("kvasir:spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.",
+             double(g->spec_accepted_tokens));
   }
   std::lock_guard lock(mutex_);
   w.header("kvasir:request_success_total", "counter", "Finished requests by finish reason.");

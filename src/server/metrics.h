@@ -53,6 +53,7 @@ struct EngineGauges {
   int64_t num_preemptions = 0;
   int64_t num_prefill_held = 0;
   int64_t prompt_tokens_total = 0, generation_tokens_total = 0;
+  int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
 };
 
 // The HTTP transport at scrape time.

@@ -235,6 +235,7 @@ Parsed<GenerationRequest> read_generation(const ordered_json& doc) {
   }
   read_logit_bias(f, g.logit_bias);
   f.boolean("ignore_eos", g.ignore_eos);
+  f.boolean("speculative", g.speculative);
   f.string("cache_salt", g.cache_salt);
   f.string("user", g.user);
   f.integer("priority", g.priority, -1000000, 1000000);

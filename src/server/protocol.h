@@ -80,6 +80,7 @@ struct GenerationRequest {
   std::string cache_salt;
   std::string user;
   int32_t priority = 0;
+  bool speculative = true;           // extension: false opts out of speculative decoding
 };
 
 // One prompt of a completion request: text to tokenize, or token ids as given.

@@ -44,7 +44,10 @@ EngineGauges gauges_of(const engine::EngineStats& s) {
                       .num_preemptions = s.num_preemptions,
                       .num_prefill_held = s.num_prefill_held,
                       .prompt_tokens_total = s.prompt_tokens_total,
-                      .generation_tokens_total = s.generation_tokens_total};
+                      .generation_tokens_total = s.generation_tokens_total,
+                      .spec_drafts = s.spec_drafts,
+                      .spec_draft_tokens = s.spec_draft_tokens,
+                      .spec_accepted_tokens = s.spec_accepted_tokens};
 }
 
 void handle_health(ServerState& st, http::Response& res) {

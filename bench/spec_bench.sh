@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Speculative decoding at batch 1 and under concurrency: `kvasir batch` with and without
+# `--spec ngram`, alternating rounds, on copy-heavy prompts (a passage to repeat verbatim) and
+# free-form ones. Prints tokens/s per round, medians and acceptance.
+#   bench/spec_bench.sh [-r ROUNDS] [-t THREADS] [-n MAX_TOKENS] [-c CONCURRENCY] [MODEL]
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+bin="$here/../build/bin/kvasir"
+rounds=3 threads=2 max_tokens=160 conc=1
+while getopts "r:t:n:c:" o; do case $o in r) rounds=$OPTARG;; t) threads=$OPTARG;; n) max_tokens=$OPTARG;; c) conc=$OPTARG;; *) exit 2;; esac; done
+shift $((OPTIND - 1))
+model="${1:-$here/../models/gemma-3-270m-q4_k_m.gguf}"
+work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
+python3 - "$here/prompts/copy_heavy.txt" "$max_tokens" "$conc" "$work" <<'PY'
+import json, sys
+passage = open(sys.argv[1]).read().strip()
+n, conc, out = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+copy = f"Copy the text below exactly, word for word.\n\nText:\n{passage}\n\nCopy:\n"
+free = ["Once upon a time, in a small village by the mountains,", "The best way to learn a new language is",
+        "Write a short poem about autumn leaves:", "Here are three ideas for a weekend trip:"]
+def write(name, prompts):
+    with open(f"{out}/{name}.jsonl", "w") as f:
+        for p in prompts:
+            f.write(json.dumps({"prompt": p, "max_tokens": n, "temperature": 0}) + "\n")
+write("copy", [copy] * conc)
+write("free", (free * conc)[:conc])
+write("mixed", ([copy, free[0]] * conc)[:conc])
+PY
+run() {  # kind spec -> "tok/s accepted%"
+  local kind=$1 spec=$2
+  "$bin" batch -m "$model" -t "$threads" --input "$work/$kind.jsonl" --output "$work/out-$spec.jsonl" --kv-mem 256M \
+      --spec "$spec" 2> "$work/log" > /dev/null
+  local tps acc
+  tps=$(grep -o "[0-9.]* tok/s aggregate" "$work/log" | awk '{print $1}')
+  acc=$(grep -o "accepted ([0-9.]*%)" "$work/log" | grep -o "[0-9.]*" || echo "-")
+  echo "$tps $acc"
+}
+for kind in copy free mixed; do
+  base=() spec=()
+  for r in $(seq "$rounds"); do
+    read -r b _ <<< "$(run "$kind" none)"
+    read -r s acc <<< "$(run "$kind" ngram)"
+    base+=("$b"); spec+=("$s")
+    same=$(python3 -c "import json,sys; t=lambda f:[json.loads(l)['text'] for l in open(f)]; print('identical' if t(sys.argv[1])==t(sys.argv[2]) else 'DIFFERENT')" "$work/out-none.jsonl" "$work/out-ngram.jsonl")
+    echo "$kind round $r: none $b tok/s, ngram $s tok/s (accepted $acc%, texts $same)"
+  done
+  python3 -c "import statistics,sys; b=[float(x) for x in sys.argv[1].split()]; s=[float(x) for x in sys.argv[2].split()]; print(f'$kind c=$conc: median none {statistics.median(b):.1f} tok/s, ngram {statistics.median(s):.1f} tok/s, ratio {statistics.median(s)/statistics.median(b):.2f}x')" "${base[*]}" "${spec[*]}"
+done
