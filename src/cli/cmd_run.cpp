@@ -1,10 +1,12 @@
-// `kvasir run -m MODEL -p PROMPT -n N [sampling] [--ctx C] [-t THREADS]`: generated text on
-// stdout and nothing else; timings on stderr.
+// `kvasir run -m MODEL -p PROMPT -n N [sampling] [--ctx C] [-t THREADS] [--spec ngram]`: generated
+// text on stdout and nothing else; timings on stderr. With --spec the tokens come from the serving
+// engine (one request, speculative decoding), and stderr also gets the acceptance.
 #include <chrono>
 #include <cstdio>
 
 #include "cli/common.h"
 #include "cli/commands.h"
+#include "engine/engine.h"
 #include "model/session.h"
 #include "sample/sampler.h"
 #include "tokenizer/tokenizer.h"
@@ -21,10 +23,59 @@ struct RunArgs {
   int threads = 0;
   std::string kv_type = "f16";
   int64_t batch = 512;
+  SpecFlags spec;
 };
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// One request through the engine, so that speculative decoding applies; text streams as it comes.
+int run_speculative(const RunArgs& a, const Model& model, const Tokenizer& tokenizer, std::vector<int32_t> prompt,
+                    DType kv_type, const engine::SpecOptions& spec) {
+  engine::EngineOptions o;
+  o.max_batch_tokens = int32_t(a.batch);
+  o.max_seqs = 1;
+  o.kv_blocks = (a.n_ctx + 15) / 16 + 1;
+  o.kv_type = kv_type;
+  o.max_model_len = int32_t(a.n_ctx);
+  o.num_threads = a.threads;
+  o.spec = spec;
+  auto core = engine::EngineCore::create(model, tokenizer, o);
+  if (!core) return fail(core.error());
+  engine::GenerationParams p;
+  const size_t n_prompt = prompt.size();
+  p.prompt = std::move(prompt);
+  p.sampling = a.sampling;
+  p.stop.max_tokens = std::max(1, std::min<int>(a.n_predict, int(a.n_ctx - int64_t(n_prompt))));
+  auto id = (*core)->add_request(std::move(p));
+  if (!id) return fail(id.error());
+  const auto t0 = Clock::now();
+  double first_s = -1;
+  int64_t generated = 0;
+  std::vector<engine::Delta> deltas;
+  while ((*core)->has_unfinished()) {
+    deltas.clear();
+    if (auto s = (*core)->step(deltas); !s) return fail(s.error());
+    for (const auto& d : deltas) {
+      if (!d.tokens.empty() && first_s < 0) first_s = seconds_since(t0);
+      generated += int64_t(d.tokens.size());
+      std::fwrite(d.text.data(), 1, d.text.size(), stdout);
+    }
+    std::fflush(stdout);
+  }
+  const double total_s = seconds_since(t0);
+  const double gen_s = total_s - std::max(first_s, 0.0);
+  const engine::EngineStats st = (*core)->stats();
+  std::fprintf(stderr,
+               "\nprompt: %zu tokens, %.2f ms, %.1f tok/s | generated: %lld tokens, %.2f ms, %.1f tok/s after the first\n"
+               "speculation: %lld draft tokens, %lld accepted (%.1f%%), %.2f tokens per step\n",
+               n_prompt, first_s * 1e3, double(n_prompt) / std::max(first_s, 1e-9), (long long)generated, gen_s * 1e3,
+               double(std::max<int64_t>(generated - 1, 0)) / std::max(gen_s, 1e-9), (long long)st.spec_draft_tokens,
+               (long long)st.spec_accepted_tokens,
+               st.spec_draft_tokens ? 100.0 * double(st.spec_accepted_tokens) / double(st.spec_draft_tokens) : 0.0,
+               double(generated) / double(std::max<int64_t>(st.num_steps - 1, 1)));
+  return 0;
+}
 
 int run_generate(RunArgs a) {
   if (a.model.empty()) a.model = default_model_path();
@@ -40,6 +91,10 @@ int run_generate(RunArgs a) {
   if (int64_t(tokens.size()) >= a.n_ctx)
     return fail("prompt of " + std::to_string(tokens.size()) + " tokens does not fit the context of " +
                 std::to_string(a.n_ctx) + " (raise --ctx)");
+  auto spec = a.spec.to_options();
+  if (!spec) return fail(spec.error());
+  if (spec->method != engine::SpecMethod::none)
+    return run_speculative(a, **model, *tokenizer, std::move(tokens), *kv_type, *spec);
   auto session = Session::create(**model, {.n_ctx = a.n_ctx, .max_batch_tokens = a.batch, .num_threads = a.threads,
                                            .kv_type = *kv_type});
   if (!session) return fail(session.error());
@@ -101,6 +156,7 @@ void register_run(CLI::App& app, Handler& handler) {
   cmd->add_option("-t,--threads", a->threads, "Threads (default: physical cores)");
   cmd->add_option("-b,--batch", a->batch, "Prefill chunk in tokens")->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--kv-type", a->kv_type, "KV cache type: f16 or f32");
+  a->spec.add_to(cmd);
   cmd->callback([&handler, a] { handler = [a] { return run_generate(*a); }; });
 }
 
