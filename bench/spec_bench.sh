@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Speculative decoding at batch 1 and under concurrency: `kvasir batch` with and without
 # `--spec ngram`, alternating rounds, on copy-heavy prompts (a passage to repeat verbatim) and
-# free-form ones. Prints tokens/s per round, medians and acceptance.
+# free-form ones. Concurrency c: 4c prompts through `--max-seqs c` (c in flight, the rest queued,
+# as a busy server sees them), so a request that finishes early lets the next one in. Prints
+# tokens/s per round, medians and acceptance.
 #   bench/spec_bench.sh [-r ROUNDS] [-t THREADS] [-n MAX_TOKENS] [-c CONCURRENCY] [MODEL]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -22,14 +24,15 @@ def write(name, prompts):
     with open(f"{out}/{name}.jsonl", "w") as f:
         for p in prompts:
             f.write(json.dumps({"prompt": p, "max_tokens": n, "temperature": 0}) + "\n")
-write("copy", [copy] * conc)
-write("free", (free * conc)[:conc])
-write("mixed", ([copy, free[0]] * conc)[:conc])
+total = conc if conc == 1 else 4 * conc
+write("copy", [copy] * total)
+write("free", (free * total)[:total])
+write("mixed", (([copy] + free) * total)[:total])
 PY
 run() {  # kind spec -> "tok/s accepted%"
   local kind=$1 spec=$2
   "$bin" batch -m "$model" -t "$threads" --input "$work/$kind.jsonl" --output "$work/out-$spec.jsonl" --kv-mem 256M \
-      --spec "$spec" 2> "$work/log" > /dev/null
+      --max-seqs "$conc" --max-batch-tokens "$(( conc > 512 ? conc : 512 ))" --spec "$spec" 2> "$work/log" > /dev/null
   local tps acc
   tps=$(grep -o "[0-9.]* tok/s aggregate" "$work/log" | awk '{print $1}')
   acc=$(grep -o "accepted ([0-9.]*%)" "$work/log" | grep -o "[0-9.]*" || echo "-")

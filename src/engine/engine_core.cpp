@@ -29,9 +29,10 @@ struct Live {
   // the draft tokens verification accepted, then one more token (each with its logprob).
   std::vector<int32_t> picked;
   std::vector<TokenLogprob> picked_logprobs;
-  // Speculation controller: acceptance rate per draft token (moving average) and steps since the
-  // last draft, so that a request whose drafts stopped paying is probed again now and then.
-  double spec_accept = 0.6;
+  // Speculation controller: per draft position j, the rate at which draft token j is accepted
+  // when the ones before it were (moving averages: acceptance falls with depth), and steps since
+  // the last draft, so that a request whose drafts stopped paying is probed again now and then.
+  std::vector<double> spec_accept;
   int32_t spec_idle_steps = 0;
 
   Live(GenerationParams p, const Tokenizer& tok)
@@ -86,6 +87,7 @@ struct EngineCore::Impl {
   std::vector<sched::SeqOutput> outputs;
   std::vector<std::pair<const sched::ScheduledSeq*, const float*>> to_sample;
   EngineStats totals;
+  int64_t spec_steps = 0;
 
   Impl(std::unique_ptr<runtime::ModelRunner> r, const Tokenizer& t, const EngineOptions& o, sched::Scheduler s,
        int32_t len)
@@ -98,7 +100,6 @@ struct EngineCore::Impl {
 
   void pick_token(const sched::ScheduledSeq& seq, const float* logits);
   void commit_token(const sched::ScheduledSeq& seq);
-  int32_t choose_k(Live& l, int32_t num_decodes) const;
   void propose_drafts();
   Delta& delta_for(std::vector<Delta>& out, std::unordered_map<RequestId, size_t>& index, RequestId id);
 };
@@ -243,46 +244,78 @@ void EngineCore::Impl::pick_token(const sched::ScheduledSeq& seq, const float* l
   }
 }
 
-// K for a request this step: the draft length that maximizes expected tokens per unit of step
-// time, E(K) = (1 - a^(K+1)) / (1 - a) tokens for 1 + c K, with a its acceptance rate and c the
-// cost of one more row relative to the step (the scheduler's fitted step-cost model). A request
-// that stopped drafting is probed with K = 1 every 16 steps so that its estimate can recover.
-int32_t EngineCore::Impl::choose_k(Live& l, int32_t num_decodes) const {
-  const SpecOptions& o = options.spec;
-  if (!o.adaptive) return o.max_k;
-  const sched::StepCostModel& cost = scheduler.step_cost();
-  const double step = cost.decode_time(std::max(num_decodes, 1));
-  const double c = step > 0 && cost.prefill_token_ns() > 0 ? cost.prefill_token_ns() / step : 0.1;
-  const double a = std::clamp(l.spec_accept, 0.0, 0.999);
-  int32_t best = 0;
-  double best_rate = 1.0;  // K = 0: one token per step of cost 1
-  double expected = 1.0, power = 1.0;
-  for (int32_t k = 1; k <= o.max_k; ++k) {
-    power *= a;
-    expected += power;
-    const double rate = expected / (1.0 + c * k);
-    if (rate > best_rate * 1.02) best = k, best_rate = rate;  // a margin: no drafts that barely pay
-  }
-  if (best == 0 && ++l.spec_idle_steps >= 16) {
-    l.spec_idle_steps = 0;
-    return 1;
-  }
-  return best;
-}
-
 // Drafts for the requests that decode next step (n-gram: what followed the latest earlier
-// occurrence of their last tokens).
+// occurrence of their last tokens). The controller spends draft rows where they pay for the whole
+// step: every decoding request yields one token, and a draft row at position k of a request
+// yields one more with probability g = a_1 ... a_k (a_j: that request's acceptance rate at draft
+// position j, given the ones before were accepted) for a cost c (a row's time relative to the
+// step, from the scheduler's fitted step-cost model; a row wants logits, so on a large vocabulary
+// it costs an output head of its own). The step's tokens per unit of time T / C grows with a row
+// exactly when g / c > T / C, so rows are added best first while that holds: K per request and
+// step, 0 where drafting does not pay, with every request's rows competing for the same step. A
+// request without rows for 16 steps is probed with one (when a sure token would pay for a row),
+// so that its estimate can recover; every
+// 8th step drafts for nobody, which keeps the plain step's cost measured.
 void EngineCore::Impl::propose_drafts() {
-  if (options.spec.method == SpecMethod::none) return;
-  const int32_t decodes = scheduler.num_running();
+  const SpecOptions& o = options.spec;
+  if (o.method == SpecMethod::none) return;
+  if (o.adaptive && ++spec_steps % 8 == 0) return;
+  struct Candidate {
+    RequestId id;
+    Live* live;
+    std::vector<int32_t> draft;
+    int32_t k = 0;
+  };
+  std::vector<Candidate> cands;
+  int32_t decodes = 0;
   for (auto& [id, l] : live) {
-    if (!l->params.speculative) continue;
     const sched::Request* r = scheduler.find(id);
     if (!r || r->state != sched::RequestState::Running || r->num_tokens() - r->num_computed_tokens != 1) continue;
-    const int32_t k = choose_k(*l, decodes);
-    if (k == 0) continue;
-    std::vector<int32_t> draft = spec::propose_ngram(r->tokens, k);
-    if (!draft.empty()) (void)scheduler.set_draft(id, draft);
+    ++decodes;
+    if (!l->params.speculative) continue;
+    std::vector<int32_t> draft = spec::propose_ngram(r->tokens, o.max_k);
+    if (!draft.empty()) cands.push_back({id, l.get(), std::move(draft)});
+  }
+  if (!o.adaptive) {
+    for (auto& c : cands) c.k = int32_t(c.draft.size());
+  } else {
+    const sched::StepCostModel& cost = scheduler.step_cost();
+    const double step = cost.decode_time(std::max(decodes, 1));
+    const double row = step > 0 && cost.draft_row_ns() > 0 ? cost.draft_row_ns() / step : 0.1;  // a prior until measured
+    auto rate = [&](const Candidate& c, int32_t j) {
+      Live& l = *c.live;
+      if (l.spec_accept.size() < size_t(o.max_k)) l.spec_accept.resize(size_t(o.max_k), 0.6);  // a hopeful prior
+      return std::clamp(l.spec_accept[size_t(j)], 0.0, 0.999);
+    };
+    std::vector<std::pair<double, size_t>> heap;  // (gain of the candidate's next row, candidate)
+    for (size_t i = 0; i < cands.size(); ++i) heap.push_back({rate(cands[i], 0), i});
+    std::make_heap(heap.begin(), heap.end());
+    double tokens = double(decodes), time = 1.0;
+    while (!heap.empty()) {
+      std::pop_heap(heap.begin(), heap.end());
+      const auto [gain, i] = heap.back();
+      heap.pop_back();
+      if (gain * time <= 1.02 * row * tokens) break;  // a margin: no rows that barely pay
+      Candidate& c = cands[i];
+      ++c.k;
+      tokens += gain;
+      time += row;
+      if (c.k < int32_t(c.draft.size())) {
+        heap.push_back({gain * rate(c, c.k), i});
+        std::push_heap(heap.begin(), heap.end());
+      }
+    }
+    // Probing pays only where a sure draft token would: not when rows cost more than they can earn.
+    const bool sure_row_pays = 1.0 * time > 1.02 * row * tokens;
+    for (auto& c : cands) {
+      if (c.k > 0) c.live->spec_idle_steps = 0;
+      else if (sure_row_pays && ++c.live->spec_idle_steps >= 16) c.k = 1, c.live->spec_idle_steps = 0;
+    }
+  }
+  for (auto& c : cands) {
+    if (c.k == 0) continue;
+    c.draft.resize(size_t(c.k));
+    (void)scheduler.set_draft(c.id, c.draft);
   }
 }
 
@@ -313,10 +346,11 @@ void EngineCore::Impl::commit_token(const sched::ScheduledSeq& seq) {
     }
     out.accepted.push_back(token);
   }
-  if (seq.num_draft > 0) {  // the controller learns how many of the draft tokens were kept
-    const double kept = double(l.picked.size() - 1) / double(seq.num_draft);
-    l.spec_accept = 0.7 * l.spec_accept + 0.3 * kept;
-    l.spec_idle_steps = 0;
+  if (seq.num_draft > 0) {  // the controller learns where the draft stopped being accepted
+    const size_t kept = l.picked.size() - 1;
+    if (l.spec_accept.size() < size_t(seq.num_draft)) l.spec_accept.resize(size_t(seq.num_draft), 0.6);
+    for (size_t j = 0; j <= kept && j < size_t(seq.num_draft); ++j)
+      l.spec_accept[j] = 0.7 * l.spec_accept[j] + 0.3 * (j < kept ? 1.0 : 0.0);
   }
   outputs.push_back(std::move(out));
 }

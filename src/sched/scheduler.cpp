@@ -89,9 +89,8 @@ const SchedulerOutput& Scheduler::step() {
   // engine does between steps (streaming, new requests), all of which the decodes wait for.
   // Intervals that may hold idle time (nothing was running) are not observed.
   const int64_t t0 = now();
-  // Draft rows cost like prefill tokens (extra rows of a forward), not like more sequences.
   if (last_step_busy_ && !running_.empty())
-    cost_.observe(t0 - step_start_ns_, step_decodes_, step_prefill_tokens_ + step_draft_rows_);
+    cost_.observe(t0 - step_start_ns_, step_decodes_, step_prefill_tokens_, step_draft_rows_);
   out_.seqs.clear();
   out_.preempted.clear();
   out_.num_tokens = 0;
@@ -172,10 +171,11 @@ double StepCostModel::decode_time(int32_t n) const {
   return -1;
 }
 
-void StepCostModel::observe(int64_t duration_ns, int32_t num_decodes, int32_t num_prefill_tokens) {
+void StepCostModel::observe(int64_t duration_ns, int32_t num_decodes, int32_t num_prefill_tokens,
+                            int32_t num_draft_rows) {
   constexpr double kKeep = 0.8;  // moving averages: follow depth changes in ~5 steps
   const double d = double(std::max<int64_t>(duration_ns, 0));
-  if (num_prefill_tokens == 0) {
+  if (num_prefill_tokens == 0 && num_draft_rows == 0) {
     if (num_decodes <= 0) return;
     if (int32_t(decode_ns_.size()) <= num_decodes) decode_ns_.resize(size_t(num_decodes) + 1, 0.0);
     double& avg = decode_ns_[size_t(num_decodes)];
@@ -184,9 +184,17 @@ void StepCostModel::observe(int64_t duration_ns, int32_t num_decodes, int32_t nu
   }
   const double base = num_decodes > 0 ? decode_time(num_decodes) : 0.0;
   if (base < 0) return;
+  // Draft rows want logits (the output head for each) and come in small numbers: a cost of their
+  // own, measured on steps without prefill.
+  if (num_prefill_tokens == 0) {
+    draft_excess_ns_ = kKeep * draft_excess_ns_ + std::max(0.0, d - base);
+    draft_excess_rows_ = kKeep * draft_excess_rows_ + num_draft_rows;
+    draft_row_ns_ = draft_excess_ns_ / draft_excess_rows_;
+    return;
+  }
   // The time beyond the decodes, averaged per token with each step weighted by its tokens: a
   // step with a 1-token chunk says little about the cost per token and must not swing it.
-  excess_ns_ = kKeep * excess_ns_ + std::max(0.0, d - base);
+  excess_ns_ = kKeep * excess_ns_ + std::max(0.0, d - base - num_draft_rows * draft_row_ns_);
   excess_tokens_ = kKeep * excess_tokens_ + num_prefill_tokens;
   prefill_token_ns_ = excess_ns_ / excess_tokens_;
 }

@@ -111,13 +111,17 @@ class StepCostModel {
   // -1 before any decode-only step.
   double decode_time(int32_t n) const;
   double prefill_token_ns() const { return prefill_token_ns_; }
+  // The cost of one draft row (a verify row wanting logits) on top of a decode step; 0 before any
+  // step with drafts and no prefill was measured.
+  double draft_row_ns() const { return draft_row_ns_; }
   bool has_prefill() const { return excess_tokens_ > 0; }
-  void observe(int64_t duration_ns, int32_t num_decodes, int32_t num_prefill_tokens);
+  void observe(int64_t duration_ns, int32_t num_decodes, int32_t num_prefill_tokens, int32_t num_draft_rows = 0);
 
  private:
   std::vector<double> decode_ns_;  // [n decodes], 0: not measured
   double prefill_token_ns_ = 0;
   double excess_ns_ = 0, excess_tokens_ = 0;  // decayed sums behind prefill_token_ns_
+  double draft_row_ns_ = 0, draft_excess_ns_ = 0, draft_excess_rows_ = 0;
 };
 
 class Scheduler {
