@@ -33,6 +33,13 @@ def rss_bytes(pid):
     raise RuntimeError("no VmRSS")
 
 
+def sanitized():
+    """The binary is an AddressSanitizer build: its allocator keeps freed memory in quarantine, so
+    RSS says nothing about leaks there (LeakSanitizer checks those)."""
+    out = subprocess.run(["ldd", BIN], capture_output=True, text=True).stdout
+    return "libasan" in out
+
+
 def nested(depth):
     return "[" * depth + "]" * depth
 
@@ -89,7 +96,8 @@ def test_long_rejected_prompts_are_cheap_and_free_their_memory():
         # of transfer and parsing.
         assert max(times[0::2]) < 2.0, times
         # Was +450 MB per request for good; now the request's buffers are freed.
-        assert after - before < 64 << 20, (before, after)
+        if not sanitized():
+            assert after - before < 64 << 20, (before, after)
         assert s.request("GET", "/health")[0] == 200
     finally:
         assert s.stop() == 0
