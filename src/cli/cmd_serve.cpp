@@ -88,10 +88,16 @@ size_t descriptor_limit() {
 }
 
 // SIGTERM / SIGINT, taken by sigwait on a thread of their own so that every phase hears them.
+// Made with new and never deleted: its thread waits until the process exits; disarm() before the
+// server state goes away turns any later signal into a plain exit.
 class SignalWatch {
  public:
-  SignalWatch(sigset_t set, const server::ServerState& state) : set_(set), state_(state) {
-    std::thread([this] { run(); }).detach();  // lives until the process exits
+  SignalWatch(sigset_t set, const server::ServerState& state) : set_(set), state_(&state) {
+    std::thread([this] { run(); }).detach();
+  }
+  void disarm() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    state_ = nullptr;
   }
   int wait() {
     std::unique_lock<std::mutex> lock(mutex_);
@@ -105,7 +111,9 @@ class SignalWatch {
       int sig = 0;
       if (sigwait(&set_, &sig) != 0) continue;
       const char* name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
-      if (state_.phase() == server::Phase::loading) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (!state_) std::_Exit(0);  // after the server stopped
+      if (state_->phase() == server::Phase::loading) {
         std::fprintf(stderr, "kvasir serve: %s while loading, stopped\n", name);
         std::_Exit(0);
       }
@@ -113,15 +121,13 @@ class SignalWatch {
         std::fprintf(stderr, "kvasir serve: second %s, exiting without draining\n", name);
         std::_Exit(1);
       }
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        signal_ = sig;
-      }
+      signal_ = sig;
+      lock.unlock();
       cv_.notify_all();
     }
   }
   sigset_t set_;
-  const server::ServerState& state_;
+  const server::ServerState* state_;
   std::mutex mutex_;
   std::condition_variable cv_;
   int signal_ = 0;
@@ -185,7 +191,7 @@ int run_serve(ServeArgs a) {
   server::HttpServer http(a.http);
   if (auto s = http.bind(); !s) return fail(s.error());
   http.start();
-  SignalWatch signals(stop_signals, http.state());
+  SignalWatch& signals = *new SignalWatch(stop_signals, http.state());
   std::fprintf(stderr, "kvasir serve: listening on http://%s:%d (loading %s)\n", a.http.host.c_str(), http.port(),
                a.model.c_str());
 
@@ -206,6 +212,7 @@ int run_serve(ServeArgs a) {
     http.state().set_phase(server::Phase::failed);
     const int code = fail(backend.error());  // said first: stopping may take a moment
     http.stop();
+    signals.disarm();
     return code;
   }
   const int32_t max_len = (*backend)->max_model_len;
@@ -217,6 +224,7 @@ int run_serve(ServeArgs a) {
   const int sig = signals.wait();
   std::fprintf(stderr, "kvasir serve: %s, draining\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
   http.drain_and_stop(std::chrono::milliseconds(int64_t(a.drain_timeout_s * 1000)));
+  signals.disarm();
   std::fprintf(stderr, "kvasir serve: stopped\n");
   return 0;
 }
