@@ -35,6 +35,12 @@ struct Live {
   std::vector<double> spec_accept;
   int32_t spec_idle_steps = 0;
 
+  static constexpr double kAcceptPrior = 0.6;  // hopeful, so that a new request tries drafts
+  double& accept_rate(size_t j) {
+    if (spec_accept.size() <= j) spec_accept.resize(j + 1, kAcceptPrior);
+    return spec_accept[j];
+  }
+
   Live(GenerationParams p, const Tokenizer& tok)
       : params(std::move(p)), sampler(params.sampling), decoder(tok, /*skip_special=*/true, /*continuation=*/true),
         stops(params.stop.stop_strings) {}
@@ -209,8 +215,10 @@ void EngineCore::Impl::pick_token(const sched::ScheduledSeq& seq, const float* l
   l.picked.clear();
   l.picked_logprobs.clear();
   const auto draft = seq.tokens.subspan(seq.tokens.size() - size_t(seq.num_draft));
-  thread_local std::vector<int32_t> history;
-  history.assign(req->tokens.begin(), req->tokens.end());
+  // Penalties see the sequence so far: the request's tokens, then the drafts kept before this row
+  // (copied only when a draft is verified; a plain decode reads the request's tokens in place).
+  std::span<const int32_t> history = req->tokens;
+  thread_local std::vector<int32_t> with_drafts;
   for (int32_t j = 0; j <= seq.num_draft; ++j) {
     std::span<const float> row(logits + int64_t(j) * n_vocab, size_t(n_vocab));
     const bool mask_stops = req->num_generated() + j < l.params.stop.min_tokens;  // too early to stop
@@ -240,7 +248,9 @@ void EngineCore::Impl::pick_token(const sched::ScheduledSeq& seq, const float* l
       l.picked_logprobs.push_back(logprobs_of(row, token, l.params.top_logprobs, order));
     }
     if (!accepted) break;
-    history.push_back(token);
+    if (j == 0) with_drafts.assign(req->tokens.begin(), req->tokens.end());
+    with_drafts.push_back(token);
+    history = with_drafts;
   }
 }
 
@@ -282,11 +292,7 @@ void EngineCore::Impl::propose_drafts() {
     const sched::StepCostModel& cost = scheduler.step_cost();
     const double step = cost.decode_time(std::max(decodes, 1));
     const double row = step > 0 && cost.draft_row_ns() > 0 ? cost.draft_row_ns() / step : 0.1;  // a prior until measured
-    auto rate = [&](const Candidate& c, int32_t j) {
-      Live& l = *c.live;
-      if (l.spec_accept.size() < size_t(o.max_k)) l.spec_accept.resize(size_t(o.max_k), 0.6);  // a hopeful prior
-      return std::clamp(l.spec_accept[size_t(j)], 0.0, 0.999);
-    };
+    auto rate = [](const Candidate& c, int32_t j) { return std::clamp(c.live->accept_rate(size_t(j)), 0.0, 0.999); };
     std::vector<std::pair<double, size_t>> heap;  // (gain of the candidate's next row, candidate)
     for (size_t i = 0; i < cands.size(); ++i) heap.push_back({rate(cands[i], 0), i});
     std::make_heap(heap.begin(), heap.end());
@@ -306,7 +312,7 @@ void EngineCore::Impl::propose_drafts() {
       }
     }
     // Probing pays only where a sure draft token would: not when rows cost more than they can earn.
-    const bool sure_row_pays = 1.0 * time > 1.02 * row * tokens;
+    const bool sure_row_pays = time > 1.02 * row * tokens;
     for (auto& c : cands) {
       if (c.k > 0) c.live->spec_idle_steps = 0;
       else if (sure_row_pays && ++c.live->spec_idle_steps >= 16) c.k = 1, c.live->spec_idle_steps = 0;
@@ -348,9 +354,8 @@ void EngineCore::Impl::commit_token(const sched::ScheduledSeq& seq) {
   }
   if (seq.num_draft > 0) {  // the controller learns where the draft stopped being accepted
     const size_t kept = l.picked.size() - 1;
-    if (l.spec_accept.size() < size_t(seq.num_draft)) l.spec_accept.resize(size_t(seq.num_draft), 0.6);
     for (size_t j = 0; j <= kept && j < size_t(seq.num_draft); ++j)
-      l.spec_accept[j] = 0.7 * l.spec_accept[j] + 0.3 * (j < kept ? 1.0 : 0.0);
+      l.accept_rate(j) = 0.7 * l.accept_rate(j) + 0.3 * (j < kept ? 1.0 : 0.0);
   }
   outputs.push_back(std::move(out));
 }

@@ -56,23 +56,22 @@ struct Exchange {
 
 class ExchangeSink : public StreamSink {
  public:
-  ExchangeSink(Exchange& ex, net::io_context& io, std::shared_ptr<Exchange> keep) : ex_(ex), io_(io), keep_(keep) {}
+  ExchangeSink(std::shared_ptr<Exchange> ex, net::io_context& io) : ex_(std::move(ex)), io_(io) {}
   bool write(std::string_view data) override {
     if (data.empty()) return !failed_;
-    std::unique_lock<std::mutex> lock(ex_.mutex);
-    ex_.room.wait(lock, [&] { return ex_.closed || ex_.pieces.size() < kMaxQueuedPieces; });
-    if (ex_.closed) return !(failed_ = true);
-    ex_.pieces.emplace_back(data);
+    std::unique_lock<std::mutex> lock(ex_->mutex);
+    ex_->room.wait(lock, [&] { return ex_->closed || ex_->pieces.size() < kMaxQueuedPieces; });
+    if (ex_->closed) return !(failed_ = true);
+    ex_->pieces.emplace_back(data);
     lock.unlock();
-    net::post(io_, [keep = keep_] { keep->wake.cancel(); });
+    net::post(io_, [ex = ex_] { ex->wake.cancel(); });
     return true;
   }
   bool failed() const { return failed_; }
 
  private:
-  Exchange& ex_;
+  std::shared_ptr<Exchange> ex_;  // shared: the I/O thread's wake-up may outlive this sink
   net::io_context& io_;
-  std::shared_ptr<Exchange> keep_;
   bool failed_ = false;
 };
 
@@ -188,7 +187,7 @@ void Transport::Impl::dispatch(const std::shared_ptr<Exchange>& ex) {
     }
     wake();
     if (stream) {
-      ExchangeSink sink(e, io, ex);
+      ExchangeSink sink(ex, io);
       try {
         while (stream(sink) && !sink.failed()) {
         }
