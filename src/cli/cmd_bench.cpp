@@ -59,23 +59,35 @@ Result<std::vector<int64_t>> parse_list(const std::string& text, const char* wha
   return out;
 }
 
-// Bytes of weights one token reads: every matrix once (the embedding contributes one row).
-uint64_t weight_bytes_per_token(const Model& m) {
+// The matrices one token reads: every dense one, and for a MoE layer the router plus the
+// experts_used experts (the first ones stand for any: experts share shapes and types).
+std::vector<const Matrix*> matrices_per_token(const Model& m) {
   const Weights& w = m.weights();
-  auto bytes = [](const Matrix& x) { return uint64_t(row_bytes(x.type, x.n_in)) * uint64_t(x.n_out); };
-  uint64_t total = bytes(w.output) + row_bytes(w.token_embd.type, w.token_embd.n_in);
-  for (const auto& l : w.layers)
-    total += bytes(l.wq) + bytes(l.wk) + bytes(l.wv) + bytes(l.wo) + bytes(l.w_gate) + bytes(l.w_up) + bytes(l.w_down);
+  std::vector<const Matrix*> out = {&w.output};
+  for (const auto& l : w.layers) {
+    for (const Matrix* x : {&l.wq, &l.wk, &l.wv, &l.wo}) out.push_back(x);
+    if (l.gate_exps.empty()) {
+      for (const Matrix* x : {&l.w_gate, &l.w_up, &l.w_down}) out.push_back(x);
+      continue;
+    }
+    out.push_back(&l.router);
+    for (int64_t e = 0; e < m.config().n_experts_used; ++e)
+      for (const auto* mats : {&l.gate_exps, &l.up_exps, &l.down_exps}) out.push_back(&(*mats)[size_t(e)]);
+  }
+  return out;
+}
+
+// Bytes of weights one token reads (the embedding contributes one row).
+uint64_t weight_bytes_per_token(const Model& m) {
+  uint64_t total = row_bytes(m.weights().token_embd.type, m.weights().token_embd.n_in);
+  for (const Matrix* x : matrices_per_token(m)) total += uint64_t(row_bytes(x->type, x->n_in)) * uint64_t(x->n_out);
   return total;
 }
 
 // Multiply-adds of the matmuls per token (x2 = FLOPs), without attention.
 double matmul_flops_per_token(const Model& m) {
-  const Weights& w = m.weights();
-  double macs = double(w.output.n_in) * double(w.output.n_out);
-  for (const auto& l : w.layers)
-    for (const Matrix* x : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
-      macs += double(x->n_in) * double(x->n_out);
+  double macs = 0;
+  for (const Matrix* x : matrices_per_token(m)) macs += double(x->n_in) * double(x->n_out);
   return 2 * macs;
 }
 

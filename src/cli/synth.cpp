@@ -32,7 +32,7 @@ struct TypePlan {
 
   DType for_tensor(const std::string& name, int64_t layer, int64_t n_layers) const {
     if (name == "output.weight") return output;
-    if (mix && (name.ends_with("attn_v.weight") || name.ends_with("ffn_down.weight"))) {
+    if (mix && (name.ends_with("attn_v.weight") || name.ends_with("ffn_down.weight") || name.ends_with("ffn_down_exps.weight"))) {
       const bool more = layer < n_layers / 8 || layer >= 7 * n_layers / 8 || (layer - n_layers / 8) % 3 == 2;
       if (more) return more_bits;
     }
@@ -119,7 +119,8 @@ Result<int64_t> copy_vocab(gguf::Writer& w, const std::string& path) {
 
 }  // namespace
 
-std::vector<std::string> synth_preset_names() { return {"tinyllama-1.1b", "small", "gemma3-270m", "tiny"}; }
+std::vector<std::string> synth_preset_names() { return {"tinyllama-1.1b", "small", "gemma3-270m", "qwen3-0.6b", "qwen3moe-1.2b", "tiny"};
+}
 
 Result<SynthShape> synth_preset(const std::string& name) {
   SynthShape s;
@@ -133,6 +134,15 @@ Result<SynthShape> synth_preset(const std::string& name) {
     s = {.arch = "gemma3", .n_embd = 640, .n_layers = 18, .n_heads = 4, .n_kv_heads = 1, .head_dim = 256,
          .n_ff = 2048, .n_vocab = 262144, .n_ctx = 32768, .tied_output = true, .rope_base = 1e6f,
          .sliding_window = 512};
+  } else if (name == "qwen3-0.6b") {  // Qwen3-0.6B's shape
+    s = {.arch = "qwen3", .n_embd = 1024, .n_layers = 28, .n_heads = 16, .n_kv_heads = 8, .head_dim = 128,
+         .n_ff = 3072, .n_vocab = 151936, .n_ctx = 40960, .tied_output = true, .rope_base = 1e6f};
+  } else if (name == "qwen3moe-1.2b") {
+    // Qwen3-30B-A3B's layer design scaled down: 16 experts of width 768, 4 used per token (about
+    // 1.2B parameters, 0.5B read per token, a third of them the tied output head).
+    s = {.arch = "qwen3moe", .n_embd = 1024, .n_layers = 24, .n_heads = 16, .n_kv_heads = 4, .head_dim = 128,
+         .n_ff = 3072, .n_vocab = 151936, .n_ctx = 40960, .tied_output = true, .rope_base = 1e6f,
+         .n_experts = 16, .n_experts_used = 4, .n_ff_exp = 768};
   } else if (name == "tiny") {
     s = {.arch = "llama", .n_embd = 64, .n_layers = 5, .n_heads = 8, .n_kv_heads = 4, .head_dim = 8, .n_ff = 192,
          .n_vocab = 512, .n_ctx = 2048};
@@ -150,7 +160,11 @@ Status write_synthetic_model(const SynthOptions& o, const std::string& path) {
   SynthShape s = o.shape;
   gguf::Writer w;
   const std::string a = s.arch;
-  if (a != "llama" && a != "qwen2" && a != "gemma3") return Error{"synth: unsupported architecture '" + a + "'"};
+  if (a != "llama" && a != "qwen2" && a != "qwen3" && a != "qwen3moe" && a != "gemma3")
+    return Error{"synth: unsupported architecture '" + a + "'"};
+  const bool moe = a == "qwen3moe";
+  if (moe && (s.n_experts <= 0 || s.n_experts_used <= 0 || s.n_experts_used > s.n_experts || s.n_ff_exp <= 0))
+    return Error{"synth: qwen3moe needs n_experts >= n_experts_used > 0 and n_ff_exp > 0"};
   w.set("general.architecture", Value::of_string(a));
   w.set("general.name", Value::of_string("kvasir-synth-" + a));
   if (!o.vocab_from.empty()) {
@@ -172,16 +186,28 @@ Status write_synthetic_model(const SynthOptions& o, const std::string& path) {
   w.set(a + ".rope.freq_base", Value::of_f32(s.rope_base));
   w.set(a + ".attention.layer_norm_rms_epsilon", Value::of_f32(a == "gemma3" ? 1e-6f : 1e-5f));
   if (s.sliding_window > 0) w.set(a + ".attention.sliding_window", Value::of_u32(uint32_t(s.sliding_window)));
+  if (moe) {
+    w.set(a + ".expert_count", Value::of_u32(uint32_t(s.n_experts)));
+    w.set(a + ".expert_used_count", Value::of_u32(uint32_t(s.n_experts_used)));
+    w.set(a + ".expert_feed_forward_length", Value::of_u32(uint32_t(s.n_ff_exp)));
+  }
 
   ThreadPool pool(o.num_threads > 0 ? o.num_threads : ThreadPool::default_threads());
   uint64_t tensor_seed = o.seed * 1000003;
-  auto matrix = [&](const std::string& name, int64_t n_in, int64_t n_out, int64_t layer) {
+  // n_stack > 1: a 3-D tensor of n_stack matrices (the experts of a MoE layer).
+  auto matrix = [&](const std::string& name, int64_t n_in, int64_t n_out, int64_t layer, int64_t n_stack = 1) {
     DType t = plan->for_tensor(name, layer, s.n_layers);
     // Rows that are not a whole number of 256-element super-blocks fall back as llama.cpp does.
     if (n_in % dtype_info(t).block_size != 0) {
       t = t == DType::Q4_K ? DType::Q5_0 : t == DType::Q5_K ? DType::Q5_1 : t == DType::Q6_K ? DType::Q8_0 : DType::Q4_0;
     }
-    w.add_tensor(name, t, {n_in, n_out}, random_matrix(t, n_in, n_out, ++tensor_seed, pool));
+    if (n_stack == 1) return w.add_tensor(name, t, {n_in, n_out}, random_matrix(t, n_in, n_out, ++tensor_seed, pool));
+    std::vector<uint8_t> all;
+    for (int64_t e = 0; e < n_stack; ++e) {
+      const auto one = random_matrix(t, n_in, n_out, ++tensor_seed, pool);
+      all.insert(all.end(), one.begin(), one.end());
+    }
+    w.add_tensor(name, t, {n_in, n_out, n_stack}, std::move(all));
   };
   const int64_t q_dim = s.n_heads * s.head_dim, kv_dim = s.n_kv_heads * s.head_dim;
   matrix("token_embd.weight", s.n_embd, s.n_vocab, 0);
@@ -199,13 +225,24 @@ Status write_synthetic_model(const SynthOptions& o, const std::string& path) {
       w.add_tensor(p + "attn_k.bias", DType::F32, {kv_dim}, std::vector<uint8_t>(size_t(kv_dim) * 4, 0));
       w.add_tensor(p + "attn_v.bias", DType::F32, {kv_dim}, std::vector<uint8_t>(size_t(kv_dim) * 4, 0));
     }
-    if (a == "gemma3") {
+    if (a == "gemma3" || a == "qwen3" || moe) {
       w.add_tensor(p + "attn_q_norm.weight", DType::F32, {s.head_dim}, ones(s.head_dim));
       w.add_tensor(p + "attn_k_norm.weight", DType::F32, {s.head_dim}, ones(s.head_dim));
+    }
+    if (a == "gemma3") {
       w.add_tensor(p + "post_attention_norm.weight", DType::F32, {s.n_embd}, ones(s.n_embd));
       w.add_tensor(p + "post_ffw_norm.weight", DType::F32, {s.n_embd}, ones(s.n_embd));
     }
     w.add_tensor(p + "ffn_norm.weight", DType::F32, {s.n_embd}, ones(s.n_embd));
+    if (moe) {
+      // The router stays F32, as llama.cpp's quantizer leaves ffn_gate_inp.
+      w.add_tensor(p + "ffn_gate_inp.weight", DType::F32, {s.n_embd, s.n_experts},
+                   random_matrix(DType::F32, s.n_embd, s.n_experts, ++tensor_seed, pool));
+      matrix(p + "ffn_gate_exps.weight", s.n_embd, s.n_ff_exp, il, s.n_experts);
+      matrix(p + "ffn_up_exps.weight", s.n_embd, s.n_ff_exp, il, s.n_experts);
+      matrix(p + "ffn_down_exps.weight", s.n_ff_exp, s.n_embd, il, s.n_experts);
+      continue;
+    }
     matrix(p + "ffn_gate.weight", s.n_embd, s.n_ff, il);
     matrix(p + "ffn_up.weight", s.n_embd, s.n_ff, il);
     matrix(p + "ffn_down.weight", s.n_ff, s.n_embd, il);

@@ -90,8 +90,8 @@ void rope_angles(int64_t pos, const RopeParams& p, float* cos_out, float* sin_ou
   float theta = float(pos) * p.freq_scale;
   for (int64_t i = 0; i < p.rot_dims / 2; ++i, theta *= theta_scale) {
     const float t = p.freq_factors ? theta / p.freq_factors[i] : theta;
-    cos_out[i] = std::cos(t);
-    sin_out[i] = std::sin(t);
+    cos_out[i] = std::cos(t) * p.mscale;
+    sin_out[i] = std::sin(t) * p.mscale;
   }
 }
 

@@ -16,7 +16,8 @@ struct RopeParams {
   int64_t rot_dims = 0;               // rotated dims of each head (the rest pass through)
   float freq_base = 10000.f;
   float freq_scale = 1.f;             // linear scaling: positions multiplied by this
-  const float* freq_factors = nullptr;  // per pair divisor (Llama 3 rope_freqs), or null
+  const float* freq_factors = nullptr;  // per pair divisor (Llama 3 rope_freqs, LongRoPE), or null
+  float mscale = 1.f;                 // multiplies cos and sin (LongRoPE's attention factor)
 };
 
 // Rotates n_heads heads of head_dim floats in place for position pos.

@@ -1,11 +1,31 @@
 #include "model/config.h"
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 
 namespace kvasir {
 namespace {
 
-constexpr const char* kSupported = "llama, qwen2, gemma3";
+struct ArchName {
+  const char* name;
+  Arch arch;
+};
+constexpr ArchName kArchs[] = {{"llama", Arch::Llama}, {"qwen2", Arch::Qwen2},   {"qwen3", Arch::Qwen3},
+                               {"qwen3moe", Arch::Qwen3Moe}, {"gemma2", Arch::Gemma2}, {"gemma3", Arch::Gemma3},
+                               {"phi3", Arch::Phi3}};
+
+std::string supported_list() {
+  std::string s;
+  for (const auto& a : kArchs) s += (s.empty() ? "" : ", ") + std::string(a.name);
+  return s;
+}
+
+// Marks every n-th layer global and the others sliding-window (llama.cpp's swa pattern: layer il
+// slides when il % n < n - 1).
+void set_swa_pattern(ModelConfig& c, int64_t n) {
+  for (int64_t il = 0; il < c.n_layers; ++il) c.layer_is_swa[size_t(il)] = il % n < n - 1;
+}
 
 // Reads `<arch>.<suffix>` as an integer, with a default when absent.
 struct Meta {
@@ -36,18 +56,32 @@ Result<ModelConfig> config_from_gguf(const gguf::File& file) {
   if (!arch_name) return Error{arch_name.error()};
   ModelConfig c;
   c.arch_name = *arch_name;
-  if (c.arch_name == "llama") c.arch = Arch::Llama;
-  else if (c.arch_name == "qwen2") c.arch = Arch::Qwen2;
-  else if (c.arch_name == "gemma3") c.arch = Arch::Gemma3;
-  else return Error{"unsupported architecture '" + c.arch_name + "' (supported: " + kSupported + ")"};
+  const auto* known = std::find_if(std::begin(kArchs), std::end(kArchs), [&](const ArchName& a) { return c.arch_name == a.name; });
+  if (known == std::end(kArchs))
+    return Error{"unsupported architecture '" + c.arch_name + "' (supported: " + supported_list() + ")"};
+  c.arch = known->arch;
 
   const Meta m{file, c.arch_name};
-  for (const char* key : {"embedding_length", "block_count", "attention.head_count", "feed_forward_length"})
+  for (const char* key : {"embedding_length", "block_count", "attention.head_count"})
     if (auto r = m.get_int(key); !r) return Error{r.error()};
   c.n_embd = *m.get_int("embedding_length");
   c.n_layers = *m.get_int("block_count");
   c.n_heads = *m.get_int("attention.head_count");
-  c.n_ff = *m.get_int("feed_forward_length");
+  if (c.arch == Arch::Qwen3Moe) {
+    for (const char* key : {"expert_count", "expert_used_count", "expert_feed_forward_length"})
+      if (auto r = m.get_int(key); !r) return Error{r.error()};
+    c.n_experts = *m.get_int("expert_count");
+    c.n_experts_used = *m.get_int("expert_used_count");
+    c.n_ff_exp = *m.get_int("expert_feed_forward_length");
+    if (auto s = check_positive("expert_count", c.n_experts, 1 << 12); !s) return Error{s.error()};
+    if (auto s = check_positive("expert_used_count", c.n_experts_used, c.n_experts); !s) return Error{s.error()};
+    if (auto s = check_positive("expert_feed_forward_length", c.n_ff_exp, 1 << 24); !s) return Error{s.error()};
+    c.n_ff = m.int_or("feed_forward_length", c.n_ff_exp);  // unused by the layers; kept for display
+  } else {
+    auto ff = m.get_int("feed_forward_length");
+    if (!ff) return Error{ff.error()};
+    c.n_ff = *ff;
+  }
   c.n_kv_heads = m.int_or("attention.head_count_kv", c.n_heads);
   c.head_dim = m.int_or("attention.key_length", c.n_heads > 0 ? c.n_embd / c.n_heads : 0);
   c.n_ctx_train = m.int_or("context_length", 2048);
@@ -83,6 +117,34 @@ Result<ModelConfig> config_from_gguf(const gguf::File& file) {
       c.qkv_bias = true;
       c.rope_mode = kernels::RopeMode::Neox;
       break;
+    case Arch::Qwen3:
+    case Arch::Qwen3Moe:
+      c.rope_mode = kernels::RopeMode::Neox;
+      c.qk_norm = true;
+      break;
+    case Arch::Phi3:
+      // (llama.cpp reads phi3.attention.sliding_window but applies no window: neither do we.)
+      c.rope_mode = kernels::RopeMode::Neox;
+      c.rope_mscale = m.float_or("rope.scaling.attn_factor", 1.f);
+      // LongRoPE: the short factors hold up to the original context, the long ones beyond it.
+      // Only the short ones are used, so the context is capped where they are valid.
+      if (file.tensor("rope_factors_long.weight"))
+        c.n_ctx_train = std::min(c.n_ctx_train, m.int_or("rope.scaling.original_context_length", c.n_ctx_train));
+      break;
+    case Arch::Gemma2:
+      c.rope_mode = kernels::RopeMode::Neox;
+      c.post_norms = true;
+      c.ffn_act = FfnAct::GeluTanh;
+      c.embed_scale = std::sqrt(float(c.n_embd));
+      c.sliding_window = m.int_or("attention.sliding_window", 0);
+      c.rope_base_swa = c.rope_base;
+      c.attn_softcap = m.float_or("attn_logit_softcapping", 0.f);
+      c.final_logit_softcap = m.float_or("final_logit_softcapping", 0.f);
+      // Gemma 2 alternates: even layers slide, odd layers are global.
+      if (c.sliding_window > 0) set_swa_pattern(c, 2);
+      // llama.cpp scales queries by 1/sqrt(n_embd / n_heads) for the 27B (46 layers) only.
+      if (c.n_layers == 46) c.attn_scale = 1.f / std::sqrt(float(c.n_embd) / float(c.n_heads));
+      break;
     case Arch::Gemma3:
       c.rope_mode = kernels::RopeMode::Neox;
       c.qk_norm = true;
@@ -93,8 +155,7 @@ Result<ModelConfig> config_from_gguf(const gguf::File& file) {
       c.rope_base_swa = m.float_or("rope.freq_base_swa", 10000.f);
       c.final_logit_softcap = m.float_or("final_logit_softcapping", 0.f);
       // Gemma 3 interleaves five sliding-window layers with one global layer.
-      if (c.sliding_window > 0)
-        for (int64_t il = 0; il < c.n_layers; ++il) c.layer_is_swa[size_t(il)] = il % 6 < 5;
+      if (c.sliding_window > 0) set_swa_pattern(c, 6);
       break;
   }
   if (m.has("attention.scale")) c.attn_scale = m.float_or("attention.scale", c.attn_scale);

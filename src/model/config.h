@@ -11,7 +11,7 @@
 
 namespace kvasir {
 
-enum class Arch { Llama, Qwen2, Gemma3 };
+enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe, Gemma2, Gemma3, Phi3 };
 enum class FfnAct { Silu, GeluTanh };
 
 struct ModelConfig {
@@ -32,10 +32,12 @@ struct ModelConfig {
   float rope_base = 10000.f;
   float rope_base_swa = 10000.f;  // sliding-window layers (Gemma 3)
   float rope_freq_scale = 1.f;    // linear rope scaling
+  float rope_mscale = 1.f;        // cos/sin factor (Phi-3 LongRoPE's rope.scaling.attn_factor)
 
   int64_t sliding_window = 0;          // 0 = none
   std::vector<bool> layer_is_swa;      // per layer
   float attn_scale = 0.f;              // multiplies q·k
+  float attn_softcap = 0.f;            // 0 = none, else scores = cap * tanh(scores / cap) (Gemma 2)
   float final_logit_softcap = 0.f;     // 0 = none
   float embed_scale = 1.f;             // token embeddings are multiplied by this
 
@@ -44,6 +46,14 @@ struct ModelConfig {
   bool qk_norm = false;
   bool post_norms = false;  // post-attention and post-FFN norms (Gemma 3)
   FfnAct ffn_act = FfnAct::Silu;
+
+  // Mixture of experts (0 experts = a dense FFN): a router picks n_experts_used of n_experts
+  // per token (softmax over the router logits, top-k, weights renormalized to sum to 1), each
+  // expert a gated FFN of width n_ff_exp.
+  int64_t n_experts = 0;
+  int64_t n_experts_used = 0;
+  int64_t n_ff_exp = 0;
+  bool moe() const { return n_experts > 0; }
 
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }

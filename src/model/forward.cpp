@@ -7,6 +7,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
+#include "kernels/moe.h"
 #include "kernels/ops.h"
 #include "kernels/quant/quant.h"
 
@@ -62,8 +63,23 @@ Forward::Forward(const Model& model, const ForwardOptions& o)
   v_.resize(T * c_.kv_dim());
   att_.resize(T * c_.q_dim());
   proj_.resize(T * c_.n_embd);
-  gate_.resize(T * c_.n_ff);
-  up_.resize(T * c_.n_ff);
+  // A MoE layer's gate/up rows are (row, expert) slots: k per row.
+  const int64_t k = c_.n_experts_used;
+  const size_t ff_row = size_t(std::max(c_.n_ff, k * c_.n_ff_exp));
+  gate_.resize(T * ff_row);
+  up_.resize(T * ff_row);
+  if (c_.moe()) {
+    const size_t S = T * size_t(k);
+    router_.resize(T * c_.n_experts);
+    xg_.resize(S * c_.n_embd);
+    exp_out_.resize(S * c_.n_embd);
+    moe_ids_.resize(S);
+    moe_order_.resize(S);
+    moe_pos_.resize(S);
+    moe_w_.resize(S);
+    moe_offsets_.resize(size_t(c_.n_experts) + 1);
+  }
+  segments_.reserve(size_t(3 + 2 * c_.n_experts));
   rope_cs_.resize(T * size_t(std::max<int64_t>(2, c_.rope_dims)));
   logits_.resize(T * c_.n_vocab);
   logit_rows_.reserve(T);
@@ -71,10 +87,16 @@ Forward::Forward(const Model& model, const ForwardOptions& o)
   // The widest group of converted activation rows any linear() call holds.
   const Weights& w = model.weights();
   size_t widest = act_row_bytes({&w.output});
-  for (const auto& l : w.layers)
-    widest = std::max({widest, act_row_bytes({&l.wq, &l.wk, &l.wv}), act_row_bytes({&l.wo}),
-                       act_row_bytes({&l.w_gate, &l.w_up}), act_row_bytes({&l.w_down})});
-  act_q_.resize(T * widest + 64);
+  for (const auto& l : w.layers) {
+    widest = std::max({widest, act_row_bytes({&l.wq, &l.wk, &l.wv}), act_row_bytes({&l.wo})});
+    if (c_.moe())
+      widest = std::max({widest, act_row_bytes({&l.router}),
+                         size_t(k) * act_row_bytes({&l.gate_exps.front(), &l.up_exps.front()}),
+                         size_t(k) * act_row_bytes({&l.down_exps.front()})});
+    else
+      widest = std::max({widest, act_row_bytes({&l.w_gate, &l.w_up}), act_row_bytes({&l.w_down})});
+  }
+  act_q_.resize(T * widest + 256);
   kernels::KvLayerView probe{nullptr, nullptr, DType::F32, 16, c_.n_kv_heads, c_.head_dim};
   kernels::AttentionParams ap{c_.n_heads, 0, 1.f, 0.f};
   // Block size is a KvCache option; size the scratch for blocks of up to 256 tokens.
@@ -88,8 +110,16 @@ Forward::Forward(const Model& model, const ForwardOptions& o)
 void Forward::pack_weights() {
   const Weights& w = model_.weights();
   std::vector<const Matrix*> all = {&w.output};
-  for (const auto& l : w.layers)
-    for (const Matrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) all.push_back(m);
+  for (const auto& l : w.layers) {
+    for (const Matrix* m : {&l.wq, &l.wk, &l.wv, &l.wo}) all.push_back(m);
+    if (c_.moe()) {
+      all.push_back(&l.router);
+      for (const auto* mats : {&l.gate_exps, &l.up_exps, &l.down_exps})
+        for (const Matrix& m : *mats) all.push_back(&m);
+    } else {
+      for (const Matrix* m : {&l.w_gate, &l.w_up, &l.w_down}) all.push_back(m);
+    }
+  }
   for (const Matrix* m : all) {
     if (packed_.count(m->data)) continue;
     kernels::PackedMatrix pm = kernels::pack_matrix_alloc(m->type, m->n_in, m->n_out);
@@ -132,52 +162,86 @@ void Forward::for_rows(int64_t T, const std::function<void(int64_t, int64_t)>& f
   pool_.parallel_for(T, 1, [&](int64_t b, int64_t e, int) { fn(b, e); }, 2);
 }
 
-void Forward::linear(std::initializer_list<LinearJob> jobs, const float* x, int64_t T) {
-  const int64_t n_in = jobs.begin()->w->n_in;
-  // Convert the input once per distinct vec_dot_type; job j reads region act_of[j].
+const uint8_t* Forward::ActRegions::for_matrix(const Matrix& w, int64_t row) const {
+  const DType t = act_type_of(w);
+  for (int i = 0; i < n; ++i)
+    if (type[size_t(i)] == t) return base[size_t(i)] + size_t(row) * row_bytes[size_t(i)];
+  return nullptr;
+}
+
+Forward::ActRegions Forward::convert(std::span<const Matrix* const> readers, const float* x, int64_t T) {
   ActTypes types;
-  std::array<int, 3> act_of{};
-  int j = 0;
-  for (const LinearJob& job : jobs) act_of[size_t(j++)] = types.index_of(act_type_of(*job.w));
-  std::array<uint8_t*, 3> region{};
-  std::array<size_t, 3> rb{};
+  for (const Matrix* w : readers) types.index_of(act_type_of(*w));
+  const int64_t n_in = readers.front()->n_in;
+  ActRegions a;
+  a.n = types.n;
   uint8_t* next = act_q_.data();
   for (int i = 0; i < types.n; ++i) {
-    rb[size_t(i)] = row_bytes(types.type[size_t(i)], n_in);
-    region[size_t(i)] = next;
-    next += (size_t(T) * rb[size_t(i)] + 63) & ~size_t(63);
+    a.type[size_t(i)] = types.type[size_t(i)];
+    a.row_bytes[size_t(i)] = row_bytes(a.type[size_t(i)], n_in);
+    a.base[size_t(i)] = next;
+    next += (size_t(T) * a.row_bytes[size_t(i)] + 63) & ~size_t(63);
   }
   for_rows(T, [&](int64_t b, int64_t e) {
-    for (int i = 0; i < types.n; ++i)
-      kernels::quantize_activations(types.type[size_t(i)], x + b * n_in, e - b, n_in,
-                                    region[size_t(i)] + size_t(b) * rb[size_t(i)]);
+    for (int i = 0; i < a.n; ++i)
+      kernels::quantize_activations(a.type[size_t(i)], x + b * n_in, e - b, n_in,
+                                    a.base[size_t(i)] + size_t(b) * a.row_bytes[size_t(i)]);
   });
-  // One pass over the concatenated outputs of every job. Each y element is one full dot
-  // product whatever the split (kernels/quant/gemm.h), so results do not depend on the thread
-  // count, the batch composition or which matrices share the pass.
+  return a;
+}
+
+void Forward::run_segments(const std::vector<Segment>& segs) {
+  // Each y element is one full dot product whatever the split (kernels/quant/gemm.h), so results
+  // do not depend on the thread count, the batch composition or which matrices share the pass.
   int64_t total = 0;
-  std::array<const kernels::PackedMatrix*, 3> packed{};
-  j = 0;
-  for (const LinearJob& job : jobs) {
-    total += job.w->n_out;
-    const kernels::PackedMatrix* pm = packed_for(*job.w);
-    packed[size_t(j++)] = pm && kernels::packed_pays(*pm, T) ? pm : nullptr;
-  }
+  for (const Segment& s : segs) total += s.w->n_out;
   pool_.parallel_for(total, 16, [&](int64_t b, int64_t e, int) {
     int64_t offset = 0;
-    int k = 0;
-    for (const LinearJob& job : jobs) {
-      const Matrix& w = *job.w;
+    for (const Segment& s : segs) {
+      const Matrix& w = *s.w;
       const int64_t lo = std::max(b, offset), hi = std::min(e, offset + w.n_out);
-      const uint8_t* act = region[size_t(act_of[size_t(k)])];
-      if (lo < hi && packed[size_t(k)])
-        kernels::matmul_rows_packed(*packed[size_t(k)], lo - offset, hi - offset, act, T, job.y, w.n_out);
+      if (lo < hi && s.packed)
+        kernels::matmul_rows_packed(*s.packed, lo - offset, hi - offset, s.act, s.rows, s.y, w.n_out);
       else if (lo < hi)
-        kernels::matmul_rows(w.type, w.data, w.n_in, lo - offset, hi - offset, act, T, job.y, w.n_out);
+        kernels::matmul_rows(w.type, w.data, w.n_in, lo - offset, hi - offset, s.act, s.rows, s.y, w.n_out);
       offset += w.n_out;
-      ++k;
+      if (offset >= e) break;
     }
   }, kLinearChunksPerThread);
+}
+
+void Forward::linear(std::initializer_list<LinearJob> jobs, const float* x, int64_t T) {
+  std::array<const Matrix*, 3> readers{};
+  size_t n = 0;
+  for (const LinearJob& job : jobs) readers[n++] = job.w;
+  const ActRegions a = convert({readers.data(), n}, x, T);
+  segments_.clear();
+  for (const LinearJob& job : jobs) {
+    const kernels::PackedMatrix* pm = packed_for(*job.w);
+    segments_.push_back({job.w, pm && kernels::packed_pays(*pm, T) ? pm : nullptr, a.for_matrix(*job.w, 0), T, job.y});
+  }
+  run_segments(segments_);
+}
+
+void Forward::expert_linear(std::initializer_list<std::pair<const std::vector<Matrix>*, float*>> jobs, const float* x) {
+  const int64_t E = c_.n_experts;
+  const int64_t* off = moe_offsets_.data();
+  std::array<const Matrix*, 3> readers{};
+  size_t n = 0;
+  for (const auto& job : jobs) readers[n++] = &job.first->front();
+  const ActRegions a = convert({readers.data(), n}, x, off[E]);
+  segments_.clear();
+  for (const auto& [mats, y] : jobs) {
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t rows = off[e + 1] - off[e];
+      if (rows == 0) continue;  // decode reads only the experts some row chose
+      const Matrix& w = (*mats)[size_t(e)];
+      const kernels::PackedMatrix* pm = packed_for(w);
+      segments_.push_back({&w, pm && kernels::packed_pays(*pm, rows) ? pm : nullptr, a.for_matrix(w, off[e]), rows,
+                           y + off[e] * w.n_out});
+    }
+  }
+  run_segments(segments_);
 }
 
 void Forward::norm_rows(const float* x, const Vector& weight, int64_t T, int64_t n, float* out) {
@@ -223,7 +287,8 @@ void Forward::attention_block(int64_t il, const Batch& b, KvCache& kv) {
 
   const bool swa = c_.layer_is_swa[size_t(il)];
   kernels::RopeParams rope{c_.rope_mode, c_.rope_dims, swa ? c_.rope_base_swa : c_.rope_base, c_.rope_freq_scale,
-                           model_.weights().rope_freqs.empty() ? nullptr : model_.weights().rope_freqs.data()};
+                           model_.weights().rope_freqs.empty() ? nullptr : model_.weights().rope_freqs.data(),
+                           c_.rope_mscale};
   const kernels::KvLayerView view = kv.layer(il);
   const int64_t half = c_.rope_dims / 2;
   for_rows(T, [&](int64_t begin, int64_t end) {
@@ -252,7 +317,7 @@ void Forward::attention_block(int64_t il, const Batch& b, KvCache& kv) {
   // Work units are (tile, run of KV heads): disjoint outputs, each computed the same way wherever
   // it runs. Runs of several heads read each KV row once; enough runs to keep every thread busy
   // on a single sequence.
-  const kernels::AttentionParams ap{c_.n_heads, swa ? c_.sliding_window : 0, c_.attn_scale, 0.f};
+  const kernels::AttentionParams ap{c_.n_heads, swa ? c_.sliding_window : 0, c_.attn_scale, c_.attn_softcap};
   const int64_t run = std::max<int64_t>(1, c_.n_kv_heads / std::max(1, pool_.num_threads()));
   const int64_t runs = (c_.n_kv_heads + run - 1) / run;
   const int64_t units = int64_t(tiles_.size()) * runs;
@@ -290,6 +355,47 @@ void Forward::ffn_block(int64_t il, int64_t T) {
   });
 }
 
+void Forward::moe_block(int64_t il, int64_t T) {
+  const LayerWeights& l = model_.weights().layers[size_t(il)];
+  const int64_t E = c_.n_experts, k = c_.n_experts_used, S = T * k, d = c_.n_embd, ff = c_.n_ff_exp;
+  norm_rows(x_.data(), l.ffn_norm, T, d, xn_.data());
+  linear({{&l.router, router_.data()}}, xn_.data(), T);
+  for_rows(T, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      float* logits = router_.data() + t * E;  // becomes its own scratch (the probabilities)
+      kernels::moe_route(logits, E, k, true, moe_ids_.data() + t * k, moe_w_.data() + t * k, logits);
+    }
+  });
+  kernels::moe_group(moe_ids_.data(), S, E, moe_offsets_.data(), moe_order_.data(), moe_pos_.data());
+  for_rows(S, [&](int64_t b, int64_t e) {
+    for (int64_t p = b; p < e; ++p)
+      std::copy_n(xn_.data() + (moe_order_[size_t(p)] / k) * d, d, xg_.data() + p * d);
+  });
+  expert_linear({{&l.gate_exps, gate_.data()}, {&l.up_exps, up_.data()}}, xg_.data());
+  for_rows(S, [&](int64_t b, int64_t e) {
+    kernels::silu_mul(gate_.data() + b * ff, up_.data() + b * ff, (e - b) * ff, gate_.data() + b * ff);
+  });
+  expert_linear({{&l.down_exps, exp_out_.data()}}, gate_.data());
+  // Each row's experts summed in rank order, whatever the grouping: a row's result does not
+  // depend on the rows that share its experts.
+  for_rows(T, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      float* out = proj_.data() + t * d;
+      for (int64_t r = 0; r < k; ++r) {
+        const float w = moe_w_[size_t(t * k + r)];
+        const float* y = exp_out_.data() + int64_t(moe_pos_[size_t(t * k + r)]) * d;
+        if (r == 0)
+          for (int64_t i = 0; i < d; ++i) out[i] = w * y[i];
+        else
+          for (int64_t i = 0; i < d; ++i) out[i] += w * y[i];
+      }
+    }
+  });
+  for_rows(T, [&](int64_t b, int64_t e) {
+    kernels::add_inplace(x_.data() + b * d, proj_.data() + b * d, (e - b) * d);
+  });
+}
+
 void Forward::output_logits(const Batch& b) {
   // Gather the rows that want logits, norm them, and project only those.
   logit_rows_.clear();
@@ -316,7 +422,8 @@ Result<const float*> Forward::forward(const Batch& batch, KvCache& kv) {
   embed(batch);
   for (int64_t il = 0; il < c_.n_layers; ++il) {
     attention_block(il, batch, kv);
-    ffn_block(il, batch.size());
+    if (c_.moe()) moe_block(il, batch.size());
+    else ffn_block(il, batch.size());
   }
   output_logits(batch);
   return static_cast<const float*>(logits_.data());

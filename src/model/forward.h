@@ -3,8 +3,11 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <array>
 #include <initializer_list>
+#include <utility>
 #include <memory>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -42,6 +45,22 @@ class Forward {
     const Matrix* w;
     float* y;  // [T][w->n_out]
   };
+  // One matrix over some converted activation rows: y[r * w->n_out + o] for r < rows.
+  struct Segment {
+    const Matrix* w;
+    const kernels::PackedMatrix* packed;  // null: the file's layout
+    const uint8_t* act;
+    int64_t rows;
+    float* y;
+  };
+  // Converted activations of one input, per distinct vec_dot_type of the matrices that read it.
+  struct ActRegions {
+    std::array<DType, 3> type{};
+    std::array<uint8_t*, 3> base{};
+    std::array<size_t, 3> row_bytes{};
+    int n = 0;
+    const uint8_t* for_matrix(const Matrix& w, int64_t row) const;
+  };
   // A run of rows of one sequence at consecutive positions: attention converts each KV block
   // once for all of them (at most kernels::kAttentionTileRows rows).
   struct AttnTile {
@@ -52,10 +71,21 @@ class Forward {
   void embed(const Batch& batch);
   void attention_block(int64_t il, const Batch& batch, KvCache& kv);
   void ffn_block(int64_t il, int64_t T);
+  // The mixture-of-experts FFN: route every row, group the (row, expert) slots by expert, apply
+  // each chosen expert once to all of its rows, then sum each row's experts in rank order.
+  void moe_block(int64_t il, int64_t T);
   void output_logits(const Batch& batch);
   // For each job: y[T][w.n_out] = x[T][w.n_in] · Wᵀ. All matrices share x (same n_in): the
   // activations are converted once per vec_dot_type and one parallel pass covers every output.
   void linear(std::initializer_list<LinearJob> jobs, const float* x, int64_t T);
+  // Converts T rows of x once per vec_dot_type that `readers` need, into act_q_.
+  ActRegions convert(std::span<const Matrix* const> readers, const float* x, int64_t T);
+  // One parallel pass over the output columns of every segment (the pool claims chunks, so
+  // segments of different row counts still share the threads).
+  void run_segments(const std::vector<Segment>& segs);
+  // Applies expert e's matrix of each (mats, y) pair to its rows of the grouped input
+  // (rows [moe_offsets_[e], moe_offsets_[e + 1])), for every expert that has rows.
+  void expert_linear(std::initializer_list<std::pair<const std::vector<Matrix>*, float*>> jobs, const float* x);
   // out[t] = rms_norm(x[t]) * weight for T rows of n floats (in place allowed).
   void norm_rows(const float* x, const Vector& weight, int64_t T, int64_t n, float* out);
   // fn(begin, end) over rows [0, T): on the pool when T is large enough to pay for the sync.
@@ -86,6 +116,14 @@ class Forward {
   std::vector<AttnTile> tiles_;
   // Repacked copies keyed by the file data they come from (a tied output shares its embedding's).
   std::unordered_map<const void*, kernels::PackedMatrix> packed_;
+  // Mixture of experts: k slots per row (slot t * k + r is row t's r-th expert).
+  AlignedVector<float> router_;    // [T][n_experts] router logits
+  AlignedVector<float> xg_;        // [T * k][n_embd] normed rows gathered in expert order
+  AlignedVector<float> exp_out_;   // [T * k][n_embd] expert outputs in expert order
+  std::vector<int32_t> moe_ids_, moe_order_, moe_pos_;  // [T * k]
+  std::vector<float> moe_w_;                             // [T * k]
+  std::vector<int64_t> moe_offsets_;                     // [n_experts + 1]
+  std::vector<Segment> segments_;
   AlignedVector<float> logits_;   // [T][n_vocab]
   std::vector<int64_t> logit_rows_;
 };

@@ -11,7 +11,8 @@
 
 namespace kvasir {
 
-// A 2-D weight matrix: n_out rows of n_in elements, each row contiguous in the file's type.
+// A 2-D weight matrix: n_out rows of n_in elements, each row contiguous in the file's type. It
+// may be a run of rows of a larger tensor (fused QKV, fused gate|up, one expert of a 3-D tensor).
 struct Matrix {
   DType type = DType::F32;
   const void* data = nullptr;
@@ -30,6 +31,10 @@ struct LayerWeights {
   Vector ffn_norm;                    // [n_embd]
   Matrix w_gate, w_up, w_down;        // gate/up: [n_embd -> n_ff], down: [n_ff -> n_embd]
   Vector post_ffn_norm;               // [n_embd] (gemma3)
+  // Mixture of experts (qwen3moe): the router and one matrix per expert, each a view of its slice
+  // of the file's 3-D tensor; w_gate/w_up/w_down are then unset.
+  Matrix router;                      // [n_embd -> n_experts]
+  std::vector<Matrix> gate_exps, up_exps, down_exps;  // [n_embd -> n_ff_exp] x2, [n_ff_exp -> n_embd]
 };
 
 struct Weights {

@@ -33,8 +33,14 @@ struct Tolerance {
 // rounding boundary flips by one step, and these random-weight fixtures amplify such flips
 // (llama.cpp's Q8_0 vs F32 NMSE on fixture-llama is 1.1e-2). The bound is 1/10 of the weakest
 // quantization error and the strict check is the top-1 agreement.
+// Mixture of experts, float weights: the router's softmax weights amplify any perturbation of
+// the residual stream, so the fixture is far more sensitive than the dense ones. Measured on
+// fixture-qwen3moe-f32: an F32 instead of F16 KV cache alone moves kvasir's logits from
+// max|Δ|/rms 2.3e-2 / NMSE 3.2e-5 to 4.3e-2 / 1.1e-4 against the same golden (the dense fixtures
+// move by < 1e-3); the bound is that measured self-sensitivity, and top-1 stays the strict check.
 Tolerance tolerance_for(const std::string& name) {
-  if (name.find("f32") != std::string::npos || name == "stories260K" || name.find("-f16") != std::string::npos)
+  if (name.find("moe-f32") != std::string::npos) return {5e-2, 1.5e-4};
+  if (name.find("f32") != std::string::npos || name.ends_with("/stories260K") || name.find("-f16") != std::string::npos)
     return {2e-2, 5e-5};
   if (name.find("bf16") != std::string::npos) return {5e-2, 2e-4};
   return {0.25, 5e-3};
@@ -46,11 +52,13 @@ double ours_rms(const std::vector<float>& v) {
   return std::sqrt(s / double(v.size()));
 }
 
+// `name` is "<set>/<model>": set "models" (the first architectures) or "next" (qwen3, qwen3moe,
+// gemma2, phi3), the folders under ../shared/models and ../shared/golden.
 void check_model(const std::string& name) {
   SCOPED_TRACE(name);
-  auto model = Model::load(shared_path("models/" + name + ".gguf"));
+  auto model = Model::load(shared_path(name.starts_with("next/") ? "models/" + name + ".gguf" : name + ".gguf"));
   ASSERT_TRUE(model.ok()) << model.error();
-  const auto golden = load_json(shared_path("golden/models/" + name + ".ids.json"));
+  const auto golden = load_json(shared_path("golden/" + name + ".ids.json"));
   const int64_t n_vocab = (*model)->config().n_vocab;
   ASSERT_EQ(golden["model_vocab"].get<int64_t>(), n_vocab);
   const Tolerance tol = tolerance_for(name);
@@ -104,15 +112,20 @@ void check_model(const std::string& name) {
   }
   EXPECT_LE(worst_abs, tol.max_abs_rel);
   EXPECT_LE(worst_nmse, tol.nmse);
-  std::printf("[golden] %-24s max|Δ|/rms %.2e  NMSE %.2e\n", name.c_str(), worst_abs, worst_nmse);
+  std::printf("[golden] %-30s max|Δ|/rms %.2e  NMSE %.2e\n", name.c_str(), worst_abs, worst_nmse);
 }
 
 std::vector<std::string> golden_models() {
   std::vector<std::string> names;
-  for (const auto& e : std::filesystem::directory_iterator(shared_path("golden/models"))) {
-    const std::string f = e.path().filename().string();
-    const std::string suffix = ".ids.json";
-    if (f.size() > suffix.size() && f.ends_with(suffix) && f != "ids.json") names.push_back(f.substr(0, f.size() - suffix.size()));
+  for (const std::string set : {"models", "next"}) {
+    const std::string dir = shared_path("golden/" + set);
+    if (!std::filesystem::is_directory(dir)) continue;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+      const std::string f = e.path().filename().string();
+      const std::string suffix = ".ids.json";
+      if (f.size() > suffix.size() && f.ends_with(suffix) && f != "ids.json")
+        names.push_back(set + "/" + f.substr(0, f.size() - suffix.size()));
+    }
   }
   std::sort(names.begin(), names.end());
   return names;
