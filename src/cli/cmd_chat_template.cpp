@@ -1,7 +1,8 @@
 // `kvasir chat-template (-m MODEL.gguf | --template FILE.jinja) --case FILE.json`: renders one
 // conversation with a chat template and prints exactly the rendering, nothing added. With -m the
-// template is the model's tokenizer.chat_template (the default ChatML template when it has none) and
-// a case without bos_token/eos_token gets the model's BOS/EOS token strings.
+// template is the model's tokenizer.chat_template (its family's built-in template when it has none)
+// and a case without bos_token/eos_token gets the model's BOS/EOS token strings. --template also
+// takes a built-in template's name (chatml, gemma, llama2, llama3, mistral, phi3, plain).
 #include <cstdio>
 #include <ctime>
 #include <fstream>
@@ -12,11 +13,12 @@
 #include <nlohmann/json.hpp>
 
 #include "chat/chat_template.h"
-#include "chat/default_template.h"
+#include "chat/builtin_templates.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "format/gguf.h"
 #include "format/mapped_file.h"
+#include "tokenizer/tokenizer.h"
 
 namespace kvasir::cli {
 
@@ -72,7 +74,13 @@ Result<ModelTemplate> load_model_template(const std::string& path) {
     if (!t) return Error{path + ": " + t.error()};
     out.source = std::move(*t);
   } else {
-    out.source = std::string(chat::kDefaultChatTemplate);
+    auto tok = Tokenizer::from_gguf(*g);
+    if (!tok) return Error{path + ": " + tok.error()};
+    auto arch = g->get_string("general.architecture");
+    out.source = std::string(chat::choose_builtin_template(arch ? *arch : "", [&](std::string_view text) {
+                               const int32_t id = tok->token_to_id(text);
+                               return id >= 0 && tok->is_special(id);
+                             }).source);
   }
   auto tokens = g->get_array("tokenizer.ggml.tokens", gguf::ValueType::STRING);
   if (!tokens) return out;  // no vocabulary: leave bos/eos to the case
@@ -114,7 +122,9 @@ int run_chat_template(const ChatTemplateArgs& a) {
     if (k != "name" && k != "expected" && k != "error") context[k] = v;
   }
   std::string source;
-  if (!a.template_path.empty()) {
+  if (const auto* named = chat::find_builtin_template(a.template_path)) {
+    source = std::string(named->source);
+  } else if (!a.template_path.empty()) {
     auto t = read_file(a.template_path);
     if (!t) return fail(t.error());
     source = std::move(*t);
@@ -146,8 +156,8 @@ void register_chat_template(CLI::App& app, Handler& handler) {
   auto* cmd = app.add_subcommand("chat-template", "Render a conversation with a model's chat template");
   auto a = std::make_shared<ChatTemplateArgs>();
   auto* model = cmd->add_option("-m,--model", a->model,
-                                "GGUF model: its tokenizer.chat_template (ChatML if it has none) and BOS/EOS tokens");
-  auto* tmpl = cmd->add_option("--template", a->template_path, "Jinja template file");
+                                "GGUF model: its tokenizer.chat_template (its family's built-in one if it has none) and BOS/EOS tokens");
+  auto* tmpl = cmd->add_option("--template", a->template_path, "Jinja template file, or a built-in template's name (chatml, gemma, llama2, llama3, mistral, phi3, plain)");
   model->excludes(tmpl);
   cmd->add_option("--case", a->case_path,
                   "JSON object: messages, add_generation_prompt, bos_token, eos_token, tools, ...")

@@ -216,6 +216,7 @@ int run_serve(ServeArgs a) {
     return code;
   }
   const int32_t max_len = (*backend)->max_model_len;
+  std::fprintf(stderr, "kvasir serve: chat template: %s\n", (*backend)->chat.origin().c_str());
   http.state().attach(std::move(*backend));
   std::fprintf(stderr, "kvasir serve: model '%s' ready in %.2f s (max_model_len %d)\n",
                a.http.served_model_name.c_str(),
@@ -252,7 +253,7 @@ void register_serve(CLI::App& app, Handler& handler) {
   cmd->add_option("--max-connections", a->http.max_connections, "Open connections at most")
       ->check(CLI::Range(size_t(1), size_t(1) << 20));
   cmd->add_option("--served-model-name", a->http.served_model_name, "Model id in the API (default: file stem)");
-  cmd->add_option("--chat-template", a->chat_template, "Jinja chat template file (default: the model's own)");
+  cmd->add_option("--chat-template", a->chat_template, "Jinja chat template file, or a built-in's name: chatml, gemma, llama2, llama3, mistral, phi3, plain (default: the model's own, else its family's built-in)");
   cmd->add_option("--max-seqs", a->max_seqs, "Sequences in a batch at most")->check(CLI::Range(1, 4096));
   cmd->add_option("--max-batch-tokens", a->max_batch_tokens, "Tokens per engine step at most")
       ->check(CLI::Range(1, 1 << 20));

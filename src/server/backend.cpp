@@ -3,6 +3,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "chat/builtin_templates.h"
+
 namespace kvasir::server {
 
 namespace {
@@ -26,7 +28,9 @@ Result<std::unique_ptr<Backend>> load_backend(const BackendOptions& options) {
   if (!tokenizer) return Error{options.model_path + ": " + tokenizer.error()};
   b->tokenizer.emplace(std::move(*tokenizer));
   std::string template_source;
-  if (!options.chat_template_path.empty()) {
+  if (chat::find_builtin_template(options.chat_template_path)) {
+    template_source = options.chat_template_path;  // a built-in's name
+  } else if (!options.chat_template_path.empty()) {
     auto t = read_text(options.chat_template_path);
     if (!t) return Error{t.error()};
     template_source = std::move(*t);

@@ -11,7 +11,7 @@ namespace kvasir::server {
 
 struct BackendOptions {
   std::string model_path = {};
-  std::string chat_template_path = {};  // empty: the model's own template
+  std::string chat_template_path = {};  // a file or a built-in's name; empty: the model's own (else its family's built-in)
   engine::EngineOptions engine = {};
 };
 

@@ -1,25 +1,46 @@
 #include "server/chat_format.h"
 
 #include "chat/chat_template.h"
-#include "chat/default_template.h"
+#include "chat/builtin_templates.h"
 
 namespace kvasir::server {
 
 ChatFormatter::ChatFormatter(std::string template_source, std::string bos_token, std::string eos_token)
     : source_(std::move(template_source)), bos_(std::move(bos_token)), eos_(std::move(eos_token)) {}
 
+const chat::BuiltinTemplate& ChatFormatter::family_template(const gguf::File& file, const Tokenizer& tokenizer) {
+  auto arch = file.get_string("general.architecture");
+  return chat::choose_builtin_template(arch ? *arch : "", [&](std::string_view text) {
+    const int32_t id = tokenizer.token_to_id(text);
+    return id >= 0 && tokenizer.is_special(id);
+  });
+}
+
 Result<ChatFormatter> ChatFormatter::for_model(const gguf::File& file, const Tokenizer& tokenizer,
-                                               std::string override_source) {
-  std::string source = std::move(override_source);
-  if (source.empty() && file.find("tokenizer.chat_template")) {
+                                               std::string override_template) {
+  std::string source, origin;
+  if (const auto* named = chat::find_builtin_template(override_template)) {
+    source = std::string(named->source);
+    origin = "built-in " + std::string(named->name) + " (requested)";
+  } else if (!override_template.empty()) {
+    source = std::move(override_template);
+    origin = "given file";
+  } else if (file.find("tokenizer.chat_template")) {
     auto t = file.get_string("tokenizer.chat_template");
     if (!t) return Error{t.error()};
     source = std::move(*t);
+    origin = "the model's own";
   }
-  if (source.empty()) source = std::string(chat::kDefaultChatTemplate);
+  if (source.empty()) {
+    const auto& chosen = family_template(file, tokenizer);
+    source = std::string(chosen.source);
+    origin = "built-in " + std::string(chosen.name) + " (the model has none)";
+  }
   const std::string bos = tokenizer.bos() >= 0 ? tokenizer.token_text(tokenizer.bos()) : std::string();
   const std::string eos = tokenizer.eos() >= 0 ? tokenizer.token_text(tokenizer.eos()) : std::string();
-  return ChatFormatter(std::move(source), bos, eos);
+  ChatFormatter f(std::move(source), bos, eos);
+  f.origin_ = std::move(origin);
+  return f;
 }
 
 Result<std::string> ChatFormatter::render(const nlohmann::ordered_json& messages,

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <span>
 
 namespace kvasir::server {
 
@@ -194,6 +195,35 @@ void read_logit_bias(Fields& f, std::vector<std::pair<int32_t, float>>& out) {
   }
 }
 
+// Every field a request may carry: the ones that change what is generated (read below) and the
+// ones that only label the request for the caller (user, metadata, store). Anything else, e.g.
+// best_of, suffix, guided_json, grammar, tool_choice, is refused by name, so a client never
+// believes it got something it asked for; a null value counts as absent.
+constexpr std::string_view kGenerationFields[] = {
+    "model", "max_tokens", "max_completion_tokens", "min_tokens", "temperature", "top_p", "top_k", "min_p",
+    "presence_penalty", "frequency_penalty", "repetition_penalty", "seed", "stop", "stop_token_ids", "n", "stream",
+    "stream_options", "logit_bias", "ignore_eos", "speculative", "cache_salt", "user", "priority", "metadata", "store"};
+constexpr std::string_view kCompletionFields[] = {"prompt", "logprobs", "echo"};
+constexpr std::string_view kChatFields[] = {"messages", "logprobs", "top_logprobs", "add_generation_prompt",
+                                            "continue_final_message", "tools", "chat_template_kwargs",
+                                            "response_format"};
+
+std::optional<ApiError> reject_unknown_fields(const ordered_json& doc, std::span<const std::string_view> endpoint) {
+  auto known = [&](const std::string& key) {
+    for (auto k : kGenerationFields)
+      if (k == key) return true;
+    for (auto k : endpoint)
+      if (k == key) return true;
+    return false;
+  };
+  for (const auto& [key, value] : doc.items()) {
+    if (value.is_null() || known(key)) continue;
+    return bad_request("'" + key + "' is not supported by this server (see docs/API.md for the supported fields)", key,
+                       "unsupported_field");
+  }
+  return std::nullopt;
+}
+
 // Fields common to both generation endpoints. `logprobs` differs between them and is read by the caller.
 Parsed<GenerationRequest> read_generation(const ordered_json& doc) {
   GenerationRequest g;
@@ -328,6 +358,7 @@ std::optional<ApiError> read_messages(ordered_json& doc, ordered_json& out) {
 Parsed<CompletionRequest> parse_completion_request(std::string_view body) {
   auto doc = parse_object(body);
   if (!doc) return doc.error();
+  if (auto e = reject_unknown_fields(*doc, kCompletionFields)) return *e;
   auto gen = read_generation(*doc);
   if (!gen) return gen.error();
   CompletionRequest r{.gen = std::move(*gen)};
@@ -344,6 +375,7 @@ Parsed<CompletionRequest> parse_completion_request(std::string_view body) {
 Parsed<ChatRequest> parse_chat_request(std::string_view body) {
   auto doc = parse_object(body);
   if (!doc) return doc.error();
+  if (auto e = reject_unknown_fields(*doc, kChatFields)) return *e;
   auto gen = read_generation(*doc);
   if (!gen) return gen.error();
   ChatRequest r{.gen = std::move(*gen)};

@@ -44,6 +44,9 @@ struct StreamState {
   std::vector<std::string> echo;
   std::vector<int64_t> text_offsets;  // completions logprobs: where the next token starts
   bool started = false;
+  // Chat: whether a choice's first chunk (the one carrying the role) went out. It goes with the
+  // choice's first token, never before: clients time the first chunk as the first token.
+  std::vector<bool> opened;
 };
 
 ordered_json delta_logprobs(StreamState& s, int32_t choice, const engine::Delta& d) {
@@ -58,11 +61,13 @@ constexpr std::chrono::milliseconds kKeepAliveEvery{1000};
 bool pump_once(StreamState& s, http::StreamSink& sink) {
   std::string out;
   const bool with_usage = s.include_usage;
+  const bool chat = s.meta.endpoint == Endpoint::chat;
   if (!s.started) {
     s.started = true;
+    s.opened.assign(s.job->choices().size(), false);
     for (const auto& c : s.job->choices()) {
       const std::string& echo = s.echo[size_t(c.index)];
-      if (s.meta.endpoint == Endpoint::chat || !echo.empty()) {
+      if (!chat && !echo.empty()) {
         out += sse_event(dump_json(stream_chunk(
             s.meta, ChunkContent{.index = c.index, .text = echo, .first = true, .with_usage_field = with_usage})));
       }
@@ -77,11 +82,15 @@ bool pump_once(StreamState& s, http::StreamSink& sink) {
     // whether the client is still there, so a queued request of a vanished client is freed.
     out = ": keep-alive\n\n";
   } else if (s.job->next(choice, d)) {
-    if (!d.text.empty() || d.finish != engine::FinishReason::None || (!d.logprobs.empty() && s.top_logprobs >= 0)) {
+    const bool first = chat && !s.opened[size_t(choice)];
+    if (first || !d.text.empty() || d.finish != engine::FinishReason::None ||
+        (!d.logprobs.empty() && s.top_logprobs >= 0)) {
+      if (chat) s.opened[size_t(choice)] = true;
       out += sse_event(dump_json(stream_chunk(s.meta, ChunkContent{.index = choice,
                                                                    .text = d.text,
                                                                    .logprobs = delta_logprobs(s, choice, d),
                                                                    .finish = d.finish,
+                                                                   .first = first,
                                                                    .with_usage_field = with_usage})));
     }
   }

@@ -182,24 +182,106 @@ def test_chat_stream_and_logprobs(client, model_id):
 
 @pytest.mark.skipif(not GEMMA.exists(), reason=f"{GEMMA} is not installed (make model)")
 def test_gemma_chat_template():
-    # The installed Gemma 3 270M GGUF is the base model and ships no chat template: pass Gemma's turn
-    # format (the same for Gemma 2 and 3) as a file.
-    template = SHARED / "templates" / "google-gemma-2-2b-it.jinja"
-    s = Server(GEMMA, extra=["--max-seqs", "4", "--kv-mem", "64M", "--max-model-len", "1024", "--chat-template",
-                             str(template)], api_key=None, log_name="gemma")
+    # The installed Gemma 3 270M GGUF is the base model and ships no chat template: the server picks
+    # Gemma's built-in turn format by itself (never ChatML, whose markers Gemma's vocabulary would
+    # split into text), says so at start-up, and a file or a built-in name still overrides it.
+    s = Server(GEMMA, extra=["--max-seqs", "4", "--kv-mem", "64M", "--max-model-len", "1024"], api_key=None,
+               log_name="gemma")
     try:
-        status, tok = s.json("POST", "/tokenize", {"messages": [{"role": "user", "content": "Hi"}],
+        assert "chat template: built-in gemma (the model has none)" in s.log_path.read_text()
+        status, tok = s.json("POST", "/tokenize", {"messages": [{"role": "system", "content": "Be brief."},
+                                                                {"role": "user", "content": "Hi"}],
                                                    "return_token_strs": True})
         assert status == 200
         # Exactly one <bos>: the template writes it, so the tokenizer must not add another.
         assert tok["token_strs"][:4] == ["<bos>", "<start_of_turn>", "user", "\n"]
         assert tok["token_strs"][-3:] == ["<start_of_turn>", "model", "\n"]
+        assert "<|im_start|>" not in "".join(tok["token_strs"]) and "<start_of_turn>" in tok["token_strs"]
         r = s.client().chat.completions.create(model="gemma-3-270m-q4_k_m", max_tokens=8, temperature=0,
                                                messages=[{"role": "user", "content": "Hi"}])
-        assert r.usage.prompt_tokens == tok["count"]
         assert r.choices[0].message.content and r.usage.completion_tokens <= 8
+        assert "<end_of_turn>" not in r.choices[0].message.content and "<|im" not in r.choices[0].message.content
     finally:
         assert s.stop() == 0
+    template = SHARED / "templates" / "google-gemma-2-2b-it.jinja"
+    for override, origin in ((str(template), "given file"), ("chatml", "built-in chatml (requested)")):
+        s = Server(GEMMA, extra=["--max-seqs", "2", "--kv-mem", "32M", "--max-model-len", "512", "--chat-template",
+                                 override], api_key=None, log_name="gemma-override")
+        try:
+            assert f"chat template: {origin}" in s.log_path.read_text()
+            status, tok = s.json("POST", "/tokenize", {"messages": [{"role": "user", "content": "Hi"}],
+                                                       "return_token_strs": True})
+            assert status == 200 and tok["count"] > 3
+        finally:
+            assert s.stop() == 0
+
+
+@pytest.mark.skipif(not GEMMA.exists(), reason=f"{GEMMA} is not installed (make model)")
+def test_chat_stream_first_chunk_comes_with_the_first_token():
+    # Benchmark clients take the first chunk with choices as the first token: it must not go out
+    # before the prefill is done. A prompt that takes a while to prefill (prefix caching off by
+    # using a fresh prompt each time), streamed: the first choices chunk carries the role and the
+    # first token's text, and arrives no earlier than a same-size prompt's whole 1-token request
+    # (Gemma 3 270M: ~0.5 s of prefill here, so an early role chunk cannot pass).
+    import random
+    rng = random.Random(5)
+    words = ["little", "girl", "dog", "park", "tree", "sun", "ball", "happy", "mom", "cat", "red", "big"]
+
+    def prompt():
+        return " ".join(rng.choice(words) for _ in range(400))
+
+    server = Server(GEMMA, extra=["--max-seqs", "2", "--kv-mem", "64M", "--max-model-len", "1024"],
+                    log_name="gemma-ttft")
+    try:
+        check_first_chunk(server, prompt)
+    finally:
+        assert server.stop() == 0
+
+
+def check_first_chunk(server, prompt):
+    t0 = time.time()
+    status, data = server.json("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": prompt()}],
+                                                                 "max_tokens": 1, "temperature": 0})
+    assert status == 200, data
+    prefill_s = time.time() - t0
+    body = json.dumps({"messages": [{"role": "user", "content": prompt()}], "max_tokens": 4, "temperature": 0,
+                       "stream": True, "ignore_eos": True})
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    t0 = time.time()
+    conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json",
+                                                        "Authorization": f"Bearer {server.api_key}"})
+    resp = conn.getresponse()
+    assert resp.status == 200
+    first = None
+    while first is None:
+        line = resp.fp.readline().decode()
+        assert line, "stream ended without a chunk"
+        if line.startswith("data: ") and line.strip() != "data: [DONE]":
+            chunk = json.loads(line[6:])
+            if chunk["choices"]:
+                first = (time.time() - t0, chunk)
+    conn.close()
+    elapsed, chunk = first
+    delta = chunk["choices"][0]["delta"]
+    assert delta["role"] == "assistant" and "content" in delta
+    assert elapsed >= 0.5 * prefill_s, (elapsed, prefill_s)
+
+
+def test_unsupported_fields_are_refused(client, model_id):
+    # A field that would change the output, which the server does not implement, is a 400 naming
+    # it: the client never believes it got what it asked for. Metadata fields are accepted.
+    for kind, extra in (("completion", {"best_of": 2}), ("completion", {"suffix": "x"}),
+                        ("completion", {"prompt_logprobs": 1}), ("chat", {"guided_json": {"type": "object"}}),
+                        ("chat", {"tool_choice": "required"}), ("chat", {"structured_outputs": {}})):
+        with pytest.raises(openai.BadRequestError) as e:
+            if kind == "completion":
+                client.completions.create(model=model_id, prompt=PROMPT, max_tokens=2, extra_body=extra)
+            else:
+                client.chat.completions.create(model=model_id, messages=MESSAGES, max_tokens=2, extra_body=extra)
+        assert e.value.body["param"] == next(iter(extra)) and e.value.body["code"] == "unsupported_field"
+    r = client.chat.completions.create(model=model_id, messages=MESSAGES, max_tokens=2, user="u", store=False,
+                                       metadata={"team": "e2e"})
+    assert r.choices[0].finish_reason in ("length", "stop")
 
 
 # ---- concurrency and aborts -------------------------------------------------------------------

@@ -182,7 +182,9 @@ TEST_P(EngineInvariance, SpeculationKeepsGreedyTokens) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, EngineInvariance,
-                         ::testing::Values("stories260K", "fixture-llama-q4_k_m", "fixture-gemma3-q8_0"),
+                         ::testing::Values("stories260K", "fixture-llama-q4_k_m", "fixture-gemma3-q8_0",
+                                           "next/fixture-qwen3moe-q4_k", "next/fixture-gemma2-q8_0",
+                                           "next/fixture-phi3-f16"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (auto& ch : n) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';

@@ -55,7 +55,7 @@ TEST(Protocol, CompletionAllFields) {
     "min_p": 0.1, "presence_penalty": -2, "frequency_penalty": 1.5, "repetition_penalty": 1.1, "seed": 42,
     "stop": ["\n", "", "END"], "stop_token_ids": [9], "n": 3, "stream": true, "stream_options": {"include_usage": true},
     "logprobs": 5, "logit_bias": {"17": -100, "3": 2.5}, "ignore_eos": true, "cache_salt": "t1", "user": "u",
-    "priority": -3, "echo": true, "some_unknown_field": {"x": 1}})");
+    "priority": -3, "echo": true})");
   ASSERT_TRUE(r.ok()) << r.error().message;
   ASSERT_TRUE(r->prompts[0].is_ids);
   EXPECT_EQ(r->prompts[0].ids, (std::vector<int32_t>{1, 2, 3}));
@@ -323,6 +323,40 @@ TEST(Protocol, WideJsonStillParses) {
   ASSERT_TRUE(r.ok()) << r.error().message;
   ASSERT_EQ(r->tools.size(), 100000u);
   EXPECT_EQ(r->tools[99999]["function"]["name"], "f99999");
+}
+
+}  // namespace
+}  // namespace kvasir::server
+
+namespace kvasir::server {
+namespace {
+
+// Fields that would change the output or the response's shape, which this server does not
+// implement, are refused by name (never silently ignored); metadata fields and nulls are fine.
+TEST(Protocol, UnsupportedFieldsAreRefusedByName) {
+  for (const char* field : {"best_of", "suffix", "prompt_logprobs", "guided_json", "structured_outputs", "grammar"}) {
+    const std::string body = std::string(R"({"prompt": "x", ")") + field + R"(": 2})";
+    const ApiError e = completion_error(body);
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.param, field);
+    EXPECT_EQ(e.code, "unsupported_field");
+    EXPECT_NE(e.message.find(field), std::string::npos);
+  }
+  for (const char* field : {"tool_choice", "parallel_tool_calls", "guided_json", "echo", "functions"}) {
+    const std::string body = std::string(R"({"messages": [{"role": "user", "content": "x"}], ")") + field + R"(": 1})";
+    EXPECT_EQ(chat_error(body).param, field);
+  }
+  // Chat fields are not completion fields and vice versa.
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "messages": []})").param, "messages");
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "response_format": {"type": "text"}})").param, "response_format");
+}
+
+TEST(Protocol, MetadataFieldsAndNullsAreAccepted) {
+  EXPECT_TRUE(parse_completion_request(R"({"prompt": "x", "user": "u", "metadata": {"k": "v"}, "store": false})").ok());
+  EXPECT_TRUE(parse_completion_request(R"({"prompt": "x", "best_of": null, "suffix": null})").ok());
+  EXPECT_TRUE(parse_chat_request(R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": null,
+                                     "metadata": {}, "store": true})")
+                  .ok());
 }
 
 }  // namespace
