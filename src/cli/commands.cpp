@@ -2,14 +2,17 @@
 
 #include <cstdio>
 #include <exception>
+#include <string>
 
 namespace kvasir::cli {
 
 int main(int argc, char** argv) {
   CLI::App app{"kvasir: LLM inference engine"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("kvasir ") + KVASIR_VERSION);
   Handler handler;
   register_run(app, handler);
+  register_chat(app, handler);
   register_inspect(app, handler);
   register_logits(app, handler);
   register_tokenizer_commands(app, handler);

@@ -11,6 +11,7 @@ using Handler = std::function<int()>;
 
 void register_inspect(CLI::App& app, Handler& handler);
 void register_run(CLI::App& app, Handler& handler);
+void register_chat(CLI::App& app, Handler& handler);
 void register_logits(CLI::App& app, Handler& handler);
 void register_tokenizer_commands(CLI::App& app, Handler& handler);  // tokenize, detokenize
 void register_chat_template(CLI::App& app, Handler& handler);

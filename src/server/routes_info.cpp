@@ -69,17 +69,20 @@ void handle_metrics(ServerState& st, http::Response& res) {
   res.set_content(text, "text/plain; version=0.0.4; charset=utf-8");
 }
 
+ordered_json model_json(const ServerState& st, const Backend& b) {
+  return ordered_json{{"id", st.options.served_model_name},
+                      {"object", "model"},
+                      {"created", int64_t(std::time(nullptr))},
+                      {"owned_by", "kvasir"},
+                      {"root", st.options.served_model_name},
+                      {"parent", nullptr},
+                      {"max_model_len", b.max_model_len}};
+}
+
 void handle_models(ServerState& st, http::Response& res) {
   Backend* b = serving_backend(st, res);
   if (!b) return;
-  ordered_json model{{"id", st.options.served_model_name},
-                     {"object", "model"},
-                     {"created", int64_t(std::time(nullptr))},
-                     {"owned_by", "kvasir"},
-                     {"root", st.options.served_model_name},
-                     {"parent", nullptr},
-                     {"max_model_len", b->max_model_len}};
-  send_json(res, 200, ordered_json{{"object", "list"}, {"data", ordered_json::array({std::move(model)})}});
+  send_json(res, 200, ordered_json{{"object", "list"}, {"data", ordered_json::array({model_json(st, *b)})}});
 }
 
 void handle_tokenize(ServerState& st, const http::Request& req, http::Response& res) {
@@ -135,6 +138,10 @@ void register_info_routes(http::Router& router, ServerState& st) {
   router.add("GET", "/health", [&st](const Req&, Res& res) { handle_health(st, res); }, quick);
   router.add("GET", "/metrics", [&st](const Req&, Res& res) { handle_metrics(st, res); }, quick);
   router.add("GET", "/v1/models", [&st](const Req&, Res& res) { handle_models(st, res); }, quick);
+  // One model per server: its own path (any other id is the router's 404).
+  router.add("GET", "/v1/models/" + st.options.served_model_name, [&st](const Req&, Res& res) {
+    if (Backend* b = serving_backend(st, res)) send_json(res, 200, model_json(st, *b));
+  }, quick);
   router.add("POST", "/tokenize", [&st](const Req& req, Res& res) { handle_tokenize(st, req, res); }, json_post);
   router.add("POST", "/detokenize", [&st](const Req& req, Res& res) { handle_detokenize(st, req, res); }, json_post);
 }

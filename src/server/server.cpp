@@ -32,6 +32,9 @@ HttpServer::HttpServer(ServerOptions options)
   router_.set_filter([this](http::Request& req, http::Response& res) { return access_.check(req, res); });
   router_.set_finisher([this](const http::Request& req, http::Response& res) {
     access_.decorate(req, res);
+    // A caller's request id comes back on its response, so it can match logs on both sides.
+    if (const std::string& id = req.header("X-Request-Id"); !id.empty() && id.size() <= 256)
+      res.headers.set("X-Request-Id", id);
     if (res.status >= 400) state_.metrics.count_http_error(res.status);
   });
   const size_t max_body = state_.options.max_body_bytes;

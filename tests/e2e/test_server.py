@@ -40,6 +40,13 @@ def test_health_models_and_page(server, client, model_id):
     status, headers, body = server.request("GET", "/", auth=False)
     assert status == 200 and headers["Content-Type"].startswith("text/html")
     assert b"/v1/chat/completions" in body
+    one = client.models.retrieve(model_id)
+    assert one.id == model_id and one.owned_by == "kvasir"
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("gpt-4")
+    status, headers, _ = server.request("POST", "/v1/completions", {"prompt": PROMPT, "max_tokens": 1},
+                                        headers={"X-Request-Id": "req-42"})
+    assert status == 200 and headers["X-Request-Id"] == "req-42"
 
 
 def test_tokenize_detokenize(server, model_id):
