@@ -78,6 +78,11 @@ std::optional<ApiError> check_request_ids(const GenerationRequest& request, cons
   return std::nullopt;
 }
 
+std::string tenant_salt(const http::Request& req, const std::string& client_salt) {
+  if (req.principal.empty()) return client_salt;
+  return req.principal + '\x1f' + client_salt;
+}
+
 engine::GenerationParams engine_params(const GenerationRequest& r, std::vector<int32_t> prompt, int32_t max_tokens,
                                        uint64_t base_seed, int32_t choice_seq) {
   engine::GenerationParams p;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "http/message.h"
 #include "server/metrics.h"
 #include "server/protocol.h"
 #include "server/responses.h"
@@ -30,6 +31,10 @@ std::optional<ApiError> check_text_length(size_t text_bytes, const Tokenizer& to
                                           Endpoint endpoint);
 // Checks the token ids a request names outside its prompt (logit_bias, stop_token_ids).
 std::optional<ApiError> check_request_ids(const GenerationRequest& request, const Tokenizer& tokenizer);
+
+// The prefix cache is partitioned per API key, so that cached_tokens cannot tell one tenant what
+// another sent; a client's own cache_salt partitions further within its key.
+std::string tenant_salt(const http::Request& req, const std::string& client_salt);
 
 // The engine request for choice `choice_seq` (0, 1, ...) of a prompt: seeds seed, seed+1, ...
 engine::GenerationParams engine_params(const GenerationRequest& request, std::vector<int32_t> prompt,

@@ -11,6 +11,8 @@ namespace kvasir::server {
 
 // POST /v1/completions, POST /v1/chat/completions (routes_generate.cpp)
 void register_generation_routes(http::Router& router, ServerState& state);
+// Ollama's /api/generate, /api/chat, /api/tags, /api/show, /api/ps, /api/version (routes_ollama.cpp)
+void register_ollama_routes(http::Router& router, ServerState& state);
 // GET /, /health, /metrics, /v1/models; POST /tokenize, /detokenize (routes_info.cpp)
 void register_info_routes(http::Router& router, ServerState& state);
 

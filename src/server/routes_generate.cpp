@@ -21,13 +21,6 @@ struct PreparedChoices {
   std::vector<std::string> echo;   // per choice: text to print before the answer (completions echo)
 };
 
-// The prefix cache is partitioned per API key, so that cached_tokens cannot tell one tenant what
-// another sent; a client's own cache_salt partitions further within its key.
-std::string tenant_salt(const http::Request& req, const std::string& client_salt) {
-  if (req.principal.empty()) return client_salt;
-  return req.principal + '\x1f' + client_salt;
-}
-
 uint64_t random_seed() {
   thread_local std::mt19937_64 rng{std::random_device{}()};
   return rng();

@@ -51,6 +51,7 @@ HttpServer::HttpServer(ServerOptions options)
                       .requests_in_flight = t.requests_in_flight};
   };
   register_info_routes(router_, state_);
+  register_ollama_routes(router_, state_);
   register_generation_routes(router_, state_);
 }
 

@@ -1,13 +1,14 @@
 // libFuzzer target for the request protocol layer: arbitrary bytes as the body of every endpoint
 // and as the text of an error. Parsing must never crash, hang or recurse without bound (bodies
 // nested deeper than kMaxJsonDepth are refused before parsing); a request that parses must hold
-// what the parser promises and survive what the server does next with its JSON (dump, copy);
+// what the parser promises (Ollama's requests too) and survive what the server does next with its JSON (dump, copy);
 // every error must print as a JSON body.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
 
+#include "server/ollama_protocol.h"
 #include "server/protocol.h"
 
 namespace {
@@ -84,6 +85,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   expect(detokenize);
   if (detokenize.ok())
     for (int32_t id : detokenize->tokens) check(id >= 0);
+
+  // Ollama's routes parse into the same GenerationRequest.
+  for (bool is_chat : {true, false}) {
+    auto o = is_chat ? ollama::parse_chat(body) : ollama::parse_generate(body);
+    expect(o);
+    if (o.ok()) {
+      check(!o->gen.model.empty() && o->messages.is_array() && !o->messages.empty());
+      check(!o->gen.max_tokens || *o->gen.max_tokens >= 1);
+      for (const std::string& s : o->gen.stop) check(!s.empty());
+      walk(o->messages);
+    }
+  }
 
   // Any bytes (invalid UTF-8 included) in an error's text still make a JSON body.
   const std::string text(body);

@@ -1,0 +1,43 @@
+// Ollama's API (/api/generate, /api/chat, /api/tags, /api/show, /api/version, /api/ps) mapped onto
+// the engine: its requests parsed into the same GenerationRequest the OpenAI routes use (Ollama's
+// names and defaults: `options.num_predict`, `repeat_penalty`, temperature 0.8, top_k 40, top_p
+// 0.9, streaming on unless "stream": false), and its response objects. Fields that would change
+// the output and are not implemented (images, format, tools, suffix, template, context, raw
+// mirostat, think...) are a 400 naming them, as on the OpenAI routes; empty values ("tools": [],
+// "format": "", which Ollama's client sends when not given) count as absent.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "engine/engine.h"
+#include "server/protocol.h"
+
+namespace kvasir::server::ollama {
+
+struct Request {
+  GenerationRequest gen;       // max_tokens absent: the rest of the context (num_predict -1)
+  ordered_json messages;       // /api/chat; /api/generate: built from system + prompt
+  std::string prompt;          // /api/generate
+  bool raw = false;            // /api/generate: the prompt as is, no template
+  bool is_chat = false;
+};
+
+Parsed<Request> parse_chat(std::string_view body);
+Parsed<Request> parse_generate(std::string_view body);
+// Ollama model names carry a tag: "name:latest" and "name" are the same model.
+bool same_model(std::string_view requested, std::string_view served);
+
+// RFC 3339 UTC with microseconds, as Ollama's created_at.
+std::string timestamp_now();
+
+// Durations in nanoseconds, from the engine's final delta.
+struct Stats {
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+  engine::Timings timings;
+};
+// One streamed piece (done false) or the final object (done true) of either endpoint.
+ordered_json chunk(bool is_chat, const std::string& model, const std::string& text, bool done,
+                   engine::FinishReason finish = engine::FinishReason::None, const Stats* stats = nullptr);
+
+}  // namespace kvasir::server::ollama

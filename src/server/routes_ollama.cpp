@@ -1,0 +1,257 @@
+// Ollama's API on the same engine (ollama_protocol.h): /api/generate and /api/chat (NDJSON
+// streams, one JSON object per line, the last with "done": true and the timings), /api/tags,
+// /api/show, /api/ps, /api/version. Errors are Ollama's shape, {"error": "message"}.
+#include <sys/stat.h>
+
+#include <random>
+
+#include "server/generation.h"
+#include "server/http_util.h"
+#include "server/ollama_protocol.h"
+#include "server/routes.h"
+
+namespace kvasir::server {
+namespace {
+
+// The API level of Ollama's that these routes follow (clients gate features on it).
+constexpr const char* kOllamaApiVersion = "0.6.0";
+
+void send_ollama_error(http::Response& res, const ApiError& e) {
+  send_json(res, e.status, ordered_json{{"error", e.message}});
+}
+
+std::string ollama_name(const ServerState& st) { return st.options.served_model_name + ":latest"; }
+
+// llama.cpp's general.file_type values, as Ollama shows them.
+std::string quantization_level(const gguf::File& g) {
+  auto t = g.get_int("general.file_type");
+  if (!t) return "unknown";
+  switch (*t) {
+    case 0: return "F32";
+    case 1: return "F16";
+    case 2: return "Q4_0";
+    case 3: return "Q4_1";
+    case 7: return "Q8_0";
+    case 8: return "Q5_0";
+    case 9: return "Q5_1";
+    case 10: return "Q2_K";
+    case 11: return "Q3_K_S";
+    case 12: return "Q3_K_M";
+    case 13: return "Q3_K_L";
+    case 14: return "Q4_K_S";
+    case 15: return "Q4_K_M";
+    case 16: return "Q5_K_S";
+    case 17: return "Q5_K_M";
+    case 18: return "Q6_K";
+    case 32: return "BF16";
+    default: return "unknown";
+  }
+}
+
+int64_t parameter_count(const gguf::File& g) {
+  int64_t n = 0;
+  for (const auto& t : g.tensors) n += t.num_elements();
+  return n;
+}
+
+std::string parameter_size(int64_t n) {
+  char buf[32];
+  if (n >= 1000000000) std::snprintf(buf, sizeof buf, "%.1fB", double(n) / 1e9);
+  else std::snprintf(buf, sizeof buf, "%.1fM", double(n) / 1e6);
+  return buf;
+}
+
+ordered_json details(const Backend& b) {
+  const std::string& arch = b.model->config().arch_name;
+  return ordered_json{{"parent_model", ""},     {"format", "gguf"},
+                      {"family", arch},         {"families", ordered_json::array({arch})},
+                      {"parameter_size", parameter_size(parameter_count(b.model->gguf()))},
+                      {"quantization_level", quantization_level(b.model->gguf())}};
+}
+
+struct FileInfo {
+  int64_t size = 0;
+  std::string modified_at;
+};
+
+FileInfo file_info(const Backend& b) {
+  FileInfo f;
+  struct stat st {};
+  if (::stat(b.model->path().c_str(), &st) != 0) return f;
+  f.size = int64_t(st.st_size);
+  std::tm tm{};
+  gmtime_r(&st.st_mtime, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  f.modified_at = buf;
+  return f;
+}
+
+ordered_json model_entry(const ServerState& st, const Backend& b) {
+  const FileInfo f = file_info(b);
+  return ordered_json{{"name", ollama_name(st)},
+                      {"model", ollama_name(st)},
+                      {"modified_at", f.modified_at},
+                      {"size", f.size},
+                      {"details", details(b)}};
+}
+
+void handle_show(ServerState& st, const http::Request& req, http::Response& res) {
+  Backend* b = serving_backend(st, res);
+  if (!b) return;
+  const ordered_json doc = ordered_json::parse(req.body, nullptr, false);
+  std::string name;
+  if (doc.is_object()) {
+    for (const char* key : {"model", "name"})
+      if (doc.contains(key) && doc[key].is_string()) name = doc[key].get<std::string>();
+  }
+  if (!ollama::same_model(name, st.options.served_model_name))
+    return send_ollama_error(res, ApiError{.status = 404, .message = "model '" + name + "' not found"});
+  const ModelConfig& c = b->model->config();
+  const std::string& a = c.arch_name;
+  ordered_json info{{"general.architecture", a},
+                    {"general.parameter_count", parameter_count(b->model->gguf())},
+                    {a + ".context_length", c.n_ctx_train},
+                    {a + ".embedding_length", c.n_embd},
+                    {a + ".block_count", c.n_layers},
+                    {a + ".attention.head_count", c.n_heads},
+                    {a + ".attention.head_count_kv", c.n_kv_heads},
+                    {"tokenizer.ggml.vocab_size", c.n_vocab}};
+  if (c.moe()) {
+    info[a + ".expert_count"] = c.n_experts;
+    info[a + ".expert_used_count"] = c.n_experts_used;
+  }
+  send_json(res, 200,
+            ordered_json{{"modelfile", ""},
+                         {"parameters", ""},
+                         {"template", b->chat.source()},
+                         {"details", details(*b)},
+                         {"model_info", std::move(info)},
+                         {"capabilities", ordered_json::array({"completion"})},
+                         {"modified_at", file_info(*b).modified_at}});
+}
+
+// Between calls of a streamed response's provider.
+struct NdjsonStream {
+  std::shared_ptr<ActiveGuard> guard;
+  std::unique_ptr<GenerationJob> job;
+  std::string model;
+  bool is_chat = false;
+};
+
+constexpr std::chrono::milliseconds kWaitSlice{100};
+
+bool pump(NdjsonStream& s, http::StreamSink& sink) {
+  int32_t choice = 0;
+  engine::Delta d;
+  if (!s.job->wait_ready(kWaitSlice)) return true;  // called again
+  if (!s.job->next(choice, d)) return false;
+  std::string out;
+  const bool done = d.finish != engine::FinishReason::None;
+  if (!d.text.empty() || !done) out += ollama::chunk(s.is_chat, s.model, d.text, false).dump() + "\n";
+  if (done) {
+    const auto usage = s.job->usage();
+    const ollama::Stats stats{usage.prompt_tokens, usage.completion_tokens, d.timings};
+    out += ollama::chunk(s.is_chat, s.model, "", true, d.finish, &stats).dump() + "\n";
+  }
+  if (!sink.write(out)) {
+    s.job->abort_all();
+    return false;
+  }
+  return !done;
+}
+
+void handle_generation(ServerState& st, const http::Request& req, http::Response& res, bool is_chat) {
+  Backend* b = serving_backend(st, res);
+  if (!b) return;
+  auto r = is_chat ? ollama::parse_chat(req.body) : ollama::parse_generate(req.body);
+  if (!r) return send_ollama_error(res, r.error());
+  if (!ollama::same_model(r->gen.model, st.options.served_model_name))
+    return send_ollama_error(res, ApiError{.status = 404, .message = "model '" + r->gen.model + "' not found"});
+  const std::string model = r->gen.model;
+  // An empty generate request only asks for the model to be loaded (it is).
+  if (!is_chat && r->prompt.empty() && r->messages.size() == 1) {
+    ordered_json out = ollama::chunk(false, model, "", true);
+    out["done_reason"] = "load";
+    return send_json(res, 200, out);
+  }
+  r->gen.cache_salt = tenant_salt(req, r->gen.cache_salt);
+  std::vector<int32_t> ids;
+  if (!is_chat && r->raw) {
+    if (auto e = check_text_length(r->prompt.size(), *b->tokenizer, b->max_model_len, Endpoint::completions))
+      return send_ollama_error(res, *e);
+    ids = b->tokenizer->encode(r->prompt);
+  } else {
+    auto text = b->chat.render(r->messages, ChatRenderOptions{});
+    if (!text) return send_ollama_error(res, bad_request("chat template: " + text.error(), "messages"));
+    if (auto e = check_text_length(text->size(), *b->tokenizer, b->max_model_len, Endpoint::chat))
+      return send_ollama_error(res, *e);
+    ids = b->chat.tokenize(*b->tokenizer, *text);
+  }
+  auto max_tokens = check_prompt(ids, r->gen, Endpoint::chat, *b->tokenizer, b->max_model_len);
+  if (!max_tokens) return send_ollama_error(res, max_tokens.error());
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  const uint64_t seed = r->gen.sampling.seed ? *r->gen.sampling.seed : rng();
+  std::vector<engine::GenerationParams> params;
+  params.push_back(engine_params(r->gen, std::move(ids), *max_tokens, seed, 0));
+  auto guard = std::make_shared<ActiveGuard>(st);
+  auto job = GenerationJob::submit(*b->engine, st.metrics, std::move(params), {0});
+  if (!job) return send_ollama_error(res, job.error());
+
+  if (!r->gen.stream) {
+    std::string text;
+    engine::Delta d, last;
+    int32_t choice = 0;
+    for (;;) {
+      if (req.client_gone()) return (*job)->abort_all();
+      if (!(*job)->wait_ready(kWaitSlice)) continue;
+      if (!(*job)->next(choice, d)) break;
+      text += d.text;
+      if (d.finish != engine::FinishReason::None) last = d;
+    }
+    const auto usage = (*job)->usage();
+    const ollama::Stats stats{usage.prompt_tokens, usage.completion_tokens, last.timings};
+    return send_json(res, 200, ollama::chunk(is_chat, model, text, true, last.finish, &stats));
+  }
+  auto s = std::make_shared<NdjsonStream>();
+  s->guard = std::move(guard);
+  s->job = std::move(*job);
+  s->model = model;
+  s->is_chat = is_chat;
+  res.status = 200;
+  res.content_type = "application/x-ndjson";
+  res.stream = [s](http::StreamSink& sink) { return pump(*s, sink); };
+  res.on_close = [s](bool completed) {
+    if (!completed) s->job->abort_all();
+  };
+}
+
+}  // namespace
+
+void register_ollama_routes(http::Router& router, ServerState& st) {
+  using Req = http::Request;
+  using Res = http::Response;
+  const http::RouteOptions quick{.run = http::Run::io_thread};
+  const http::RouteOptions json_post{.run = http::Run::worker, .json_body = true};
+  router.add("POST", "/api/generate", [&st](const Req& req, Res& res) { handle_generation(st, req, res, false); },
+             json_post);
+  router.add("POST", "/api/chat", [&st](const Req& req, Res& res) { handle_generation(st, req, res, true); }, json_post);
+  router.add("GET", "/api/tags", [&st](const Req&, Res& res) {
+    if (Backend* b = serving_backend(st, res))
+      send_json(res, 200, ordered_json{{"models", ordered_json::array({model_entry(st, *b)})}});
+  }, quick);
+  router.add("GET", "/api/ps", [&st](const Req&, Res& res) {
+    if (Backend* b = serving_backend(st, res)) {
+      ordered_json m = model_entry(st, *b);
+      m["expires_at"] = "2100-01-01T00:00:00Z";  // loaded for the server's lifetime
+      m["size_vram"] = 0;
+      send_json(res, 200, ordered_json{{"models", ordered_json::array({std::move(m)})}});
+    }
+  }, quick);
+  router.add("POST", "/api/show", [&st](const Req& req, Res& res) { handle_show(st, req, res); }, json_post);
+  router.add("GET", "/api/version", [](const Req&, Res& res) {
+    send_json(res, 200, ordered_json{{"version", kOllamaApiVersion}});
+  }, quick);
+}
+
+}  // namespace kvasir::server
