@@ -1,6 +1,7 @@
 #include "server/generation.h"
 
 #include <algorithm>
+#include <random>
 
 #include "server/http_util.h"
 
@@ -76,6 +77,23 @@ std::optional<ApiError> check_request_ids(const GenerationRequest& request, cons
                          "stop_token_ids");
   }
   return std::nullopt;
+}
+
+uint64_t random_seed() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return rng();
+}
+
+void stream_body(http::Response& res, std::string content_type, std::function<bool(http::StreamSink&)> pump,
+                 std::function<void()> on_broken) {
+  res.status = 200;
+  res.headers.set("Cache-Control", "no-cache");
+  res.headers.set("X-Accel-Buffering", "no");  // proxies must not hold the pieces back
+  res.content_type = std::move(content_type);
+  res.stream = std::move(pump);
+  res.on_close = [on_broken = std::move(on_broken)](bool completed) {
+    if (!completed) on_broken();
+  };
 }
 
 std::string tenant_salt(const http::Request& req, const std::string& client_salt) {

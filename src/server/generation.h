@@ -3,6 +3,7 @@
 // engine requests of one HTTP request, reads their deltas and records their metrics.
 #pragma once
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -39,6 +40,14 @@ std::string tenant_salt(const http::Request& req, const std::string& client_salt
 // The engine request for choice `choice_seq` (0, 1, ...) of a prompt: seeds seed, seed+1, ...
 engine::GenerationParams engine_params(const GenerationRequest& request, std::vector<int32_t> prompt,
                                        int32_t max_tokens, uint64_t base_seed, int32_t choice_seq);
+
+// A fresh random seed for a request that names none.
+uint64_t random_seed();
+
+// Makes `res` a streamed body of `content_type`: the transport calls `pump` until it returns
+// false; `on_broken` runs when the stream ended before every piece reached the client.
+void stream_body(http::Response& res, std::string content_type, std::function<bool(http::StreamSink&)> pump,
+                 std::function<void()> on_broken);
 
 class GenerationJob {
  public:

@@ -9,16 +9,6 @@
 namespace kvasir::server::ollama {
 namespace {
 
-Parsed<ordered_json> parse_object(std::string_view body) {
-  if (json_nesting_depth(body, kMaxJsonDepth + 1) > kMaxJsonDepth)
-    return bad_request("the request nests deeper than " + std::to_string(kMaxJsonDepth) + " levels", {},
-                       "json_too_deep");
-  ordered_json doc = ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) return bad_request("the request body is not valid JSON", {}, "invalid_json");
-  if (!doc.is_object()) return bad_request("the request body must be a JSON object", {}, "invalid_json");
-  return doc;
-}
-
 std::optional<ApiError> only_known(const ordered_json& obj, std::initializer_list<std::string_view> known,
                                    const std::string& prefix) {
   for (const auto& [key, value] : obj.items()) {
@@ -120,7 +110,7 @@ ordered_json done_reason(engine::FinishReason f) {
 }  // namespace
 
 Parsed<Request> parse_chat(std::string_view body) {
-  auto doc = parse_object(body);
+  auto doc = parse_json_object(body);
   if (!doc) return doc.error();
   if (auto e = only_known(*doc, {"model", "messages", "stream", "options", "keep_alive", "think"}, "")) return *e;
   Request r;
@@ -144,7 +134,7 @@ Parsed<Request> parse_chat(std::string_view body) {
 }
 
 Parsed<Request> parse_generate(std::string_view body) {
-  auto doc = parse_object(body);
+  auto doc = parse_json_object(body);
   if (!doc) return doc.error();
   if (auto e = only_known(*doc, {"model", "prompt", "system", "stream", "options", "keep_alive", "raw", "think"}, ""))
     return *e;

@@ -12,6 +12,18 @@ ApiError bad_request(std::string message, std::string param, std::string code) {
   return ApiError{.status = 400, .message = std::move(message), .param = std::move(param), .code = std::move(code)};
 }
 
+Parsed<ordered_json> parse_json_object(std::string_view body) {
+  // Parsing itself is iterative; what later walks the value (copies, dump, templates) recurses.
+  if (json_nesting_depth(body, kMaxJsonDepth + 1) > kMaxJsonDepth)
+    return bad_request("the request body nests arrays and objects more than " + std::to_string(kMaxJsonDepth) +
+                           " levels deep",
+                       {}, "json_too_deep");
+  ordered_json doc = ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) return bad_request("the request body is not valid JSON", {}, "invalid_json");
+  if (!doc.is_object()) return bad_request("the request body must be a JSON object", {}, "invalid_json");
+  return doc;
+}
+
 ordered_json error_json(const ApiError& e) {
   ordered_json err;
   err["message"] = e.message;
@@ -131,17 +143,7 @@ class Fields {
 
 constexpr int64_t kI32Max = std::numeric_limits<int32_t>::max();
 
-Parsed<ordered_json> parse_object(std::string_view body) {
-  // Parsing itself is iterative; what later walks the value (copies, dump, templates) recurses.
-  if (json_nesting_depth(body, kMaxJsonDepth + 1) > kMaxJsonDepth)
-    return bad_request("the request body nests arrays and objects more than " + std::to_string(kMaxJsonDepth) +
-                           " levels deep",
-                       {}, "json_too_deep");
-  ordered_json doc = ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) return bad_request("the request body is not valid JSON", {}, "invalid_json");
-  if (!doc.is_object()) return bad_request("the request body must be a JSON object", {}, "invalid_json");
-  return doc;
-}
+Parsed<ordered_json> parse_object(std::string_view body) { return parse_json_object(body); }
 
 // Moves the value of `key` out of the request document (which is parsed once and owned by the
 // parser), so that large client values are not deep-copied.

@@ -135,6 +135,9 @@ inline constexpr size_t kMaxJsonDepth = 64;
 // that is not JSON gets some depth and is left to the parser to reject.
 size_t json_nesting_depth(std::string_view json, size_t stop_at = SIZE_MAX);
 
+// A request body as a JSON object: 400 invalid_json / json_too_deep otherwise.
+Parsed<ordered_json> parse_json_object(std::string_view body);
+
 Parsed<CompletionRequest> parse_completion_request(std::string_view body);
 Parsed<ChatRequest> parse_chat_request(std::string_view body);
 Parsed<TokenizeRequest> parse_tokenize_request(std::string_view body);

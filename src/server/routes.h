@@ -3,6 +3,8 @@
 // 405 wrong method, 413 body too large, 415 not JSON, 503 loading or draining).
 #pragma once
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "http/router.h"
 #include "server/state.h"
@@ -11,6 +13,8 @@ namespace kvasir::server {
 
 // POST /v1/completions, POST /v1/chat/completions (routes_generate.cpp)
 void register_generation_routes(http::Router& router, ServerState& state);
+// POST /v1/responses, OpenAI's Responses API (routes_responses.cpp)
+void register_responses_routes(http::Router& router, ServerState& state);
 // Ollama's /api/generate, /api/chat, /api/tags, /api/show, /api/ps, /api/version (routes_ollama.cpp)
 void register_ollama_routes(http::Router& router, ServerState& state);
 // GET /, /health, /metrics, /v1/models; POST /tokenize, /detokenize (routes_info.cpp)
@@ -18,6 +22,16 @@ void register_info_routes(http::Router& router, ServerState& state);
 
 // Shared by both: the loaded backend when requests are being served, else sends 503 and returns null.
 Backend* serving_backend(ServerState& state, http::Response& res);
+// A conversation rendered with the chat template, checked against the context and tokenized:
+// the prompt and its max_tokens (the request's, or the rest of the context). Template errors are
+// a 400 naming `messages_param`.
+struct ChatPrompt {
+  std::vector<int32_t> ids;
+  int32_t max_tokens = 0;
+};
+Parsed<ChatPrompt> chat_prompt(const Backend& b, const ordered_json& messages, const ChatRenderOptions& options,
+                               const GenerationRequest& gen, const std::string& messages_param);
+
 // 404 model_not_found unless `model` is empty or the served name.
 std::optional<ApiError> check_model(const std::string& model, const ServerState& state);
 

@@ -1,8 +1,6 @@
 // POST /v1/completions and /v1/chat/completions: typed request -> prompt tokens -> one engine
 // request per choice -> a JSON response, or an SSE stream that aborts its engine requests when the
 // client goes away.
-#include <random>
-
 #include "server/generation.h"
 #include "server/http_util.h"
 #include "server/protocol.h"
@@ -20,11 +18,6 @@ struct PreparedChoices {
   std::vector<int32_t> prompt_of;  // per choice
   std::vector<std::string> echo;   // per choice: text to print before the answer (completions echo)
 };
-
-uint64_t random_seed() {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  return rng();
-}
 
 // Everything a stream needs between calls of the content provider.
 struct StreamState {
@@ -148,15 +141,9 @@ void run_generation(ServerState& st, Backend& b, const http::Request& req, http:
   s->top_logprobs = gen.top_logprobs;
   for (const std::string& e : pc.echo) s->text_offsets.push_back(int64_t(e.size()));
   s->echo = std::move(pc.echo);
-  res.status = 200;
-  res.headers.set("Cache-Control", "no-cache");
-  res.headers.set("X-Accel-Buffering", "no");
-  res.content_type = "text/event-stream";
-  res.stream = [s](http::StreamSink& sink) { return pump(*s, sink); };
-  // Called when the stream ends; a broken connection frees the engine requests now.
-  res.on_close = [s](bool completed) {
-    if (!completed) s->job->abort_all();
-  };
+  // A broken connection frees the engine requests now.
+  stream_body(res, "text/event-stream", [s](http::StreamSink& sink) { return pump(*s, sink); },
+              [s] { s->job->abort_all(); });
 }
 
 void handle_completions(ServerState& st, const http::Request& req, http::Response& res) {
@@ -198,20 +185,17 @@ void handle_chat(ServerState& st, const http::Request& req, http::Response& res)
   if (auto e = check_model(r->gen.model, st)) return send_error(res, *e);
   if (auto e = check_request_ids(r->gen, *b->tokenizer)) return send_error(res, *e);
   r->gen.cache_salt = tenant_salt(req, r->gen.cache_salt);
-  auto text = b->chat.render(r->messages, ChatRenderOptions{.add_generation_prompt = r->add_generation_prompt,
-                                                            .continue_final_message = r->continue_final_message,
-                                                            .tools = r->tools,
-                                                            .extra = r->chat_template_kwargs});
-  if (!text) return send_error(res, bad_request("chat template: " + text.error(), "messages"));
-  if (auto e = check_text_length(text->size(), *b->tokenizer, b->max_model_len, Endpoint::chat))
-    return send_error(res, *e);
-  std::vector<int32_t> ids = b->chat.tokenize(*b->tokenizer, *text);
-  auto max_tokens = check_prompt(ids, r->gen, Endpoint::chat, *b->tokenizer, b->max_model_len);
-  if (!max_tokens) return send_error(res, max_tokens.error());
+  auto prompt = chat_prompt(*b, r->messages,
+                            ChatRenderOptions{.add_generation_prompt = r->add_generation_prompt,
+                                              .continue_final_message = r->continue_final_message,
+                                              .tools = r->tools,
+                                              .extra = r->chat_template_kwargs},
+                            r->gen, "messages");
+  if (!prompt) return send_error(res, prompt.error());
   const uint64_t seed = r->gen.sampling.seed ? *r->gen.sampling.seed : random_seed();
   PreparedChoices pc;
   for (int32_t j = 0; j < r->gen.n; ++j) {
-    pc.params.push_back(engine_params(r->gen, ids, *max_tokens, seed, j));
+    pc.params.push_back(engine_params(r->gen, prompt->ids, prompt->max_tokens, seed, j));
     pc.prompt_of.push_back(0);
     pc.echo.emplace_back();
   }
@@ -219,6 +203,18 @@ void handle_chat(ServerState& st, const http::Request& req, http::Response& res)
 }
 
 }  // namespace
+
+Parsed<ChatPrompt> chat_prompt(const Backend& b, const ordered_json& messages, const ChatRenderOptions& options,
+                               const GenerationRequest& gen, const std::string& messages_param) {
+  auto text = b.chat.render(messages, options);
+  if (!text) return bad_request("chat template: " + text.error(), messages_param);
+  if (auto e = check_text_length(text->size(), *b.tokenizer, b.max_model_len, Endpoint::chat)) return *e;
+  ChatPrompt p{.ids = b.chat.tokenize(*b.tokenizer, *text)};
+  auto max_tokens = check_prompt(p.ids, gen, Endpoint::chat, *b.tokenizer, b.max_model_len);
+  if (!max_tokens) return max_tokens.error();
+  p.max_tokens = *max_tokens;
+  return p;
+}
 
 void register_generation_routes(http::Router& router, ServerState& st) {
   const http::RouteOptions json_post{.run = http::Run::worker, .json_body = true};

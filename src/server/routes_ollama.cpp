@@ -3,7 +3,6 @@
 // /api/show, /api/ps, /api/version. Errors are Ollama's shape, {"error": "message"}.
 #include <sys/stat.h>
 
-#include <random>
 
 #include "server/generation.h"
 #include "server/http_util.h"
@@ -176,24 +175,22 @@ void handle_generation(ServerState& st, const http::Request& req, http::Response
     return send_json(res, 200, out);
   }
   r->gen.cache_salt = tenant_salt(req, r->gen.cache_salt);
-  std::vector<int32_t> ids;
+  ChatPrompt prompt;
   if (!is_chat && r->raw) {
     if (auto e = check_text_length(r->prompt.size(), *b->tokenizer, b->max_model_len, Endpoint::completions))
       return send_ollama_error(res, *e);
-    ids = b->tokenizer->encode(r->prompt);
+    prompt.ids = b->tokenizer->encode(r->prompt);
+    auto max_tokens = check_prompt(prompt.ids, r->gen, Endpoint::chat, *b->tokenizer, b->max_model_len);
+    if (!max_tokens) return send_ollama_error(res, max_tokens.error());
+    prompt.max_tokens = *max_tokens;
   } else {
-    auto text = b->chat.render(r->messages, ChatRenderOptions{});
-    if (!text) return send_ollama_error(res, bad_request("chat template: " + text.error(), "messages"));
-    if (auto e = check_text_length(text->size(), *b->tokenizer, b->max_model_len, Endpoint::chat))
-      return send_ollama_error(res, *e);
-    ids = b->chat.tokenize(*b->tokenizer, *text);
+    auto p = chat_prompt(*b, r->messages, ChatRenderOptions{}, r->gen, "messages");
+    if (!p) return send_ollama_error(res, p.error());
+    prompt = std::move(*p);
   }
-  auto max_tokens = check_prompt(ids, r->gen, Endpoint::chat, *b->tokenizer, b->max_model_len);
-  if (!max_tokens) return send_ollama_error(res, max_tokens.error());
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  const uint64_t seed = r->gen.sampling.seed ? *r->gen.sampling.seed : rng();
+  const uint64_t seed = r->gen.sampling.seed ? *r->gen.sampling.seed : random_seed();
   std::vector<engine::GenerationParams> params;
-  params.push_back(engine_params(r->gen, std::move(ids), *max_tokens, seed, 0));
+  params.push_back(engine_params(r->gen, std::move(prompt.ids), prompt.max_tokens, seed, 0));
   auto guard = std::make_shared<ActiveGuard>(st);
   auto job = GenerationJob::submit(*b->engine, st.metrics, std::move(params), {0});
   if (!job) return send_ollama_error(res, job.error());
@@ -218,12 +215,8 @@ void handle_generation(ServerState& st, const http::Request& req, http::Response
   s->job = std::move(*job);
   s->model = model;
   s->is_chat = is_chat;
-  res.status = 200;
-  res.content_type = "application/x-ndjson";
-  res.stream = [s](http::StreamSink& sink) { return pump(*s, sink); };
-  res.on_close = [s](bool completed) {
-    if (!completed) s->job->abort_all();
-  };
+  stream_body(res, "application/x-ndjson", [s](http::StreamSink& sink) { return pump(*s, sink); },
+              [s] { s->job->abort_all(); });
 }
 
 }  // namespace

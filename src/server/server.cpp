@@ -52,6 +52,7 @@ HttpServer::HttpServer(ServerOptions options)
   };
   register_info_routes(router_, state_);
   register_ollama_routes(router_, state_);
+  register_responses_routes(router_, state_);
   register_generation_routes(router_, state_);
 }
 

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "server/ollama_protocol.h"
+#include "server/openai_responses.h"
 #include "server/protocol.h"
 
 namespace {
@@ -96,6 +97,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       for (const std::string& s : o->gen.stop) check(!s.empty());
       walk(o->messages);
     }
+  }
+
+  auto resp = responses_api::parse(body);
+  expect(resp);
+  if (resp.ok()) {
+    check_generation(resp->gen);
+    check(resp->input.is_array() && !resp->input.empty());
+    for (const ordered_json& m : resp->input) check(m["content"].is_string() && m["role"].is_string());
   }
 
   // Any bytes (invalid UTF-8 included) in an error's text still make a JSON body.

@@ -1,0 +1,176 @@
+#include "server/openai_responses.h"
+
+#include <ctime>
+#include <random>
+
+namespace kvasir::server::responses_api {
+namespace {
+
+constexpr std::string_view kFields[] = {"model",  "input",    "instructions", "max_output_tokens", "temperature",
+                                        "top_p",  "stream",   "previous_response_id", "store",      "metadata",
+                                        "user",   "text",     "truncation",   "tools",             "tool_choice",
+                                        "parallel_tool_calls", "include"};
+
+bool known(const std::string& key) {
+  for (auto k : kFields)
+    if (k == key) return true;
+  return false;
+}
+
+ApiError unsupported(const std::string& field, const std::string& what) {
+  return bad_request("'" + field + "': " + what + " is not supported by this server (text in, text out)", field,
+                     "unsupported_field");
+}
+
+// One input item as a chat message {role, content: string}.
+Parsed<ordered_json> read_item(const ordered_json& item, size_t i) {
+  const std::string at = "input[" + std::to_string(i) + "]";
+  if (!item.is_object()) return bad_request("'" + at + "' must be an object", at);
+  if (item.contains("type") && item["type"] != "message")
+    return unsupported(at + ".type", "input items of type " + item["type"].dump());
+  if (!item.contains("role") || !item["role"].is_string()) return bad_request("'" + at + ".role' must be a string", at);
+  std::string role = item["role"].get<std::string>();
+  if (role == "developer") role = "system";
+  if (role != "user" && role != "assistant" && role != "system")
+    return bad_request("'" + at + ".role' must be user, assistant, system or developer", at + ".role");
+  const ordered_json& c = item.contains("content") ? item["content"] : ordered_json();
+  std::string text;
+  if (c.is_string()) {
+    text = c.get<std::string>();
+  } else if (c.is_array()) {
+    for (size_t k = 0; k < c.size(); ++k) {
+      const std::string pat = at + ".content[" + std::to_string(k) + "]";
+      const auto& part = c[k];
+      if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
+        return bad_request("'" + pat + "' must be an object with a type", pat);
+      const std::string type = part["type"].get<std::string>();
+      if (type != "input_text" && type != "output_text") return unsupported(pat + ".type", "content of type '" + type + "'");
+      if (!part.contains("text") || !part["text"].is_string()) return bad_request("'" + pat + ".text' must be a string", pat);
+      text += (text.empty() ? "" : "\n") + part["text"].get<std::string>();
+    }
+  } else {
+    return bad_request("'" + at + ".content' must be a string or an array of text parts", at + ".content");
+  }
+  return ordered_json{{"role", role}, {"content", text}};
+}
+
+}  // namespace
+
+Parsed<Request> parse(std::string_view body) {
+  auto parsed_doc = parse_json_object(body);
+  if (!parsed_doc) return parsed_doc.error();
+  ordered_json& doc = *parsed_doc;
+  for (const auto& [key, value] : doc.items())
+    if (!value.is_null() && !known(key))
+      return bad_request("'" + key + "' is not supported by this server (see docs/API.md)", key, "unsupported_field");
+
+  // What only text generation can honour.
+  if (auto t = doc.find("text"); t != doc.end() && !t->is_null()) {
+    const bool plain = t->is_object() && (!t->contains("format") || ((*t)["format"].is_object() &&
+                                                                     (*t)["format"].value("type", "") == "text"));
+    if (!plain) return unsupported("text", "a text format other than {\"format\": {\"type\": \"text\"}}");
+  }
+  if (auto t = doc.find("truncation"); t != doc.end() && !t->is_null() && *t != "disabled")
+    return unsupported("truncation", "truncation other than \"disabled\"");
+  if (auto t = doc.find("tools"); t != doc.end() && !t->is_null() && !(t->is_array() && t->empty()))
+    return unsupported("tools", "tools");
+  if (auto t = doc.find("tool_choice"); t != doc.end() && !t->is_null() && *t != "none" && *t != "auto")
+    return unsupported("tool_choice", "a tool_choice other than \"none\" or \"auto\"");
+  if (auto t = doc.find("include"); t != doc.end() && !t->is_null() && !(t->is_array() && t->empty()))
+    return unsupported("include", "include");
+
+  Request r;
+  // The sampling fields are the chat endpoint's: validated by its parser, under their own names.
+  ordered_json chat{{"messages", ordered_json::array({{{"role", "user"}, {"content", ""}}})}};
+  for (const char* k : {"model", "temperature", "top_p", "stream", "user", "metadata", "store"})
+    if (doc.contains(k)) chat[k] = doc[k];
+  if (doc.contains("max_output_tokens")) chat["max_tokens"] = doc["max_output_tokens"];
+  auto parsed = parse_chat_request(chat.dump());
+  if (!parsed) {
+    ApiError e = parsed.error();
+    if (e.param == "max_tokens") {
+      e.param = "max_output_tokens";
+      e.message = "'max_output_tokens' must be an integer >= 1";
+    }
+    return e;
+  }
+  r.gen = std::move(parsed->gen);
+
+  if (auto it = doc.find("instructions"); it != doc.end() && !it->is_null()) {
+    if (!it->is_string()) return bad_request("'instructions' must be a string", "instructions");
+    r.instructions = it->get<std::string>();
+  }
+  if (auto it = doc.find("previous_response_id"); it != doc.end() && !it->is_null()) {
+    if (!it->is_string()) return bad_request("'previous_response_id' must be a string", "previous_response_id");
+    r.previous_response_id = it->get<std::string>();
+  }
+  if (auto it = doc.find("store"); it != doc.end() && it->is_boolean()) r.store = it->get<bool>();
+  auto input = doc.find("input");
+  if (input == doc.end() || input->is_null()) return bad_request("'input' is required", "input");
+  r.input = ordered_json::array();
+  if (input->is_string()) {
+    r.input.push_back({{"role", "user"}, {"content", *input}});
+  } else if (input->is_array() && !input->empty()) {
+    for (size_t i = 0; i < input->size(); ++i) {
+      auto m = read_item((*input)[i], i);
+      if (!m) return m.error();
+      r.input.push_back(std::move(*m));
+    }
+  } else {
+    return bad_request("'input' must be a string or a non-empty array of messages", "input");
+  }
+  return r;
+}
+
+std::string new_id(const char* prefix) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  char hex[33];
+  std::snprintf(hex, sizeof hex, "%016llx%016llx", (unsigned long long)rng(), (unsigned long long)rng());
+  return prefix + std::string(hex);
+}
+
+ordered_json text_part(const std::string& text) {
+  return ordered_json{{"type", "output_text"}, {"text", text}, {"annotations", ordered_json::array()}};
+}
+
+ordered_json message_item(const Result& r, bool done) {
+  return ordered_json{{"type", "message"},
+                      {"id", r.item_id},
+                      {"status", done ? (r.status == "incomplete" ? "incomplete" : "completed") : "in_progress"},
+                      {"role", "assistant"},
+                      {"content", done ? ordered_json::array({text_part(r.text)}) : ordered_json::array()}};
+}
+
+ordered_json response_json(const Result& r) {
+  const bool done = r.status != "in_progress";
+  ordered_json out{{"id", r.id},
+                   {"object", "response"},
+                   {"created_at", r.created_at},
+                   {"status", r.status},
+                   {"error", nullptr},
+                   {"incomplete_details", r.status == "incomplete" ? ordered_json{{"reason", "max_output_tokens"}}
+                                                                   : ordered_json(nullptr)},
+                   {"instructions", r.instructions.empty() ? ordered_json(nullptr) : ordered_json(r.instructions)},
+                   {"max_output_tokens", r.max_output_tokens ? ordered_json(*r.max_output_tokens) : ordered_json(nullptr)},
+                   {"model", r.model},
+                   {"output", done ? ordered_json::array({message_item(r, true)}) : ordered_json::array()},
+                   {"parallel_tool_calls", true},
+                   {"previous_response_id",
+                    r.previous_response_id.empty() ? ordered_json(nullptr) : ordered_json(r.previous_response_id)},
+                   {"temperature", r.temperature},
+                   {"text", {{"format", {{"type", "text"}}}}},
+                   {"tool_choice", "auto"},
+                   {"tools", ordered_json::array()},
+                   {"top_p", r.top_p},
+                   {"truncation", "disabled"},
+                   {"metadata", ordered_json::object()}};
+  out["usage"] = done ? ordered_json{{"input_tokens", r.input_tokens},
+                                     {"input_tokens_details", {{"cached_tokens", r.cached_tokens}}},
+                                     {"output_tokens", r.output_tokens},
+                                     {"output_tokens_details", {{"reasoning_tokens", 0}}},
+                                     {"total_tokens", r.input_tokens + r.output_tokens}}
+                      : ordered_json(nullptr);
+  return out;
+}
+
+}  // namespace kvasir::server::responses_api

@@ -1,0 +1,67 @@
+// Responses API requests: input forms, the chat parser's validation under the Responses names,
+// and the fields only text generation cannot honour refused by name.
+#include <gtest/gtest.h>
+
+#include "server/openai_responses.h"
+
+namespace kvasir::server::responses_api {
+namespace {
+
+TEST(ResponsesApi, InputFormsBecomeMessages) {
+  auto s = parse(R"({"input": "hi", "instructions": "be brief", "max_output_tokens": 9, "temperature": 0.5})");
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  ASSERT_EQ(s->input.size(), 1u);
+  EXPECT_EQ(s->input[0]["role"], "user");
+  EXPECT_EQ(s->instructions, "be brief");
+  EXPECT_EQ(*s->gen.max_tokens, 9);
+  EXPECT_FLOAT_EQ(s->gen.sampling.temperature, 0.5f);
+  EXPECT_TRUE(s->store);
+  auto l = parse(R"({"input": [{"type": "message", "role": "developer", "content": "sys"},
+                               {"role": "user", "content": [{"type": "input_text", "text": "a"},
+                                                            {"type": "input_text", "text": "b"}]},
+                               {"role": "assistant", "content": [{"type": "output_text", "text": "c"}]}],
+                     "store": false, "previous_response_id": "resp_1"})");
+  ASSERT_TRUE(l.ok()) << l.error().message;
+  ASSERT_EQ(l->input.size(), 3u);
+  EXPECT_EQ(l->input[0]["role"], "system");
+  EXPECT_EQ(l->input[1]["content"], "a\nb");
+  EXPECT_EQ(l->input[2]["role"], "assistant");
+  EXPECT_FALSE(l->store);
+  EXPECT_EQ(l->previous_response_id, "resp_1");
+}
+
+TEST(ResponsesApi, ErrorsNameTheResponsesField) {
+  auto e = parse(R"({"input": "x", "max_output_tokens": 0})");
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.error().param, "max_output_tokens");
+  EXPECT_EQ(parse(R"({"input": "x", "temperature": 9})").error().param, "temperature");
+  EXPECT_EQ(parse(R"({})").error().param, "input");
+  EXPECT_EQ(parse(R"({"input": []})").error().param, "input");
+  EXPECT_EQ(parse(R"({"input": [{"role": "tool", "content": "x"}]})").error().param, "input[0].role");
+  EXPECT_EQ(parse(R"({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]})")
+                .error()
+                .param,
+            "input[0].content[0].type");
+}
+
+TEST(ResponsesApi, UnsupportedFeaturesAreRefused) {
+  for (const auto& [body, field] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"input": "x", "tools": [{"type": "web_search"}]})", "tools"},
+           {R"({"input": "x", "text": {"format": {"type": "json_schema"}}})", "text"},
+           {R"({"input": "x", "truncation": "auto"})", "truncation"},
+           {R"({"input": "x", "tool_choice": "required"})", "tool_choice"},
+           {R"({"input": "x", "reasoning": {"effort": "high"}})", "reasoning"},
+           {R"({"input": "x", "include": ["reasoning.encrypted_content"]})", "include"},
+           {R"({"input": [{"type": "function_call_output", "call_id": "c", "output": "o"}]})", "input[0].type"}}) {
+    auto r = parse(body);
+    ASSERT_FALSE(r.ok()) << body;
+    EXPECT_EQ(r.error().param, field) << body;
+  }
+  // Their neutral values are fine.
+  EXPECT_TRUE(parse(R"({"input": "x", "tools": [], "tool_choice": "auto", "truncation": "disabled",
+                         "text": {"format": {"type": "text"}}, "include": [], "parallel_tool_calls": true})")
+                  .ok());
+}
+
+}  // namespace
+}  // namespace kvasir::server::responses_api
