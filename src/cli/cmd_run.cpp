@@ -74,6 +74,12 @@ int run_speculative(const RunArgs& a, const Model& model, const Tokenizer& token
                (long long)st.spec_accepted_tokens,
                st.spec_draft_tokens ? 100.0 * double(st.spec_accepted_tokens) / double(st.spec_draft_tokens) : 0.0,
                double(generated) / double(std::max<int64_t>(st.num_steps - 1, 1)));
+  if (st.spec_draft_tokens > 0) {
+    std::fprintf(stderr, "acceptance by draft position:");
+    for (size_t j = 0; j < st.spec_draft_tokens_at.size() && st.spec_draft_tokens_at[j] > 0; ++j)
+      std::fprintf(stderr, " %zu: %.2f", j, double(st.spec_accepted_tokens_at[j]) / double(st.spec_draft_tokens_at[j]));
+    std::fprintf(stderr, "\n");
+  }
   return 0;
 }
 

@@ -110,6 +110,7 @@ struct EngineStats {
   int64_t num_prefill_held = 0;  // steps in which the TPOT target held prefill back
   int64_t prompt_tokens_total = 0, generation_tokens_total = 0;  // computed prompt tokens, sampled tokens
   int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;  // speculative decoding
+  std::vector<int64_t> spec_draft_tokens_at, spec_accepted_tokens_at;  // per draft position, up to --spec-k
   int64_t num_steps = 0;
   int32_t max_model_len = 0;
 };

@@ -457,6 +457,12 @@ EngineStats EngineCore::stats() const {
   s.spec_drafts = m.scheduler.counters().num_drafts;
   s.spec_draft_tokens = m.scheduler.counters().num_draft_tokens;
   s.spec_accepted_tokens = m.scheduler.counters().num_accepted_tokens;
+  if (m.options.spec.method != SpecMethod::none) {
+    const auto& c = m.scheduler.counters();
+    const size_t k = std::min(size_t(std::max(m.options.spec.max_k, 0)), c.draft_tokens_at.size());
+    s.spec_draft_tokens_at.assign(c.draft_tokens_at.begin(), c.draft_tokens_at.begin() + k);
+    s.spec_accepted_tokens_at.assign(c.accepted_tokens_at.begin(), c.accepted_tokens_at.begin() + k);
+  }
   s.max_model_len = m.max_model_len;
   return s;
 }

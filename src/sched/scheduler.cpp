@@ -264,6 +264,7 @@ void Scheduler::emit(Request* r, int32_t num_tokens, int32_t* budget, int32_t nu
     s.tokens = r->step_tokens;
     ++counters_.num_drafts;
     counters_.num_draft_tokens += num_draft;
+    for (int32_t j = 0; j < num_draft && size_t(j) < counters_.draft_tokens_at.size(); ++j) ++counters_.draft_tokens_at[size_t(j)];
   }
   s.block_table = &kv_.seq_blocks(r->id);
   s.want_logits = s.end >= r->num_tokens();
@@ -365,6 +366,7 @@ Status Scheduler::update(std::span<const SeqOutput> outputs) {
       r->num_computed_tokens = s.start + 1 + int32_t(acc.size());
       kv_.seq_truncate(r->id, r->num_computed_tokens);
       counters_.num_accepted_tokens += int64_t(acc.size());
+      for (size_t j = 0; j < acc.size() && j < counters_.accepted_tokens_at.size(); ++j) ++counters_.accepted_tokens_at[j];
       for (size_t i = 0; i < acc.size(); ++i) r->timings.token_ns.push_back(t);
       if (!acc.empty() && r->timings.first_token_ns < 0) r->timings.first_token_ns = t;
     }

@@ -31,6 +31,7 @@
 // skipped by update() (its ScheduledSeq pointers are dead: do not run it). Not thread-safe: one
 // engine loop owns the scheduler.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -99,6 +100,9 @@ struct SchedulerCounters {
   int64_t num_drafts = 0;        // sequences scheduled with draft tokens
   int64_t num_draft_tokens = 0;  // draft tokens scheduled
   int64_t num_accepted_tokens = 0;  // draft tokens accepted
+  // Per draft position j (0 = the first token after the last verified one): drafted and accepted.
+  static constexpr size_t kMaxDraftPositions = 16;
+  std::array<int64_t, kMaxDraftPositions> draft_tokens_at{}, accepted_tokens_at{};
 };
 
 // The step-time model behind the TPOT target: a step with n decodes and P prefill tokens takes

@@ -146,6 +146,18 @@ std::string Metrics::render(const EngineGauges* g, const HttpGauges* http) const
              double(g->spec_draft_tokens));
     w.scalar("kvasir:spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.",
              double(g->spec_accepted_tokens));
+    // Acceptance at draft position j = accepted_per_pos / draft_tokens_per_pos (the controller
+    // drafts fewer positions where they stop paying, so the two are counted separately).
+    if (!g->spec_draft_tokens_at.empty()) {
+      w.header("kvasir:spec_decode_num_draft_tokens_per_pos_total", "counter", "Draft tokens verified at each draft position.");
+      for (size_t j = 0; j < g->spec_draft_tokens_at.size(); ++j)
+        w.sample("kvasir:spec_decode_num_draft_tokens_per_pos_total", "position=\"" + std::to_string(j) + "\"",
+                 double(g->spec_draft_tokens_at[j]));
+      w.header("kvasir:spec_decode_num_accepted_tokens_per_pos_total", "counter", "Draft tokens accepted at each draft position.");
+      for (size_t j = 0; j < g->spec_accepted_tokens_at.size(); ++j)
+        w.sample("kvasir:spec_decode_num_accepted_tokens_per_pos_total", "position=\"" + std::to_string(j) + "\"",
+                 double(g->spec_accepted_tokens_at[j]));
+    }
   }
   std::lock_guard lock(mutex_);
   w.header("kvasir:request_success_total", "counter", "Finished requests by finish reason.");

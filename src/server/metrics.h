@@ -54,6 +54,7 @@ struct EngineGauges {
   int64_t num_prefill_held = 0;
   int64_t prompt_tokens_total = 0, generation_tokens_total = 0;
   int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
+  std::vector<int64_t> spec_draft_tokens_at, spec_accepted_tokens_at;  // per draft position
 };
 
 // The HTTP transport at scrape time.

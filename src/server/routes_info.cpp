@@ -47,7 +47,9 @@ EngineGauges gauges_of(const engine::EngineStats& s) {
                       .generation_tokens_total = s.generation_tokens_total,
                       .spec_drafts = s.spec_drafts,
                       .spec_draft_tokens = s.spec_draft_tokens,
-                      .spec_accepted_tokens = s.spec_accepted_tokens};
+                      .spec_accepted_tokens = s.spec_accepted_tokens,
+                      .spec_draft_tokens_at = s.spec_draft_tokens_at,
+                      .spec_accepted_tokens_at = s.spec_accepted_tokens_at};
 }
 
 void handle_health(ServerState& st, http::Response& res) {

@@ -177,6 +177,18 @@ TEST_P(EngineInvariance, SpeculationKeepsGreedyTokens) {
     const EngineStats st = spec->stats();
     EXPECT_GT(st.spec_draft_tokens, 0);
     EXPECT_GT(st.num_preemptions, 0);
+    // Per draft position: the totals split exactly, and position j+1 is only ever accepted
+    // after position j was.
+    ASSERT_EQ(st.spec_draft_tokens_at.size(), 4u);
+    int64_t drafted = 0, accepted = 0;
+    for (size_t j = 0; j < 4; ++j) {
+      drafted += st.spec_draft_tokens_at[j];
+      accepted += st.spec_accepted_tokens_at[j];
+      EXPECT_LE(st.spec_accepted_tokens_at[j], st.spec_draft_tokens_at[j]);
+      if (j > 0) EXPECT_LE(st.spec_accepted_tokens_at[j], st.spec_accepted_tokens_at[j - 1]);
+    }
+    EXPECT_EQ(drafted, st.spec_draft_tokens);
+    EXPECT_EQ(accepted, st.spec_accepted_tokens);
     EXPECT_EQ(st.kv_blocks_used, 0);
   }
 }

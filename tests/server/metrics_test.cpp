@@ -60,7 +60,9 @@ TEST(Metrics, RenderGaugesCountersAndHistograms) {
   m.count_http_error(400);
   EngineGauges g{.num_running = 3, .num_waiting = 1, .kv_blocks_total = 400, .kv_blocks_used = 100,
                  .prefix_query_tokens = 50, .prefix_hit_tokens = 32, .num_preemptions = 2,
-                 .num_prefill_held = 9, .prompt_tokens_total = 1000, .generation_tokens_total = 77};
+                 .num_prefill_held = 9, .prompt_tokens_total = 1000, .generation_tokens_total = 77,
+                 .spec_drafts = 5, .spec_draft_tokens = 9, .spec_accepted_tokens = 6,
+                 .spec_draft_tokens_at = {5, 4}, .spec_accepted_tokens_at = {4, 2}};
   const std::string text = m.render(&g);
   const std::string L = "model_name=\"m\\\"1\"";
   for (const std::string& line : std::vector<std::string>{
@@ -78,6 +80,9 @@ TEST(Metrics, RenderGaugesCountersAndHistograms) {
            "kvasir:request_success_total{" + L + ",finished_reason=\"abort\"} 1",
            "kvasir:request_success_total{" + L + ",finished_reason=\"stop\"} 0",
            "kvasir:http_errors_total{" + L + ",status=\"400\"} 2",
+           "kvasir:spec_decode_num_draft_tokens_total{" + L + "} 9",
+           "kvasir:spec_decode_num_draft_tokens_per_pos_total{" + L + ",position=\"0\"} 5",
+           "kvasir:spec_decode_num_accepted_tokens_per_pos_total{" + L + ",position=\"1\"} 2",
            std::string("# TYPE kvasir:num_preemptions_total counter"),
            std::string("# TYPE kvasir:kv_cache_usage_perc gauge"),
            // 0.03 s: not in le=0.02, in le=0.04, cumulative from there on.
