@@ -22,6 +22,20 @@ std::string api_error_text(int status, const std::string& body) {
   return "HTTP " + std::to_string(status) + ": " + body.substr(0, 200);
 }
 
+// A keep-alive connection the server closed while idle (llama-server and others time them out
+// silently) fails the next request before any byte comes back: that request never reached the
+// server, so it is sent once more on a fresh connection.
+bool stale_connection(httplib::Error e) {
+  return e == httplib::Error::Read || e == httplib::Error::Write || e == httplib::Error::Connection;
+}
+
+template <typename Call>
+httplib::Result with_retry(Call call) {
+  httplib::Result r = call();
+  if (!r && stale_connection(r.error())) r = call();
+  return r;
+}
+
 }  // namespace
 
 Result<std::pair<std::string, std::string>> split_url(const std::string& url) {
@@ -52,7 +66,7 @@ Client::Client(const ClientOptions& options) : options_(options) {
 Client::~Client() = default;
 
 Result<std::string> Client::first_model() {
-  auto res = http_->Get(prefix_ + "/v1/models");
+  auto res = with_retry([&] { return http_->Get(prefix_ + "/v1/models"); });
   if (!res) return Error{"GET /v1/models: " + httplib::to_string(res.error())};
   if (res->status != 200) return Error{"GET /v1/models: " + api_error_text(res->status, res->body)};
   auto j = json::parse(res->body, nullptr, false);
@@ -63,13 +77,35 @@ Result<std::string> Client::first_model() {
 }
 
 Result<std::vector<int32_t>> Client::tokenize(const std::string& text) {
-  const json body{{"prompt", text}, {"add_special_tokens", false}};
-  auto res = http_->Post(prefix_ + "/tokenize", body.dump(), "application/json");
-  if (!res) return Error{"POST /tokenize: " + httplib::to_string(res.error())};
-  if (res->status != 200) return Error{"POST /tokenize: " + api_error_text(res->status, res->body)};
-  auto j = json::parse(res->body, nullptr, false);
-  if (j.is_discarded() || !j.contains("tokens") || !j["tokens"].is_array()) return Error{"POST /tokenize: no tokens"};
-  return j["tokens"].get<std::vector<int32_t>>();
+  // vLLM's and kvasir's shape first, then llama-server's ({"content", "add_special"}; it answers
+  // the other shape with no tokens at all).
+  std::string last_error;
+  for (const json& body : {json{{"prompt", text}, {"add_special_tokens", false}},
+                           json{{"content", text}, {"add_special", false}}}) {
+    auto res = with_retry([&] { return http_->Post(prefix_ + "/tokenize", body.dump(), "application/json"); });
+    if (!res) return Error{"POST /tokenize: " + httplib::to_string(res.error())};
+    if (res->status != 200) {
+      last_error = "POST /tokenize: " + api_error_text(res->status, res->body);
+      continue;
+    }
+    auto j = json::parse(res->body, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("tokens") || !j["tokens"].is_array()) {
+      last_error = "POST /tokenize: no tokens in the answer";
+      continue;
+    }
+    std::vector<int32_t> ids;
+    for (const auto& t : j["tokens"]) {
+      // llama-server may answer {"id", "piece"} objects when asked for pieces.
+      if (t.is_number_integer()) ids.push_back(t.get<int32_t>());
+      else if (t.is_object() && t.contains("id") && t["id"].is_number_integer()) ids.push_back(t["id"].get<int32_t>());
+    }
+    if (ids.empty() && !text.empty()) {
+      last_error = "POST /tokenize: no tokens for a non-empty text";
+      continue;
+    }
+    return ids;
+  }
+  return Error{last_error};
 }
 
 std::string Client::body_for(const RequestSpec& spec, const std::string& model) const {
@@ -146,7 +182,11 @@ RequestOutcome Client::send(const RequestSpec& spec, const std::string& model, S
   };
   httplib::Response res;
   httplib::Error err = httplib::Error::Success;
-  const bool sent = http_->send(req, res, err);
+  bool sent = http_->send(req, res, err);
+  if (!sent && status == 0 && text_chunks == 0 && stale_connection(err)) {  // see stale_connection
+    err = httplib::Error::Success;
+    sent = http_->send(req, res, err);
+  }
   o.latency_s = seconds(SteadyClock::now() - t0);
   if (!sent) {
     o.error = "transport: " + httplib::to_string(err);

@@ -158,3 +158,140 @@ TEST(Svg, KneeAndCharts) {
 
 }  // namespace
 }  // namespace kvasir::loadgen
+
+// Against a llama-server look-alike: it closes idle keep-alive connections after a second without
+// telling the client, and its /tokenize takes {"content"} (answering {"prompt"} with no tokens).
+#include <arpa/inet.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+
+namespace kvasir::loadgen {
+namespace {
+
+class FakeLlamaServer {
+ public:
+  FakeLlamaServer() {
+    server_.set_keep_alive_timeout(1);
+    server_.Post("/tokenize", [](const httplib::Request& req, httplib::Response& res) {
+      auto j = nlohmann::json::parse(req.body);
+      nlohmann::json tokens = nlohmann::json::array();
+      if (j.contains("content"))
+        for (size_t i = 0; i < j["content"].get<std::string>().size(); ++i) tokens.push_back({{"id", i}, {"piece", "x"}});
+      res.set_content(nlohmann::json{{"tokens", tokens}}.dump(), "application/json");
+    });
+    server_.Post("/v1/completions", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(
+          "data: {\"choices\":[{\"text\":\"hi\"}]}\n\n"
+          "data: {\"choices\":[],\"usage\":{\"completion_tokens\":1,\"prompt_tokens\":3}}\n\ndata: [DONE]\n\n",
+          "text/event-stream");
+    });
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ~FakeLlamaServer() {
+    server_.stop();
+    thread_.join();
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  httplib::Server server_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+TEST(Client, TokenizesWithLlamaServersShape) {
+  FakeLlamaServer s;
+  Client c({.url = s.url()});
+  auto ids = c.tokenize("abcd");
+  ASSERT_TRUE(ids.ok()) << ids.error();
+  EXPECT_EQ(*ids, (std::vector<int32_t>{0, 1, 2, 3}));
+}
+
+// A server that answers the first request of every connection (keep-alive) and closes the
+// connection without a word when a second request arrives on it: what a client sees when the
+// server timed the idle connection out just as the request went out.
+class ClosingServer {
+ public:
+  ClosingServer() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    ::listen(fd_, 8);
+    socklen_t len = sizeof a;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~ClosingServer() {
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+    thread_.join();
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  int connections() const { return connections_; }
+
+ private:
+  static bool read_request(int c) {
+    std::string in;
+    char buf[4096];
+    size_t body_at = std::string::npos, need = 0;
+    for (;;) {
+      if (body_at != std::string::npos && in.size() >= body_at + need) return true;
+      const ssize_t n = ::recv(c, buf, sizeof buf, 0);
+      if (n <= 0) return false;
+      in.append(buf, size_t(n));
+      if (body_at == std::string::npos && (body_at = in.find("\r\n\r\n")) != std::string::npos) {
+        body_at += 4;
+        const size_t cl = in.find("Content-Length: ");
+        need = cl == std::string::npos ? 0 : std::stoul(in.substr(cl + 16));
+      }
+    }
+  }
+  void serve() {
+    for (;;) {
+      const int c = ::accept(fd_, nullptr, nullptr);
+      if (c < 0) return;
+      ++connections_;
+      if (read_request(c)) {
+        const std::string body =
+            "data: {\"choices\":[{\"text\":\"hi\"}]}\n\n"
+            "data: {\"choices\":[],\"usage\":{\"completion_tokens\":1,\"prompt_tokens\":3}}\n\ndata: [DONE]\n\n";
+        const std::string head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: keep-alive\r\n"
+                                 "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n";
+        const std::string all = head + body;
+        (void)::send(c, all.data(), all.size(), MSG_NOSIGNAL);
+        read_request(c);  // the next request on this connection: dropped unanswered
+      }
+      ::close(c);
+    }
+  }
+  int fd_ = -1;
+  int port_ = 0;
+  std::atomic<int> connections_{0};
+  std::thread thread_;
+};
+
+TEST(Client, RetriesARequestOnAConnectionTheServerClosed) {
+  ClosingServer s;
+  Client c({.url = s.url()});
+  RequestSpec spec{.prompt_text = "x", .output_len = 1};
+  const auto t0 = std::chrono::steady_clock::now();
+  const RequestOutcome warm = c.send(spec, "m", t0);
+  ASSERT_TRUE(warm.success) << warm.error;
+  const RequestOutcome next = c.send(spec, "m", t0);  // goes out on the kept connection, which dies
+  EXPECT_TRUE(next.success) << next.error;
+  EXPECT_EQ(next.text, "hi");
+  EXPECT_EQ(s.connections(), 2);  // sent again, once, on a fresh connection
+}
+
+}  // namespace
+}  // namespace kvasir::loadgen
