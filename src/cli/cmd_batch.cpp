@@ -2,11 +2,14 @@
 // prompts at once through the engine (continuous batching, prefix cache). Each input line is a
 // completions-style object; each output line, in input order, holds the text, finish reason,
 // usage and timings. A summary with aggregate tokens/s goes to stderr.
-#include <nlohmann/json.hpp>
+#include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "cli/common.h"
 #include "cli/commands.h"
@@ -102,15 +105,29 @@ int run_batch(BatchArgs a) {
     index[*id] = i;
   }
   std::vector<engine::Delta> deltas;
+  // A progress line on a terminal (never in a pipe or a log), redrawn at most 5 times a second.
+  const bool progress = isatty(STDERR_FILENO);
+  auto last_draw = t0;
+  size_t finished = 0;
+  int64_t generated = 0;
   while ((*core)->has_unfinished()) {
     deltas.clear();
     if (auto s = (*core)->step(deltas); !s) return fail(s.error());
     for (auto& d : deltas) {
       Out& o = outs[index.at(d.id)];
       o.text += d.text;
-      if (d.finish != engine::FinishReason::None) o.last = std::move(d);
+      generated += int64_t(d.tokens.size());
+      if (d.finish != engine::FinishReason::None) o.last = std::move(d), ++finished;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (progress && now - last_draw > std::chrono::milliseconds(200)) {
+      last_draw = now;
+      const double s = std::chrono::duration<double>(now - t0).count();
+      std::fprintf(stderr, "\rbatch: %zu/%zu done, %lld tokens, %.1f tok/s  ", finished, outs.size(),
+                   (long long)generated, double(generated) / std::max(s, 1e-9));
     }
   }
+  if (progress) std::fprintf(stderr, "\r\033[K");
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   std::ofstream out(a.output);

@@ -3,6 +3,8 @@
 // single-token steps after D tokens of context). Mean ± stdev over R runs after one warm-up,
 // with achieved GB/s (weights + KV read per generated token) and GFLOP/s (prefill matmuls +
 // attention), and a hash of the logits as a cheap correctness check.
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -91,6 +93,14 @@ double matmul_flops_per_token(const Model& m) {
   return 2 * macs;
 }
 
+// "bench: pp512, 2 threads, run 3/5" on a terminal (stderr only, never in a pipe), cleared after.
+void show_progress(const std::string& test, int threads, int rep, int reps) {
+  static const bool tty = isatty(STDERR_FILENO);
+  if (!tty) return;
+  if (rep < 0) std::fprintf(stderr, "\r\033[Kbench: %s, %d threads, warm-up", test.c_str(), threads);
+  else std::fprintf(stderr, "\r\033[Kbench: %s, %d threads, run %d/%d", test.c_str(), threads, rep + 1, reps);
+}
+
 uint64_t fnv1a(const float* data, size_t n, uint64_t h = 1469598103934665603ull) {
   const auto* b = reinterpret_cast<const uint8_t*>(data);
   for (size_t i = 0; i < n * 4; ++i) h = (h ^ b[i]) * 1099511628211ull;
@@ -151,6 +161,7 @@ int run_bench(const BenchArgs& a) {
         const auto prompt = random_tokens(p);
         std::vector<double> tps;
         for (int r = -1; r < a.reps; ++r) {  // r = -1: warm-up
+          show_progress("pp" + std::to_string(p), int(t), r, a.reps);
           if (auto st = prepare(); !st) return fail(st.error());
           const auto t0 = Clock::now();
           if (auto st = s.eval(prompt, false, keep_hash); !st) return fail(st.error());
@@ -167,6 +178,7 @@ int run_bench(const BenchArgs& a) {
         if (n == 0) continue;
         std::vector<double> tps;
         for (int r = -1; r < a.reps; ++r) {
+          show_progress("tg" + std::to_string(n), int(t), r, a.reps);
           if (auto st = prepare(); !st) return fail(st.error());
           int32_t tok[1] = {int32_t(c.n_vocab > 1 ? 1 : 0)};
           const auto t0 = Clock::now();
@@ -186,6 +198,7 @@ int run_bench(const BenchArgs& a) {
   }
 
   const std::string name = c.arch_name + " " + std::to_string(wbytes >> 20) + " MiB";
+  if (isatty(STDERR_FILENO)) std::fprintf(stderr, "\r\033[K");  // the progress line
   if (a.json) {
     nlohmann::json out = nlohmann::json::array();
     for (const auto& r : rows)

@@ -143,17 +143,19 @@ constexpr std::chrono::milliseconds kWaitSlice{100};
 bool pump(NdjsonStream& s, http::StreamSink& sink) {
   int32_t choice = 0;
   engine::Delta d;
-  if (!s.job->wait_ready(kWaitSlice)) return true;  // called again
+  // Nothing to send yet: return and be called again (NDJSON has no comment line for a keep-alive;
+  // a client that left is noticed at the first write).
+  if (!s.job->wait_ready(kWaitSlice)) return true;
   if (!s.job->next(choice, d)) return false;
   std::string out;
   const bool done = d.finish != engine::FinishReason::None;
-  if (!d.text.empty() || !done) out += ollama::chunk(s.is_chat, s.model, d.text, false).dump() + "\n";
+  if (!d.text.empty()) out += ollama::chunk(s.is_chat, s.model, d.text, false).dump() + "\n";
   if (done) {
     const auto usage = s.job->usage();
     const ollama::Stats stats{usage.prompt_tokens, usage.completion_tokens, d.timings};
     out += ollama::chunk(s.is_chat, s.model, "", true, d.finish, &stats).dump() + "\n";
   }
-  if (!sink.write(out)) {
+  if (!out.empty() && !sink.write(out)) {
     s.job->abort_all();
     return false;
   }
