@@ -270,12 +270,7 @@ void register_chat(CLI::App& app, Handler& handler) {
   cmd->add_option("-n,--n-predict", a->n_predict, "Tokens per answer at most")->check(CLI::Range(1, 1 << 24));
   cmd->add_option("-c,--ctx", a->n_ctx, "Context size in tokens (the whole conversation)")
       ->check(CLI::Range(64, 1 << 22));
-  cmd->add_option("--temp", a->sampling.temperature, "Temperature (0 = greedy)");
-  cmd->add_option("--top-k", a->sampling.top_k, "Top-k (0 = off)");
-  cmd->add_option("--top-p", a->sampling.top_p, "Top-p (1 = off)")->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--min-p", a->sampling.min_p, "Min-p (0 = off)")->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--repeat-penalty", a->sampling.repetition_penalty, "Repetition penalty (1 = off)");
-  cmd->add_option("--seed", a->sampling.seed, "Sampling seed (each answer uses the next one)");
+  add_sampling_flags(cmd, a->sampling);  // --seed: each answer uses the next one
   cmd->add_option("-t,--threads", a->threads, "Threads (default: physical cores)");
   cmd->add_option("--kv-type", a->kv_type, "KV cache type: f16 or f32");
   cmd->add_flag("--ignore-eos", a->ignore_eos, "Keep answering past end-of-turn tokens (up to -n; for tests)");

@@ -150,14 +150,7 @@ void register_run(CLI::App& app, Handler& handler) {
   cmd->add_option("-m,--model", a->model, "GGUF model (default: the installed Gemma 3 270M)");
   cmd->add_option("-p,--prompt", a->prompt, "Prompt text")->required();
   cmd->add_option("-n,--n-predict", a->n_predict, "Tokens to generate")->check(CLI::Range(0, 1 << 24));
-  cmd->add_option("--temp", a->sampling.temperature, "Temperature (0 = greedy)");
-  cmd->add_option("--top-k", a->sampling.top_k, "Top-k (0 = off)");
-  cmd->add_option("--top-p", a->sampling.top_p, "Top-p (1 = off)")->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--min-p", a->sampling.min_p, "Min-p (0 = off)")->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--repeat-penalty", a->sampling.repetition_penalty, "Repetition penalty (1 = off)");
-  cmd->add_option("--presence-penalty", a->sampling.presence_penalty, "Presence penalty");
-  cmd->add_option("--frequency-penalty", a->sampling.frequency_penalty, "Frequency penalty");
-  cmd->add_option("--seed", a->sampling.seed, "Sampling seed");
+  add_sampling_flags(cmd, a->sampling);
   cmd->add_option("-c,--ctx", a->n_ctx, "Context size in tokens")->check(CLI::Range(int64_t(16), int64_t(1) << 22));
   cmd->add_option("-t,--threads", a->threads, "Threads (default: physical cores)");
   cmd->add_option("-b,--batch", a->batch, "Prefill chunk in tokens")->check(CLI::Range(1, 1 << 16));

@@ -132,4 +132,15 @@ Result<engine::EngineOptions> EngineFlags::to_options() const {
   return o;
 }
 
+void add_sampling_flags(CLI::App* cmd, SamplingParams& s) {
+  cmd->add_option("--temp", s.temperature, "Temperature (0 = greedy)");
+  cmd->add_option("--top-k", s.top_k, "Top-k (0 = off)");
+  cmd->add_option("--top-p", s.top_p, "Top-p (1 = off)")->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--min-p", s.min_p, "Min-p (0 = off)")->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--repeat-penalty", s.repetition_penalty, "Repetition penalty (1 = off)");
+  cmd->add_option("--presence-penalty", s.presence_penalty, "Presence penalty");
+  cmd->add_option("--frequency-penalty", s.frequency_penalty, "Frequency penalty");
+  cmd->add_option("--seed", s.seed, "Sampling seed");
+}
+
 }  // namespace kvasir::cli

@@ -29,6 +29,10 @@ namespace kvasir::cli {
 // "512M", "2G", "1048576" -> bytes.
 Result<uint64_t> parse_size(const std::string& text);
 
+// --temp, --top-k, --top-p, --min-p, --repeat-penalty, --presence-penalty, --frequency-penalty,
+// --seed (`run`, `chat`).
+void add_sampling_flags(CLI::App* cmd, SamplingParams& sampling);
+
 // Speculative decoding flags (`batch`, `serve`): --spec ngram, --spec-k N, --no-spec-auto.
 struct SpecFlags {
   std::string method = "none";
