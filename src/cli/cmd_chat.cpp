@@ -200,17 +200,9 @@ int run_chat(ChatArgs a) {
   if (!model) return fail(model.error());
   auto tok = Tokenizer::from_gguf((*model)->gguf());
   if (!tok) return fail(a.model + ": " + tok.error());
-  std::string override_template = a.chat_template;
-  if (!override_template.empty() && !chat::find_builtin_template(override_template)) {
-    std::FILE* f = std::fopen(override_template.c_str(), "rb");
-    if (!f) return fail("cannot read " + override_template);
-    std::string text;
-    char buf[4096];
-    for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
-    std::fclose(f);
-    override_template = std::move(text);
-  }
-  auto fmt = server::ChatFormatter::for_model((*model)->gguf(), *tok, std::move(override_template));
+  auto override_template = server::chat_template_override(a.chat_template);
+  if (!override_template) return fail(override_template.error());
+  auto fmt = server::ChatFormatter::for_model((*model)->gguf(), *tok, std::move(*override_template));
   if (!fmt) return fail(fmt.error());
   auto kv_type = parse_kv_type(a.kv_type);
   if (!kv_type) return fail(kv_type.error());

@@ -1,23 +1,6 @@
 #include "server/backend.h"
 
-#include <fstream>
-#include <sstream>
-
-#include "chat/builtin_templates.h"
-
 namespace kvasir::server {
-
-namespace {
-
-Result<std::string> read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Error{"cannot read " + path};
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-}  // namespace
 
 Result<std::unique_ptr<Backend>> load_backend(const BackendOptions& options) {
   auto b = std::make_unique<Backend>();
@@ -27,15 +10,9 @@ Result<std::unique_ptr<Backend>> load_backend(const BackendOptions& options) {
   auto tokenizer = Tokenizer::from_gguf(b->model->gguf());
   if (!tokenizer) return Error{options.model_path + ": " + tokenizer.error()};
   b->tokenizer.emplace(std::move(*tokenizer));
-  std::string template_source;
-  if (chat::find_builtin_template(options.chat_template_path)) {
-    template_source = options.chat_template_path;  // a built-in's name
-  } else if (!options.chat_template_path.empty()) {
-    auto t = read_text(options.chat_template_path);
-    if (!t) return Error{t.error()};
-    template_source = std::move(*t);
-  }
-  auto chat = ChatFormatter::for_model(b->model->gguf(), *b->tokenizer, std::move(template_source));
+  auto template_source = chat_template_override(options.chat_template_path);
+  if (!template_source) return Error{template_source.error()};
+  auto chat = ChatFormatter::for_model(b->model->gguf(), *b->tokenizer, std::move(*template_source));
   if (!chat) return Error{options.model_path + ": " + chat.error()};
   b->chat = std::move(*chat);
   auto core = engine::EngineCore::create(*b->model, *b->tokenizer, options.engine);

@@ -1,5 +1,8 @@
 #include "server/chat_format.h"
 
+#include <fstream>
+#include <sstream>
+
 #include "chat/chat_template.h"
 #include "chat/builtin_templates.h"
 
@@ -7,6 +10,15 @@ namespace kvasir::server {
 
 ChatFormatter::ChatFormatter(std::string template_source, std::string bos_token, std::string eos_token)
     : source_(std::move(template_source)), bos_(std::move(bos_token)), eos_(std::move(eos_token)) {}
+
+Result<std::string> chat_template_override(const std::string& file_or_name) {
+  if (file_or_name.empty() || chat::find_builtin_template(file_or_name)) return file_or_name;
+  std::ifstream in(file_or_name, std::ios::binary);
+  if (!in) return Error{"cannot read " + file_or_name};
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
 
 const chat::BuiltinTemplate& ChatFormatter::family_template(const gguf::File& file, const Tokenizer& tokenizer) {
   auto arch = file.get_string("general.architecture");

@@ -23,6 +23,10 @@ struct ChatRenderOptions {
   nlohmann::ordered_json extra = nlohmann::ordered_json::object();  // chat_template_kwargs
 };
 
+// What --chat-template names, as for_model's override_template: a built-in's name as it is, a
+// file's contents, "" for none.
+Result<std::string> chat_template_override(const std::string& file_or_name);
+
 class ChatFormatter {
  public:
   ChatFormatter() = default;
