@@ -1,0 +1,382 @@
+#include "grammar/json_schema.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "grammar/gbnf.h"
+#include "grammar/regex_gbnf.h"
+
+namespace kvasir::grammar {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+// The JSON primitives every schema grammar may use.
+constexpr const char* kPrimitives = R"(ws ::= | " " | "\n" [ \t]{0,20}
+string ::= "\"" string-body "\""
+string-body ::= [^"\\\x00-\x1F]* ( "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} ) string-body )?
+string-char ::= [^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} )
+integer ::= "-"? ( "0" | [1-9] [0-9]* )
+number ::= integer ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )?
+boolean ::= "true" | "false"
+null ::= "null"
+value ::= object | array | string | number | boolean | null
+object ::= "{" ws ( member ( "," ws member )* )? "}"
+member ::= string ws ":" ws value ws
+array ::= "[" ws ( value ws ( "," ws value ws )* )? "]"
+date ::= [0-9]{4} "-" ( "0" [1-9] | "1" [0-2] ) "-" ( "0" [1-9] | [1-2] [0-9] | "3" [0-1] )
+time ::= ( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] ":" [0-5] [0-9] ( "." [0-9]{1,6} )? ( "Z" | [+-] ( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] )
+date-time ::= date "T" time
+uuid ::= [0-9a-f]{8} "-" [0-9a-f]{4} "-" [0-9a-f]{4} "-" [0-9a-f]{4} "-" [0-9a-f]{12}
+)";
+
+constexpr int kMaxDepth = 64;
+constexpr size_t kMaxRules = 10000;
+
+const std::set<std::string, std::less<>> kAnnotations = {
+    "title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated",
+    "readOnly", "writeOnly", "$defs", "definitions", "strict", "discriminator"};
+const std::set<std::string, std::less<>> kKeywords = {
+    "type", "properties", "required", "additionalProperties", "items", "prefixItems", "minItems", "maxItems",
+    "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "minLength", "maxLength", "pattern", "format",
+    "minimum", "uniqueItems"};
+
+// A GBNF string literal for UTF-8 text.
+std::string literal(std::string_view text) {
+  std::string out = "\"";
+  for (unsigned char c : text) {
+    if (c == '"' || c == '\\') out += '\\', out += char(c);
+    else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02X", c);
+      out += buf;
+    } else out += char(c);
+  }
+  return out + "\"";
+}
+
+std::string sanitize(std::string_view hint) {
+  std::string out;
+  for (char c : hint) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '-') ? c : '-';
+  if (out.empty()) out = "schema";
+  if (out.size() > 48) out.resize(48);
+  return out;
+}
+
+class Converter {
+ public:
+  explicit Converter(const json& root) : root_(root) {}
+
+  Result<std::string> run() {
+    const std::string top = visit(root_, "root-value", 0);
+    if (error_) return *error_;
+    std::string out = "root ::= ws " + top + " ws\n";
+    for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
+    return out + kPrimitives;
+  }
+
+ private:
+  void fail(std::string message) {
+    if (!error_) error_ = Error{"json_schema: " + std::move(message), ErrorCode::invalid_argument};
+  }
+
+  // A rule with this body (an existing one when the body repeats).
+  std::string rule(const std::string& hint, const std::string& body) {
+    if (auto it = by_body_.find(body); it != by_body_.end()) return it->second;
+    std::string name = reserve(hint);
+    define(name, body);
+    return name;
+  }
+  std::string reserve(const std::string& hint) {
+    std::string base = sanitize(hint), name = base;
+    for (int i = 2; taken_.count(name) || is_primitive(name); ++i) name = base + "-" + std::to_string(i);
+    taken_.insert(name);
+    if (taken_.size() > kMaxRules) fail("schema too large");
+    return name;
+  }
+  void define(const std::string& name, const std::string& body) {
+    by_body_[body] = name;
+    rules_.push_back({name, body});
+  }
+  static bool is_primitive(const std::string& name) {
+    static const std::set<std::string> p = {"root", "ws", "string", "string-body", "string-char", "integer", "number",
+                                            "boolean", "null", "value", "object", "member", "array", "date", "time",
+                                            "date-time", "uuid"};
+    return p.count(name) > 0;
+  }
+
+  const json* resolve(const std::string& ref) {
+    if (ref == "#") return &root_;
+    for (const char* prefix : {"#/$defs/", "#/definitions/"}) {
+      const std::string p = prefix;
+      if (ref.rfind(p, 0) != 0) continue;
+      const std::string key = p.substr(2, p.size() - 3);  // "$defs" / "definitions"
+      const std::string name = ref.substr(p.size());
+      if (root_.is_object() && root_.contains(key) && root_[key].is_object() && root_[key].contains(name))
+        return &root_[key][name];
+    }
+    return nullptr;
+  }
+
+  std::string visit(const json& s, const std::string& hint, int depth) {
+    if (error_) return "value";
+    if (depth > kMaxDepth) return fail("schema nested deeper than 64"), "value";
+    if (s.is_boolean()) {
+      if (!s.get<bool>()) fail("the schema 'false' admits nothing");
+      return "value";
+    }
+    if (!s.is_object()) return fail("a schema must be an object or a boolean"), "value";
+    for (const auto& [key, _] : s.items())
+      if (!kKeywords.count(key) && !kAnnotations.count(key)) return fail("unsupported schema keyword '" + key + "'"), "value";
+    if (s.contains("$ref")) return visit_ref(s, depth);
+    if (s.contains("const")) return rule(hint, literal(s["const"].dump(-1, ' ', false, json::error_handler_t::replace)));
+    if (s.contains("enum")) {
+      const json& e = s["enum"];
+      if (!e.is_array() || e.empty()) return fail("'enum' must be a non-empty array"), "value";
+      std::string body;
+      for (const json& v : e) body += (body.empty() ? "" : " | ") + literal(v.dump(-1, ' ', false, json::error_handler_t::replace));
+      return rule(hint, body);
+    }
+    for (const char* key : {"anyOf", "oneOf"}) {
+      if (!s.contains(key)) continue;
+      const json& alts = s[key];
+      if (!alts.is_array() || alts.empty()) return fail(std::string("'") + key + "' must be a non-empty array"), "value";
+      for (const char* other : {"type", "properties", "items", "allOf"})
+        if (s.contains(other)) return fail(std::string("'") + key + "' together with '" + other + "'"), "value";
+      std::string body;
+      for (size_t i = 0; i < alts.size(); ++i)
+        body += (i ? " | " : "") + visit(alts[i], hint + "-" + std::to_string(i), depth + 1);
+      return rule(hint, body);
+    }
+    if (s.contains("allOf")) return visit(merge_all_of(s, depth), hint, depth + 1);
+    if (s.contains("type") && s["type"].is_array()) {
+      std::string body;
+      for (const json& t : s["type"]) {
+        json one = s;
+        one["type"] = t;
+        body += (body.empty() ? "" : " | ") + visit(one, hint + "-" + (t.is_string() ? t.get<std::string>() : "t"), depth + 1);
+      }
+      if (body.empty()) return fail("'type' must not be an empty list"), "value";
+      return rule(hint, body);
+    }
+    std::string type;
+    if (s.contains("type")) {
+      if (!s["type"].is_string()) return fail("'type' must be a string or a list of strings"), "value";
+      type = s["type"].get<std::string>();
+    } else if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties")) {
+      type = "object";
+    } else if (s.contains("items") || s.contains("prefixItems") || s.contains("minItems") || s.contains("maxItems")) {
+      type = "array";
+    } else if (s.contains("pattern") || s.contains("format") || s.contains("minLength") || s.contains("maxLength")) {
+      type = "string";
+    } else {
+      return "value";
+    }
+    if (type == "object") return visit_object(s, hint, depth);
+    if (type == "array") return visit_array(s, hint, depth);
+    if (type == "string") return visit_string(s, hint);
+    if (type == "integer") return visit_integer(s, hint);
+    if (type == "number") {
+      if (s.contains("minimum")) return fail("'minimum' on a number"), "value";
+      return "number";
+    }
+    if (type == "boolean") return "boolean";
+    if (type == "null") return "null";
+    return fail("unknown type '" + type + "'"), "value";
+  }
+
+  std::string visit_ref(const json& s, int depth) {
+    if (!s["$ref"].is_string()) return fail("'$ref' must be a string"), "value";
+    const std::string ref = s["$ref"].get<std::string>();
+    if (auto it = refs_.find(ref); it != refs_.end()) return it->second;
+    const json* target = resolve(ref);
+    if (!target) return fail("'$ref' " + ref + " does not resolve (only #, #/$defs/... and #/definitions/...)"), "value";
+    // Named before it is visited, so that a recursive schema refers to itself.
+    const std::string name = reserve("ref-" + ref.substr(ref.rfind('/') + 1));
+    refs_[ref] = name;
+    const std::string body = visit(*target, name + "-body", depth + 1);
+    rules_.push_back({name, body});
+    return name;
+  }
+
+  json merge_all_of(const json& s, int depth) {
+    json merged = {{"type", "object"}, {"properties", json::object()}, {"required", json::array()}};
+    for (const json& part0 : s["allOf"]) {
+      const json* part = &part0;
+      if (part->is_object() && part->contains("$ref") && (*part)["$ref"].is_string())
+        part = resolve((*part)["$ref"].get<std::string>());
+      const bool object = part && part->is_object() &&
+                          (part->value("type", std::string("object")) == "object") && !part->contains("anyOf");
+      if (!object || depth > kMaxDepth) {
+        fail("'allOf' is supported only over object schemas");
+        return json::object();
+      }
+      if (part->contains("properties") && (*part)["properties"].is_object())
+        for (const auto& [k, v] : (*part)["properties"].items()) merged["properties"][k] = v;
+      if (part->contains("required") && (*part)["required"].is_array())
+        for (const json& r : (*part)["required"]) merged["required"].push_back(r);
+    }
+    return merged;
+  }
+
+  std::string visit_object(const json& s, const std::string& hint, int depth) {
+    const json empty = json::object();
+    const json& props = s.contains("properties") ? s["properties"] : empty;
+    if (!props.is_object()) return fail("'properties' must be an object"), "value";
+    std::vector<std::string> required;
+    if (s.contains("required")) {
+      if (!s["required"].is_array()) return fail("'required' must be an array"), "value";
+      for (const json& r : s["required"]) {
+        if (!r.is_string()) return fail("'required' must list strings"), "value";
+        if (std::find(required.begin(), required.end(), r.get<std::string>()) == required.end())
+          required.push_back(r.get<std::string>());
+      }
+    }
+    if (props.empty() && required.empty()) {
+      if (!s.contains("additionalProperties") || s["additionalProperties"] == true) return "object";
+      if (s["additionalProperties"] == false) return rule(hint, "\"{\" ws \"}\"");
+      const std::string v = visit(s["additionalProperties"], hint + "-value", depth + 1);
+      const std::string m = rule(hint + "-member", "string ws \":\" ws " + v + " ws");
+      return rule(hint, "\"{\" ws ( " + m + " ( \",\" ws " + m + " )* )? \"}\"");
+    }
+    auto member = [&](const std::string& key, const json& schema) {
+      const std::string key_json = json(key).dump(-1, ' ', false, json::error_handler_t::replace);
+      const std::string v = visit(schema, hint + "-" + key, depth + 1);
+      return rule(hint + "-" + key + "-kv", literal(key_json) + " ws \":\" ws " + v + " ws");
+    };
+    std::vector<std::string> req, opt;
+    for (const auto& [key, schema] : props.items())
+      (std::find(required.begin(), required.end(), key) != required.end() ? req : opt).push_back(member(key, schema));
+    for (const std::string& r : required)
+      if (!props.contains(r)) req.push_back(member(r, json(true)));
+    std::string body = "\"{\" ws ";
+    for (size_t i = 0; i < req.size(); ++i) body += (i ? "\",\" ws " : "") + req[i] + " ";
+    if (!req.empty()) {
+      for (const std::string& o : opt) body += "( \",\" ws " + o + " )? ";
+    } else if (!opt.empty()) {
+      // Optional members only: start_i ::= o_i ("," o_j)?... | start_{i+1}
+      std::string next;
+      for (size_t i = opt.size(); i-- > 0;) {
+        std::string alt = opt[i];
+        for (size_t j = i + 1; j < opt.size(); ++j) alt += " ( \",\" ws " + opt[j] + " )?";
+        next = rule(hint + "-opts", next.empty() ? alt : alt + " | " + next);
+      }
+      body += next + "? ";
+    }
+    return rule(hint, body + "\"}\"");
+  }
+
+  std::optional<int64_t> count(const json& s, const char* key) {
+    if (!s.contains(key)) return std::nullopt;
+    if (!s[key].is_number_unsigned() && !(s[key].is_number_integer() && s[key].get<int64_t>() >= 0)) {
+      fail(std::string("'") + key + "' must be a non-negative integer");
+      return std::nullopt;
+    }
+    const int64_t v = s[key].get<int64_t>();
+    if (v > 10000) fail(std::string("'") + key + "' over 10000");
+    return v;
+  }
+
+  // "x{m,n}" in GBNF, with n < 0 for no bound.
+  static std::string repeat(const std::string& x, int64_t m, int64_t n) {
+    if (n < 0) return "( " + x + " ){" + std::to_string(m) + ",}";
+    return "( " + x + " ){" + std::to_string(m) + "," + std::to_string(n) + "}";
+  }
+
+  std::string visit_array(const json& s, const std::string& hint, int depth) {
+    if (s.contains("uniqueItems") && s["uniqueItems"] == true) return fail("'uniqueItems'"), "value";
+    const int64_t min = count(s, "minItems").value_or(0);
+    const int64_t max = s.contains("maxItems") ? count(s, "maxItems").value_or(0) : -1;
+    if (error_) return "value";
+    if (max >= 0 && max < min) return fail("'maxItems' below 'minItems'"), "value";
+    std::vector<std::string> prefix;
+    if (s.contains("prefixItems")) {
+      if (!s["prefixItems"].is_array()) return fail("'prefixItems' must be an array"), "value";
+      for (size_t i = 0; i < s["prefixItems"].size(); ++i)
+        prefix.push_back(visit(s["prefixItems"][i], hint + "-" + std::to_string(i), depth + 1));
+    }
+    std::string item = "value";
+    const bool items_false = s.contains("items") && s["items"] == false;
+    if (s.contains("items") && !items_false) item = visit(s["items"], hint + "-item", depth + 1);
+    if (!prefix.empty()) {
+      if (max >= 0 && int64_t(prefix.size()) > max) return fail("'prefixItems' longer than 'maxItems'"), "value";
+      if (min > int64_t(prefix.size()) && items_false) return fail("'minItems' needs items past 'prefixItems'"), "value";
+      std::string body = "\"[\" ws ";
+      for (size_t i = 0; i < prefix.size(); ++i) body += (i ? "\",\" ws " : "") + prefix[i] + " ws ";
+      const int64_t extra = std::max<int64_t>(0, min - int64_t(prefix.size()));
+      if (extra > 0) body += repeat("\",\" ws " + item + " ws", extra, extra) + " ";
+      return rule(hint, body + "\"]\"");
+    }
+    if (items_false) {
+      if (min > 0) return fail("'minItems' with 'items': false"), "value";
+      return rule(hint, "\"[\" ws \"]\"");
+    }
+    const std::string more = "\",\" ws " + item + " ws";
+    if (min == 0) {
+      if (max == 0) return rule(hint, "\"[\" ws \"]\"");
+      const std::string tail = max < 0 ? "( " + more + " )*" : repeat(more, 0, max - 1);
+      return rule(hint, "\"[\" ws ( " + item + " ws " + tail + " )? \"]\"");
+    }
+    return rule(hint, "\"[\" ws " + item + " ws " + repeat(more, min - 1, max < 0 ? -1 : max - 1) + " \"]\"");
+  }
+
+  std::string visit_string(const json& s, const std::string& hint) {
+    if (s.contains("format")) {
+      if (!s["format"].is_string()) return fail("'format' must be a string"), "value";
+      const std::string f = s["format"].get<std::string>();
+      if (f != "date" && f != "time" && f != "date-time" && f != "uuid")
+        return fail("unsupported string format '" + f + "' (date, time, date-time, uuid)"), "value";
+      if (s.contains("pattern") || s.contains("minLength") || s.contains("maxLength"))
+        return fail("'format' together with 'pattern' or a length"), "value";
+      return rule(hint, "\"\\\"\" " + f + " \"\\\"\"");
+    }
+    if (s.contains("pattern")) {
+      if (!s["pattern"].is_string()) return fail("'pattern' must be a string"), "value";
+      if (s.contains("minLength") || s.contains("maxLength")) return fail("'pattern' together with a length"), "value";
+      auto body = regex_to_gbnf(s["pattern"].get<std::string>());
+      if (!body) return fail(body.error()), "value";
+      return rule(hint, "\"\\\"\" ( " + *body + " ) \"\\\"\"");
+    }
+    if (s.contains("minLength") || s.contains("maxLength")) {
+      const int64_t min = count(s, "minLength").value_or(0);
+      const int64_t max = s.contains("maxLength") ? count(s, "maxLength").value_or(0) : -1;
+      if (error_) return "value";
+      if (max >= 0 && max < min) return fail("'maxLength' below 'minLength'"), "value";
+      return rule(hint, "\"\\\"\" " + repeat("string-char", min, max) + " \"\\\"\"");
+    }
+    return "string";
+  }
+
+  std::string visit_integer(const json& s, const std::string& hint) {
+    if (!s.contains("minimum")) return "integer";
+    const json& m = s["minimum"];
+    if (m == 0) return rule(hint, "\"0\" | [1-9] [0-9]*");
+    if (m == 1) return rule(hint, "[1-9] [0-9]*");
+    return fail("'minimum' other than 0 or 1"), "value";
+  }
+
+  const json& root_;
+  std::vector<std::pair<std::string, std::string>> rules_;
+  std::map<std::string, std::string> by_body_;
+  std::set<std::string> taken_;
+  std::map<std::string, std::string> refs_;
+  std::optional<Error> error_;
+};
+
+}  // namespace
+
+Result<std::string> json_schema_to_gbnf(const nlohmann::ordered_json& schema) { return Converter(schema).run(); }
+
+Result<Grammar> compile_json_schema(const nlohmann::ordered_json& schema) {
+  auto text = json_schema_to_gbnf(schema);
+  if (!text) return Error{text.error(), text.error_code()};
+  return parse_gbnf(*text);
+}
+
+std::string json_object_gbnf() { return std::string("root ::= ws object ws\n") + kPrimitives; }
+
+}  // namespace kvasir::grammar

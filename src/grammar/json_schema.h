@@ -1,0 +1,29 @@
+// JSON Schema -> GBNF text (then parse_gbnf), so a schema's grammar can be printed and read.
+//
+// Every document the grammar admits validates against the schema; where the schema admits more
+// (additional properties, extra array items past prefixItems) the grammar produces the plainer
+// subset. Supported: type (and type lists), properties / required (in the schema's order, then
+// optional ones in order), additionalProperties (false; true or a schema on an object without
+// properties), items, prefixItems, minItems / maxItems, enum, const, anyOf, oneOf (as anyOf),
+// allOf of object schemas, $ref into #/$defs, #/definitions or # (recursion allowed), string
+// minLength / maxLength, pattern (a regular-expression subset), format (date, time, date-time,
+// uuid), integer minimum 0 or 1; annotations (title, description, default, examples, ...) are
+// ignored. Anything else is refused with an error that names the keyword.
+//
+// Whitespace between tokens is at most a newline and 20 spaces or tabs, or one space: a model
+// cannot spin in an endless run of blanks.
+#pragma once
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "grammar/grammar.h"
+
+namespace kvasir::grammar {
+
+Result<std::string> json_schema_to_gbnf(const nlohmann::ordered_json& schema);
+Result<Grammar> compile_json_schema(const nlohmann::ordered_json& schema);
+// Any JSON object (response_format {"type": "json_object"}).
+std::string json_object_gbnf();
+
+}  // namespace kvasir::grammar

@@ -1,0 +1,331 @@
+// The grammar engine against independent references: a backtracking recognizer over the Grammar
+// (written from the definition, no stacks shared with the matcher) decides "is this text a
+// prefix of some document", and the token mask must agree with it for every token of a small
+// vocabulary, at every step of many random walks.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <random>
+#include <set>
+
+#include "grammar/gbnf.h"
+#include "grammar/json_schema.h"
+#include "grammar/matcher.h"
+#include "grammar/regex_gbnf.h"
+#include "grammar/utf8_decode.h"
+
+using namespace kvasir::grammar;
+using json = nlohmann::ordered_json;
+
+namespace {
+
+// Code points of UTF-8 text; nullopt-like empty + flag when not valid (a partial tail is kept
+// apart so the reference can reason about it).
+struct Decoded {
+  std::vector<uint32_t> cps;
+  std::string tail;  // an incomplete last character
+  bool valid = true;
+};
+Decoded decode(std::string_view s) {
+  Decoded d;
+  size_t i = 0;
+  while (i < s.size()) {
+    uint32_t cp = 0;
+    const size_t n = decode_utf8(s.substr(i), cp);
+    if (n == 0) {
+      Utf8Partial p;
+      size_t j = i;
+      while (j < s.size() && p.step(uint8_t(s[j])) && p.in_progress()) ++j;
+      if (j == s.size() && p.in_progress() && p.lo() <= p.hi()) d.tail = std::string(s.substr(i));
+      else d.valid = false;
+      return d;
+    }
+    d.cps.push_back(cp);
+    i += n;
+  }
+  return d;
+}
+
+// Reference: can the grammar derive a string that starts with `cps` (then, when `tail` is
+// non-empty, a character whose encoding starts with it)? Exhaustive search over (symbol list,
+// input position) with memoization-free backtracking; fine for short inputs and small grammars.
+class Reference {
+ public:
+  explicit Reference(const Grammar& g) : g_(g) {}
+
+  bool prefix(std::string_view text) {
+    const Decoded d = decode(text);
+    if (!d.valid) return false;
+    cps_ = d.cps;
+    tail_ = d.tail;
+    complete_ = false;
+    return run();
+  }
+  bool complete(std::string_view text) {
+    const Decoded d = decode(text);
+    if (!d.valid || !d.tail.empty()) return false;
+    cps_ = d.cps;
+    tail_.clear();
+    complete_ = true;
+    return run();
+  }
+
+ private:
+  bool run() {
+    budget_ = 2'000'000;
+    std::vector<uint32_t> start;
+    for (uint32_t alt : g_.rules[g_.root]) {
+      std::vector<uint32_t> stack{alt};
+      if (search(stack, 0)) return true;
+    }
+    return false;
+  }
+  bool tail_fits(const CharSet& set) const {
+    Utf8Partial p;
+    for (char c : tail_) p.step(uint8_t(c));
+    return set.intersects(p.lo(), p.hi());
+  }
+  // stack: positions (back = next); i: input consumed.
+  bool search(std::vector<uint32_t> stack, size_t i) {
+    if (--budget_ < 0) return false;
+    if (i == cps_.size() && !complete_ && tail_.empty()) return true;  // any continuation will do... if one exists
+    if (stack.empty()) return i == cps_.size() && (complete_ || tail_.empty()) ;
+    if (stack.size() > 64) return false;
+    const uint32_t q = stack.back();
+    const Symbol& s = g_.symbols[q];
+    stack.pop_back();
+    switch (s.kind) {
+      case Symbol::Kind::End:
+        return search(stack, i);
+      case Symbol::Kind::Rule: {
+        stack.push_back(q + 1);
+        for (uint32_t alt : g_.rules[s.index]) {
+          auto next = stack;
+          next.push_back(alt);
+          if (search(next, i)) return true;
+        }
+        return false;
+      }
+      case Symbol::Kind::Chars: {
+        const CharSet& set = g_.sets[s.index];
+        if (i == cps_.size()) return !tail_.empty() && tail_fits(set);
+        if (!set.contains(cps_[i])) return false;
+        stack.push_back(q + 1);
+        return search(stack, i + 1);
+      }
+      case Symbol::Kind::Star: {
+        const CharSet& set = g_.sets[s.index];
+        auto exit = stack;
+        exit.push_back(q + 1);
+        if (search(exit, i)) return true;
+        if (i == cps_.size()) return !tail_.empty() && tail_fits(set);
+        if (!set.contains(cps_[i])) return false;
+        stack.push_back(q);
+        return search(stack, i + 1);
+      }
+    }
+    return false;
+  }
+  const Grammar& g_;
+  std::vector<uint32_t> cps_;
+  std::string tail_;
+  bool complete_ = false;
+  long budget_ = 0;
+};
+
+// A small vocabulary with the shapes that matter: single bytes, multi-character pieces, quotes
+// inside pieces, UTF-8 split across tokens, invalid bytes, and an empty (control) token.
+std::vector<std::string> small_vocab() {
+  std::vector<std::string> v = {"", "{", "}", "[", "]", ",", ":", " ", "\n", "\"", "\\", "a", "b", "ab", "ba",
+                                "\"a", "a\"", "\":", "\",", "\"}", "{\"", "1", "2", "0", "12", "-", ".", "e",
+                                "true", "false", "null", "tr", "ue", "nu", "\xC3", "\xA9", "\xC3\xA9", "\xE2\x82",
+                                "\xAC", "\xFF", "\x80", "x", "\t", "  ", ": ", ", ", "\"\"", "n", "u", "l", "f", "s",
+                                "\\n", "\\\"", "5", "-1", "ab\"", "\"b\":", "aa", "bb", "t", "r"};
+  return v;
+}
+
+std::shared_ptr<const CompiledGrammar> compile_text(const std::string& gbnf, const std::vector<std::string>& vocab) {
+  auto g = parse_gbnf(gbnf);
+  EXPECT_TRUE(g.ok()) << g.error();
+  auto idx = std::make_shared<TokenIndex>(vocab);
+  return compile(std::move(*g), idx);
+}
+
+// Random walks: at each step the mask must equal the reference's verdict for every token, and
+// can_end must equal "the text is a complete document".
+void check_against_reference(const std::string& gbnf, int walks, int steps, uint64_t seed) {
+  const auto vocab = small_vocab();
+  auto cg = compile_text(gbnf, vocab);
+  Reference ref(cg->grammar);
+  std::mt19937_64 rng(seed);
+  for (int w = 0; w < walks; ++w) {
+    Matcher m(cg);
+    std::string text;
+    for (int s = 0; s < steps; ++s) {
+      auto mask = m.mask();
+      std::vector<int32_t> allowed;
+      for (size_t t = 0; t < vocab.size(); ++t) {
+        const bool bit = (mask[t / 64] >> (t % 64)) & 1;
+        const bool want = !vocab[t].empty() && ref.prefix(text + vocab[t]);
+        ASSERT_EQ(bit, want) << "grammar:\n" << gbnf << "text '" << text << "' token '" << vocab[t] << "'";
+        ASSERT_EQ(m.allowed(int32_t(t)), want);
+        if (bit) allowed.push_back(int32_t(t));
+      }
+      ASSERT_EQ(m.can_end(), ref.complete(text)) << "text '" << text << "'";
+      if (allowed.empty()) break;
+      const int32_t pick = allowed[rng() % allowed.size()];
+      ASSERT_TRUE(m.accept(pick));
+      text += vocab[size_t(pick)];
+    }
+  }
+}
+
+}  // namespace
+
+TEST(Gbnf, ParsesAndRejectsWithPositions) {
+  EXPECT_TRUE(parse_gbnf("root ::= \"a\" | [b-c]+ x\nx ::= \"\\x41\" \"\\u00e9\"?  # comment\n").ok());
+  auto undefined = parse_gbnf("root ::= foo\n");
+  ASSERT_FALSE(undefined.ok());
+  EXPECT_NE(undefined.error().find("'foo'"), std::string::npos);
+  auto left = parse_gbnf("root ::= root \"a\" | \"b\"\n");
+  ASSERT_FALSE(left.ok());
+  EXPECT_NE(left.error().find("left-recursive"), std::string::npos);
+  auto hidden_left = parse_gbnf("root ::= x root \"a\" | \"b\"\nx ::= \"\" | \"c\"\n");
+  EXPECT_FALSE(hidden_left.ok());
+  auto bad = parse_gbnf("root ::= \"a\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().find("line 1"), std::string::npos);
+  EXPECT_FALSE(parse_gbnf("root ::= [a-\n").ok());
+  EXPECT_FALSE(parse_gbnf("root ::= \"a\"{3,1}\n").ok());
+  EXPECT_FALSE(parse_gbnf("root ::= \"a\"{100000}\n").ok());
+  EXPECT_FALSE(parse_gbnf("x ::= \"a\"\n").ok());  // no root
+  EXPECT_FALSE(parse_gbnf("root ::= \"a\" root2 ::= \"b\"\n").ok());
+  EXPECT_FALSE(parse_gbnf("root ::= \"a\"\nroot ::= \"b\"\n").ok());
+  std::string deep = "root ::= ";
+  for (int i = 0; i < 100; ++i) deep += "(";
+  EXPECT_FALSE(parse_gbnf(deep).ok());
+}
+
+TEST(Matcher, MaskEqualsBruteForceOnSmallGrammars) {
+  check_against_reference("root ::= \"ab\" | \"a\" [b-z]* \"\\\"\"\n", 30, 8, 1);
+  check_against_reference("root ::= [a-b]+ \",\" [a-b]*\n", 30, 10, 2);
+  check_against_reference("root ::= ( \"a\" | \"b\" \"a\" )* \"}\"\n", 30, 10, 3);
+  check_against_reference("root ::= [^\"\\\\]* \"\\\"\" ( \":\" | \",\" )\n", 40, 10, 4);
+  check_against_reference("root ::= \"\\u00e9\" [a]? | [\\u00e0-\\u00ff]+ \"x\"\n", 30, 6, 5);
+  // Star followed by something that can begin with its characters: the generic (non-table) path.
+  check_against_reference("root ::= [a-b]* \"ab\" [a-b]* \"\\\"\"\n", 40, 10, 6);
+  check_against_reference("root ::= [a\"]* \"\\\"\" \"}\"\n", 40, 10, 7);
+  check_against_reference("root ::= x{2,4} \"-\"\nx ::= \"a\" | \"tr\" \"ue\"\n", 30, 8, 8);
+}
+
+TEST(Matcher, JsonSchemaGrammarAgreesWithReference) {
+  const json schema = json::parse(R"({"type":"object","properties":{"a":{"type":"string"},"b":{"type":"boolean"},
+    "n":{"type":"array","items":{"type":"integer"},"maxItems":2}},"required":["a"]})");
+  auto text = json_schema_to_gbnf(schema);
+  ASSERT_TRUE(text.ok()) << text.error();
+  check_against_reference(*text, 40, 14, 9);
+  check_against_reference(json_object_gbnf(), 40, 12, 10);
+}
+
+TEST(Matcher, TracksStateAndEnd) {
+  auto cg = compile_text("root ::= \"ab\" \",\"?\n", small_vocab());
+  Matcher m(cg);
+  EXPECT_FALSE(m.can_end());
+  EXPECT_FALSE(m.accept(1));  // "{" is not allowed; state unchanged
+  EXPECT_TRUE(m.accept(13));  // "ab"
+  EXPECT_TRUE(m.can_end());
+  EXPECT_FALSE(m.done());
+  EXPECT_TRUE(m.accept(5));  // ","
+  EXPECT_TRUE(m.done());
+  for (uint64_t w : m.mask()) EXPECT_EQ(w, 0u);
+  EXPECT_FALSE(m.accept(0));  // an empty (control) token is never allowed
+}
+
+TEST(Matcher, RepetitionKeepsTheStateTableSmall) {
+  // A long array of the same shape revisits the same states: no growth per element.
+  auto cg = compile_text(json_object_gbnf(), small_vocab());
+  Matcher m(cg);
+  ASSERT_TRUE(m.accept_bytes("{\"a\": ["));
+  ASSERT_TRUE(m.accept_bytes("1, 2"));
+  const size_t before = m.num_states();
+  for (int i = 0; i < 200; ++i) ASSERT_TRUE(m.accept_bytes(", 12"));
+  EXPECT_LE(m.num_states(), before + 8);
+  ASSERT_TRUE(m.accept_bytes("]}"));
+  EXPECT_TRUE(m.can_end());
+}
+
+TEST(Matcher, DeepNestingIsBoundedNotFatal) {
+  auto cg = compile_text(json_object_gbnf(), small_vocab());
+  Matcher m(cg);
+  ASSERT_TRUE(m.accept_bytes("{\"a\":"));
+  int accepted = 0;
+  for (int i = 0; i < 5000; ++i) accepted += m.accept_bytes("[");
+  EXPECT_LT(accepted, 5000);  // cut at the depth limit, never a crash or an endless expansion
+  EXPECT_GT(accepted, 100);
+}
+
+TEST(JsonSchema, CompilesTheCommonKeywordsAndNamesTheRest) {
+  const char* ok[] = {
+      R"({"type":"string","enum":["a","b"]})",
+      R"({"const":{"x":[1,2]}})",
+      R"({"anyOf":[{"type":"string"},{"type":"null"}],"title":"t","default":null})",
+      R"({"type":["integer","null"]})",
+      R"({"type":"array","prefixItems":[{"type":"string"},{"type":"number"}]})",
+      R"({"type":"array","items":{"type":"string","format":"date"},"minItems":1,"maxItems":3})",
+      R"({"type":"string","pattern":"^[A-Z]{2}-\\d{3}$"})",
+      R"({"type":"string","minLength":2,"maxLength":5})",
+      R"({"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer"},"next":{"anyOf":[{"$ref":"#/$defs/node"},{"type":"null"}]}},"required":["v","next"]}},"$ref":"#/$defs/node"})",
+      R"({"allOf":[{"type":"object","properties":{"a":{"type":"integer"}}},{"properties":{"b":{"type":"string"}},"required":["b"]}]})",
+      R"({"type":"object","additionalProperties":{"type":"integer"}})",
+      R"({"type":"integer","minimum":0})",
+      R"({"type":"object","properties":{"x":{"type":"string"},"y":{"type":"string"}}})",
+      R"(true)",
+  };
+  for (const char* s : ok) {
+    auto g = compile_json_schema(json::parse(s));
+    EXPECT_TRUE(g.ok()) << s << ": " << g.error();
+  }
+  const std::pair<const char*, const char*> bad[] = {
+      {R"({"type":"integer","maximum":3})", "'maximum'"},
+      {R"({"type":"string","format":"email"})", "'email'"},
+      {R"({"type":"array","uniqueItems":true})", "'uniqueItems'"},
+      {R"({"$ref":"#/nowhere"})", "#/nowhere"},
+      {R"j({"type":"string","pattern":"(?=a)"})j", "lookaround"},
+      {R"({"type":"string","pattern":"\\bword"})", "\\b"},
+      {R"({"type":"frog"})", "'frog'"},
+      {R"(false)", "false"},
+      {R"({"not":{}})", "'not'"},
+  };
+  for (const auto& [s, name] : bad) {
+    auto g = compile_json_schema(json::parse(s));
+    ASSERT_FALSE(g.ok()) << s;
+    EXPECT_NE(g.error().find(name), std::string::npos) << s << " -> " << g.error();
+  }
+}
+
+TEST(JsonSchema, PropertiesComeInSchemaOrder) {
+  auto cg = compile_text(*json_schema_to_gbnf(json::parse(
+                             R"({"type":"object","properties":{"z":{"type":"integer"},"a":{"type":"integer"}},"required":["z","a"]})")),
+                         small_vocab());
+  Matcher z(cg);
+  EXPECT_TRUE(z.accept_bytes("{\"z\": 1, \"a\": 2}"));
+  EXPECT_TRUE(z.can_end());
+  Matcher a(cg);
+  EXPECT_FALSE(a.accept_bytes("{\"a\": 2"));
+}
+
+TEST(Regex, PatternsBecomeJsonStringBodies) {
+  auto body = regex_to_gbnf("^a\"b[0-9]+(x|yz)?$");
+  ASSERT_TRUE(body.ok()) << body.error();
+  auto g = parse_gbnf("root ::= " + *body + "\n");
+  ASSERT_TRUE(g.ok()) << g.error();
+  auto cg = compile(std::move(*g), std::make_shared<TokenIndex>(small_vocab()));
+  for (const char* yes : {"a\\\"b12", "a\\\"b1yz", "a\\\"b5x"}) {
+    Matcher m(cg);
+    EXPECT_TRUE(m.accept_bytes(yes) && m.can_end()) << yes;
+  }
+  for (const char* no : {"a\"b1", "a\\\"b", "a\\\"b1y"}) {
+    Matcher m(cg);
+    EXPECT_FALSE(m.accept_bytes(no) && m.can_end()) << no;
+  }
+}
