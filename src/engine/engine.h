@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "grammar/matcher.h"
 #include "model/model.h"
 #include "runtime/model_runner.h"
 #include "sample/sampler.h"
@@ -58,6 +59,10 @@ struct GenerationParams {
   int32_t top_logprobs = -1;   // -1: no logprobs; 0..20: chosen token's logprob + that many alternatives
   std::vector<std::pair<int32_t, float>> logit_bias;  // added to the logits before sampling
   bool speculative = true;     // false: never drafted for, even when the engine speculates
+  // Constrained output (engine/structured.h): only tokens the grammar allows are sampled, drafts
+  // included; end of generation only where the document is complete, and generation ends as
+  // soon as nothing else may follow. Null: free text.
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
 };
 
 struct TokenLogprob {

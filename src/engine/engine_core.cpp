@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <span>
 #include <unordered_map>
 
@@ -34,6 +35,12 @@ struct Live {
   // the last draft, so that a request whose drafts stopped paying is probed again now and then.
   std::vector<double> spec_accept;
   int32_t spec_idle_steps = 0;
+  // Structured output: the grammar's state after the tokens picked so far (pick_token advances
+  // it over exactly the tokens it keeps). done_at: the picked token after which the document is
+  // complete and nothing may follow (-1: none); forced_stop: nothing at all was allowed.
+  std::optional<grammar::Matcher> matcher;
+  int32_t done_at = -1;
+  bool forced_stop = false;
 
   static constexpr double kAcceptPrior = 0.6;  // hopeful, so that a new request tries drafts
   double& accept_rate(size_t j) {
@@ -43,7 +50,9 @@ struct Live {
 
   Live(GenerationParams p, const Tokenizer& tok)
       : params(std::move(p)), sampler(params.sampling), decoder(tok, /*skip_special=*/true, /*continuation=*/true),
-        stops(params.stop.stop_strings) {}
+        stops(params.stop.stop_strings) {
+    if (params.grammar) matcher.emplace(params.grammar);
+  }
 };
 
 double ns_to_ms(int64_t ns) { return ns < 0 ? -1 : double(ns) / 1e6; }
@@ -105,6 +114,12 @@ struct EngineCore::Impl {
         max_model_len(len) {}
 
   void pick_token(const sched::ScheduledSeq& seq, const float* logits);
+  bool is_stop_token(const Live& l, int32_t t) const {
+    if (!l.params.stop.ignore_eos && tokenizer.is_eog(t)) return true;
+    return std::find(l.params.stop.stop_token_ids.begin(), l.params.stop.stop_token_ids.end(), t) !=
+           l.params.stop.stop_token_ids.end();
+  }
+  bool apply_grammar(grammar::Matcher& m, bool mask_stops, std::span<const int32_t> stop_ids, std::vector<float>& row) const;
   void commit_token(const sched::ScheduledSeq& seq);
   void propose_drafts();
   Delta& delta_for(std::vector<Delta>& out, std::unordered_map<RequestId, size_t>& index, RequestId id);
@@ -177,6 +192,8 @@ Status EngineCore::validate(const GenerationParams& p) const {
     if (id < 0 || id >= n_vocab || !std::isfinite(bias)) return Error{"logit_bias has a bad token id or value"};
   for (int32_t id : p.stop.stop_token_ids)
     if (id < 0 || id >= n_vocab) return Error{"stop_token_ids has a bad token id"};
+  if (p.grammar && int64_t(p.grammar->tokens->size()) != impl_->tokenizer.n_vocab())
+    return Error{"the grammar was compiled for another vocabulary", ErrorCode::internal};
   return {};
 }
 
@@ -219,14 +236,23 @@ void EngineCore::Impl::pick_token(const sched::ScheduledSeq& seq, const float* l
   // (copied only when a draft is verified; a plain decode reads the request's tokens in place).
   std::span<const int32_t> history = req->tokens;
   thread_local std::vector<int32_t> with_drafts;
+  l.done_at = -1;
+  l.forced_stop = false;
   for (int32_t j = 0; j <= seq.num_draft; ++j) {
     std::span<const float> row(logits + int64_t(j) * n_vocab, size_t(n_vocab));
     const bool mask_stops = req->num_generated() + j < l.params.stop.min_tokens;  // too early to stop
-    if (!l.params.logit_bias.empty() || mask_stops) {
+    if (!l.params.logit_bias.empty() || mask_stops || l.matcher) {
       thread_local std::vector<float> biased;
       biased.assign(row.begin(), row.end());
       for (const auto& [id, bias] : l.params.logit_bias) biased[size_t(id)] += bias;
-      if (mask_stops) {
+      if (l.matcher) {
+        if (!apply_grammar(*l.matcher, mask_stops, l.params.stop.stop_token_ids, biased)) {
+          l.picked.push_back(tokenizer.eog_ids().empty() ? 0 : tokenizer.eog_ids()[0]);
+          l.picked_logprobs.push_back({});
+          l.forced_stop = true;
+          return;
+        }
+      } else if (mask_stops) {
         for (int32_t t : tokenizer.eog_ids()) biased[size_t(t)] = -std::numeric_limits<float>::infinity();
         for (int32_t t : l.params.stop.stop_token_ids) biased[size_t(t)] = -std::numeric_limits<float>::infinity();
       }
@@ -247,11 +273,47 @@ void EngineCore::Impl::pick_token(const sched::ScheduledSeq& seq, const float* l
       thread_local std::vector<int32_t> order;
       l.picked_logprobs.push_back(logprobs_of(row, token, l.params.top_logprobs, order));
     }
+    if (l.matcher && !is_stop_token(l, token)) {
+      if (!l.matcher->accept(token)) {  // cannot happen: the mask allowed it; end rather than break the format
+        l.forced_stop = true;
+        return;
+      }
+      if (l.matcher->done()) {
+        l.done_at = int32_t(l.picked.size() - 1);
+        return;
+      }
+    }
     if (!accepted) break;
     if (j == 0) with_drafts.assign(req->tokens.begin(), req->tokens.end());
     with_drafts.push_back(token);
     history = with_drafts;
   }
+}
+
+// The grammar's mask on a logits row: tokens it does not allow get -inf; the end-of-generation
+// tokens keep their logits where the document may end (min_tokens holds them back only while
+// something else may still follow). False when nothing at all is allowed.
+bool EngineCore::Impl::apply_grammar(grammar::Matcher& m, bool mask_stops, std::span<const int32_t> stop_ids,
+                                     std::vector<float>& row) const {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const bool end = m.can_end() && (!mask_stops || m.done());
+  thread_local std::vector<std::pair<int32_t, float>> ends;
+  ends.clear();
+  if (end) {
+    for (int32_t t : tokenizer.eog_ids()) ends.push_back({t, row[size_t(t)]});
+    for (int32_t t : stop_ids) ends.push_back({t, row[size_t(t)]});
+  }
+  const std::span<const uint64_t> mask = m.mask();
+  bool any = false;
+  for (size_t w = 0, n = row.size(); w * 64 < n; ++w) {
+    const uint64_t bits = w < mask.size() ? mask[w] : 0;
+    any |= bits != 0;
+    if (bits == ~uint64_t(0)) continue;
+    for (size_t i = w * 64, e = std::min(n, i + 64); i < e; ++i)
+      if (!((bits >> (i - w * 64)) & 1)) row[i] = kNegInf;
+  }
+  for (const auto& [t, v] : ends) row[size_t(t)] = v;
+  return any || !ends.empty();
 }
 
 // Drafts for the requests that decode next step (n-gram: what followed the latest earlier
@@ -329,22 +391,18 @@ void EngineCore::Impl::propose_drafts() {
 // order: a stop token or stop string inside an accepted run ends it exactly there.
 void EngineCore::Impl::commit_token(const sched::ScheduledSeq& seq) {
   Live& l = *live.at(seq.id);
-  auto is_stop_token = [&](int32_t t) {
-    if (!l.params.stop.ignore_eos && tokenizer.is_eog(t)) return true;
-    return std::find(l.params.stop.stop_token_ids.begin(), l.params.stop.stop_token_ids.end(), t) !=
-           l.params.stop.stop_token_ids.end();
-  };
   sched::SeqOutput out{seq.id, -1, sched::FinishReason::None};
   for (size_t i = 0; i < l.picked.size(); ++i) {
     const int32_t token = l.picked[i];
     const bool last = i + 1 == l.picked.size();
-    if (is_stop_token(token)) {
+    if (is_stop_token(l, token) || (l.forced_stop && last)) {
       out.finish = sched::FinishReason::Stop;
     } else {
       if (l.params.top_logprobs >= 0) l.new_logprobs.push_back(std::move(l.picked_logprobs[i]));
       l.new_tokens.push_back(token);
       l.new_text += l.stops.push(l.decoder.push(token));
       if (l.stops.stopped()) out.finish = sched::FinishReason::StopString;
+      else if (int32_t(i) == l.done_at) out.finish = sched::FinishReason::Stop;  // the document is complete
     }
     if (last || out.finish != sched::FinishReason::None) {
       out.token = token;

@@ -20,8 +20,8 @@ constexpr const char* kPrimitives = R"(ws ::= | " " | "\n" [ \t]{0,20}
 string ::= "\"" string-body "\""
 string-body ::= [^"\\\x00-\x1F]* ( "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} ) string-body )?
 string-char ::= [^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} )
-integer ::= "-"? ( "0" | [1-9] [0-9]* )
-number ::= integer ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )?
+integer ::= "-"? ( "0" | [1-9] [0-9]{0,15} )
+number ::= integer ( "." [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,2} )?
 boolean ::= "true" | "false"
 null ::= "null"
 value ::= object | array | string | number | boolean | null
@@ -354,8 +354,8 @@ class Converter {
   std::string visit_integer(const json& s, const std::string& hint) {
     if (!s.contains("minimum")) return "integer";
     const json& m = s["minimum"];
-    if (m == 0) return rule(hint, "\"0\" | [1-9] [0-9]*");
-    if (m == 1) return rule(hint, "[1-9] [0-9]*");
+    if (m == 0) return rule(hint, "\"0\" | [1-9] [0-9]{0,15}");
+    if (m == 1) return rule(hint, "[1-9] [0-9]{0,15}");
     return fail("'minimum' other than 0 or 1"), "value";
   }
 

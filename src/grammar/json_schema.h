@@ -10,8 +10,9 @@
 // uuid), integer minimum 0 or 1; annotations (title, description, default, examples, ...) are
 // ignored. Anything else is refused with an error that names the keyword.
 //
-// Whitespace between tokens is at most a newline and 20 spaces or tabs, or one space: a model
-// cannot spin in an endless run of blanks.
+// Whitespace between tokens is at most a newline and 20 spaces or tabs, or one space, and numbers
+// have at most 16 integer digits, 16 fraction digits and 2 exponent digits (integers fit in 64
+// bits, numbers in a double): a model cannot spin in an endless run of blanks or digits.
 #pragma once
 #include <string>
 

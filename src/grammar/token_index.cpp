@@ -42,10 +42,18 @@ TokenIndex::TokenIndex(std::vector<std::string> token_bytes) : bytes_(std::move(
   trie_ = Trie::build(std::move(entries));
 }
 
+bool TokenIndex::worth_a_table(const CharSet& set) {
+  int printable = 0;
+  for (uint32_t c = 0x20; c < 0x7F; ++c) printable += set.contains(c);
+  return printable >= 64;
+}
+
 std::shared_ptr<const StarTable> TokenIndex::star_table(const CharSet& set) const {
+  if (!worth_a_table(set)) return nullptr;
   std::lock_guard lock(mutex_);
+  if (auto it = stars_.find(set.ranges); it != stars_.end()) return it->second;
+  if (stars_.size() >= kMaxStarTables) return nullptr;
   auto& slot = stars_[set.ranges];
-  if (slot) return slot;
   auto table = std::make_shared<StarTable>();
   table->inside.assign(words(), 0);
   std::vector<std::pair<std::string_view, int32_t>> rest;

@@ -56,7 +56,13 @@ class TokenIndex {
   size_t words() const { return (bytes_.size() + 63) / 64; }
   const std::string& bytes(int32_t id) const { return bytes_[size_t(id)]; }
   const Trie& trie() const { return trie_; }
+  // The table for Star(set), or null where it would not pay: a set without most of printable
+  // ASCII leaves few tokens inside it, and the plain trie walk rejects the rest at their first
+  // bytes anyway (and its `rest` trie would be nearly the whole vocabulary); also null past
+  // kMaxStarTables distinct sets (a hostile grammar cannot make the index grow without bound).
   std::shared_ptr<const StarTable> star_table(const CharSet& set) const;
+  static bool worth_a_table(const CharSet& set);
+  static constexpr size_t kMaxStarTables = 32;
 
  private:
   std::vector<std::string> bytes_;

@@ -214,7 +214,10 @@ TEST(Matcher, MaskEqualsBruteForceOnSmallGrammars) {
   check_against_reference("root ::= \"\\u00e9\" [a]? | [\\u00e0-\\u00ff]+ \"x\"\n", 30, 6, 5);
   // Star followed by something that can begin with its characters: the generic (non-table) path.
   check_against_reference("root ::= [a-b]* \"ab\" [a-b]* \"\\\"\"\n", 40, 10, 6);
-  check_against_reference("root ::= [a\"]* \"\\\"\" \"}\"\n", 40, 10, 7);
+  check_against_reference("root ::= [^,]* \"ab\" [^,]* \",\"\n", 40, 10, 7);
+  // Sets large enough for a star table, with and without partial characters and escapes.
+  check_against_reference("root ::= \"{\" [^\"\\\\\\x00-\\x1F]* \"\\\"\" \"}\"\n", 40, 10, 11);
+  check_against_reference("root ::= ( [^\\\\\"]* \"\\\\\" [n\"] )* \"\\\"\"\n", 40, 10, 12);
   check_against_reference("root ::= x{2,4} \"-\"\nx ::= \"a\" | \"tr\" \"ue\"\n", 30, 8, 8);
 }
 
