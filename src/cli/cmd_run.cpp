@@ -1,12 +1,16 @@
-// `kvasir run -m MODEL -p PROMPT -n N [sampling] [--ctx C] [-t THREADS] [--spec ngram]`: generated
-// text on stdout and nothing else; timings on stderr. With --spec the tokens come from the serving
-// engine (one request, speculative decoding), and stderr also gets the acceptance.
+// `kvasir run -m MODEL -p PROMPT -n N [sampling] [--ctx C] [-t THREADS] [--spec ngram]
+// [--json-schema FILE | --grammar FILE]`: generated text on stdout and nothing else; timings on
+// stderr. With --spec or a grammar the tokens come from the serving engine (one request), and
+// with --spec stderr also gets the acceptance.
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 
 #include "cli/common.h"
 #include "cli/commands.h"
 #include "engine/engine.h"
+#include "engine/structured.h"
 #include "model/session.h"
 #include "sample/sampler.h"
 #include "tokenizer/tokenizer.h"
@@ -24,14 +28,31 @@ struct RunArgs {
   std::string kv_type = "f16";
   int64_t batch = 512;
   SpecFlags spec;
+  std::string json_schema_file, grammar_file;
 };
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// One request through the engine, so that speculative decoding applies; text streams as it comes.
-int run_speculative(const RunArgs& a, const Model& model, const Tokenizer& tokenizer, std::vector<int32_t> prompt,
-                    DType kv_type, const engine::SpecOptions& spec) {
+// The grammar of --json-schema FILE or --grammar FILE (null when neither is given).
+Result<std::shared_ptr<const grammar::CompiledGrammar>> cli_grammar(const RunArgs& a, const Tokenizer& tokenizer) {
+  if (a.json_schema_file.empty() && a.grammar_file.empty()) return std::shared_ptr<const grammar::CompiledGrammar>();
+  if (!a.json_schema_file.empty() && !a.grammar_file.empty()) return Error{"give --json-schema or --grammar, not both"};
+  const bool schema = !a.json_schema_file.empty();
+  const std::string& path = schema ? a.json_schema_file : a.grammar_file;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Error{"cannot read " + path};
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  engine::GrammarCache cache(engine::grammar_token_index(tokenizer), 1);
+  auto g = cache.get({schema ? engine::GrammarSpec::Kind::json_schema : engine::GrammarSpec::Kind::gbnf, text});
+  if (!g) return Error{path + ": " + g.error()};
+  return *g;
+}
+
+// One request through the engine, so that speculative decoding and grammars apply; text streams
+// as it comes.
+int run_engine(const RunArgs& a, const Model& model, const Tokenizer& tokenizer, std::vector<int32_t> prompt,
+               DType kv_type, const engine::SpecOptions& spec, std::shared_ptr<const grammar::CompiledGrammar> grammar) {
   engine::EngineOptions o;
   o.max_batch_tokens = int32_t(a.batch);
   o.max_seqs = 1;
@@ -47,6 +68,7 @@ int run_speculative(const RunArgs& a, const Model& model, const Tokenizer& token
   p.prompt = std::move(prompt);
   p.sampling = a.sampling;
   p.stop.max_tokens = std::max(1, std::min<int>(a.n_predict, int(a.n_ctx - int64_t(n_prompt))));
+  p.grammar = std::move(grammar);
   auto id = (*core)->add_request(std::move(p));
   if (!id) return fail(id.error());
   const auto t0 = Clock::now();
@@ -66,14 +88,14 @@ int run_speculative(const RunArgs& a, const Model& model, const Tokenizer& token
   const double total_s = seconds_since(t0);
   const double gen_s = total_s - std::max(first_s, 0.0);
   const engine::EngineStats st = (*core)->stats();
-  std::fprintf(stderr,
-               "\nprompt: %zu tokens, %.2f ms, %.1f tok/s | generated: %lld tokens, %.2f ms, %.1f tok/s after the first\n"
-               "speculation: %lld draft tokens, %lld accepted (%.1f%%), %.2f tokens per step\n",
+  std::fprintf(stderr, "\nprompt: %zu tokens, %.2f ms, %.1f tok/s | generated: %lld tokens, %.2f ms, %.1f tok/s after the first\n",
                n_prompt, first_s * 1e3, double(n_prompt) / std::max(first_s, 1e-9), (long long)generated, gen_s * 1e3,
-               double(std::max<int64_t>(generated - 1, 0)) / std::max(gen_s, 1e-9), (long long)st.spec_draft_tokens,
-               (long long)st.spec_accepted_tokens,
-               st.spec_draft_tokens ? 100.0 * double(st.spec_accepted_tokens) / double(st.spec_draft_tokens) : 0.0,
-               double(generated) / double(std::max<int64_t>(st.num_steps - 1, 1)));
+               double(std::max<int64_t>(generated - 1, 0)) / std::max(gen_s, 1e-9));
+  if (spec.method != engine::SpecMethod::none)
+    std::fprintf(stderr, "speculation: %lld draft tokens, %lld accepted (%.1f%%), %.2f tokens per step\n",
+                 (long long)st.spec_draft_tokens, (long long)st.spec_accepted_tokens,
+                 st.spec_draft_tokens ? 100.0 * double(st.spec_accepted_tokens) / double(st.spec_draft_tokens) : 0.0,
+                 double(generated) / double(std::max<int64_t>(st.num_steps - 1, 1)));
   if (st.spec_draft_tokens > 0) {
     std::fprintf(stderr, "acceptance by draft position:");
     for (size_t j = 0; j < st.spec_draft_tokens_at.size() && st.spec_draft_tokens_at[j] > 0; ++j)
@@ -99,8 +121,10 @@ int run_generate(RunArgs a) {
                 std::to_string(a.n_ctx) + " (raise --ctx)");
   auto spec = a.spec.to_options();
   if (!spec) return fail(spec.error());
-  if (spec->method != engine::SpecMethod::none)
-    return run_speculative(a, **model, *tokenizer, std::move(tokens), *kv_type, *spec);
+  auto grammar = cli_grammar(a, *tokenizer);
+  if (!grammar) return fail(grammar.error());
+  if (spec->method != engine::SpecMethod::none || *grammar)
+    return run_engine(a, **model, *tokenizer, std::move(tokens), *kv_type, *spec, *grammar);
   auto session = Session::create(**model, {.n_ctx = a.n_ctx, .max_batch_tokens = a.batch, .num_threads = a.threads,
                                            .kv_type = *kv_type});
   if (!session) return fail(session.error());
@@ -156,6 +180,8 @@ void register_run(CLI::App& app, Handler& handler) {
   cmd->add_option("-b,--batch", a->batch, "Prefill chunk in tokens")->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--kv-type", a->kv_type, "KV cache type: f16 or f32");
   a->spec.add_to(cmd);
+  cmd->add_option("--json-schema", a->json_schema_file, "Constrain the output to JSON matching this JSON Schema file");
+  cmd->add_option("--grammar", a->grammar_file, "Constrain the output to this GBNF grammar file");
   cmd->callback([&handler, a] { handler = [a] { return run_generate(*a); }; });
 }
 

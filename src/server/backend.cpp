@@ -15,6 +15,10 @@ Result<std::unique_ptr<Backend>> load_backend(const BackendOptions& options) {
   auto chat = ChatFormatter::for_model(b->model->gguf(), *b->tokenizer, std::move(*template_source));
   if (!chat) return Error{options.model_path + ": " + chat.error()};
   b->chat = std::move(*chat);
+  // The vocabulary's grammar index, warmed with the JSON primitives (their string-body table), so
+  // that the first structured request pays only for its own schema.
+  b->grammars = std::make_unique<engine::GrammarCache>(engine::grammar_token_index(*b->tokenizer));
+  if (auto g = b->grammars->get({engine::GrammarSpec::Kind::json_object, ""}); !g) return Error{g.error()};
   auto core = engine::EngineCore::create(*b->model, *b->tokenizer, options.engine);
   if (!core) return Error{core.error()};
   b->max_model_len = (*core)->stats().max_model_len;  // the Engine's copy fills in after its first step

@@ -101,8 +101,22 @@ std::string tenant_salt(const http::Request& req, const std::string& client_salt
   return req.principal + '\x1f' + client_salt;
 }
 
+Parsed<std::shared_ptr<const grammar::CompiledGrammar>> request_grammar(const GenerationRequest& request,
+                                                                        engine::GrammarCache& grammars) {
+  if (!request.format) return std::shared_ptr<const grammar::CompiledGrammar>();
+  const OutputFormat& f = *request.format;
+  using Kind = engine::GrammarSpec::Kind;
+  const Kind kind = f.kind == OutputFormat::Kind::gbnf          ? Kind::gbnf
+                    : f.kind == OutputFormat::Kind::json_schema ? Kind::json_schema
+                                                                : Kind::json_object;
+  auto g = grammars.get({kind, f.text});
+  if (!g) return bad_request(g.error(), f.param, "invalid_grammar");
+  return *g;
+}
+
 engine::GenerationParams engine_params(const GenerationRequest& r, std::vector<int32_t> prompt, int32_t max_tokens,
-                                       uint64_t base_seed, int32_t choice_seq) {
+                                       uint64_t base_seed, int32_t choice_seq,
+                                       std::shared_ptr<const grammar::CompiledGrammar> grammar) {
   engine::GenerationParams p;
   p.prompt = std::move(prompt);
   const SamplingRequest& s = r.sampling;
@@ -124,6 +138,7 @@ engine::GenerationParams engine_params(const GenerationRequest& r, std::vector<i
   p.top_logprobs = r.top_logprobs;
   p.logit_bias = r.logit_bias;
   p.speculative = r.speculative;
+  p.grammar = std::move(grammar);
   return p;
 }
 

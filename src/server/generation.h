@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/structured.h"
 #include "http/message.h"
 #include "server/metrics.h"
 #include "server/protocol.h"
@@ -37,9 +38,15 @@ std::optional<ApiError> check_request_ids(const GenerationRequest& request, cons
 // another sent; a client's own cache_salt partitions further within its key.
 std::string tenant_salt(const http::Request& req, const std::string& client_salt);
 
+// The compiled grammar of the request's output format (null: free text), or a 400 naming the
+// field and what in it is unsupported.
+Parsed<std::shared_ptr<const grammar::CompiledGrammar>> request_grammar(const GenerationRequest& request,
+                                                                        engine::GrammarCache& grammars);
+
 // The engine request for choice `choice_seq` (0, 1, ...) of a prompt: seeds seed, seed+1, ...
 engine::GenerationParams engine_params(const GenerationRequest& request, std::vector<int32_t> prompt,
-                                       int32_t max_tokens, uint64_t base_seed, int32_t choice_seq);
+                                       int32_t max_tokens, uint64_t base_seed, int32_t choice_seq,
+                                       std::shared_ptr<const grammar::CompiledGrammar> grammar = nullptr);
 
 // A fresh random seed for a request that names none.
 uint64_t random_seed();

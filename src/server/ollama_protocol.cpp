@@ -60,6 +60,12 @@ std::optional<ApiError> read_common(const ordered_json& doc, Request& r) {
   }
   if (auto it = doc.find("think"); it != doc.end() && !it->is_null() && *it != false)
     return bad_request("'think' is not supported by this server", "think", "unsupported_field");
+  // "format": "json" (any JSON value's object form) or a JSON Schema; "" is the client's unset.
+  if (auto it = doc.find("format"); it != doc.end() && !it->is_null() && *it != "") {
+    if (*it == "json") g.format = OutputFormat{OutputFormat::Kind::json_object, "", "format"};
+    else if (it->is_object()) g.format = OutputFormat{OutputFormat::Kind::json_schema, it->dump(), "format"};
+    else return bad_request("'format' must be \"json\" or a JSON Schema object", "format");
+  }
   auto opts = doc.find("options");
   if (opts == doc.end() || opts->is_null()) return std::nullopt;
   if (!opts->is_object()) return bad_request("'options' must be an object", "options");
@@ -112,7 +118,7 @@ ordered_json done_reason(engine::FinishReason f) {
 Parsed<Request> parse_chat(std::string_view body) {
   auto doc = parse_json_object(body);
   if (!doc) return doc.error();
-  if (auto e = only_known(*doc, {"model", "messages", "stream", "options", "keep_alive", "think"}, "")) return *e;
+  if (auto e = only_known(*doc, {"model", "messages", "stream", "options", "keep_alive", "think", "format"}, "")) return *e;
   Request r;
   r.is_chat = true;
   if (auto e = read_common(*doc, r)) return *e;
@@ -136,7 +142,7 @@ Parsed<Request> parse_chat(std::string_view body) {
 Parsed<Request> parse_generate(std::string_view body) {
   auto doc = parse_json_object(body);
   if (!doc) return doc.error();
-  if (auto e = only_known(*doc, {"model", "prompt", "system", "stream", "options", "keep_alive", "raw", "think"}, ""))
+  if (auto e = only_known(*doc, {"model", "prompt", "system", "stream", "options", "keep_alive", "raw", "think", "format"}, ""))
     return *e;
   Request r;
   if (auto e = read_common(*doc, r)) return *e;

@@ -65,10 +65,13 @@ Parsed<Request> parse(std::string_view body) {
       return bad_request("'" + key + "' is not supported by this server (see docs/API.md)", key, "unsupported_field");
 
   // What only text generation can honour.
+  std::optional<OutputFormat> format;
   if (auto t = doc.find("text"); t != doc.end() && !t->is_null()) {
-    const bool plain = t->is_object() && (!t->contains("format") || ((*t)["format"].is_object() &&
-                                                                     (*t)["format"].value("type", "") == "text"));
-    if (!plain) return unsupported("text", "a text format other than {\"format\": {\"type\": \"text\"}}");
+    if (!t->is_object()) return bad_request("'text' must be an object", "text");
+    for (const auto& [k, v] : t->items())
+      if (k != "format" && !v.is_null()) return unsupported("text." + k, "'text." + k + "'");
+    if (auto f = t->find("format"); f != t->end() && !f->is_null())
+      if (auto e = read_response_format(*f, "text.format", /*flat=*/true, format)) return *e;
   }
   if (auto t = doc.find("truncation"); t != doc.end() && !t->is_null() && *t != "disabled")
     return unsupported("truncation", "truncation other than \"disabled\"");
@@ -95,6 +98,7 @@ Parsed<Request> parse(std::string_view body) {
     return e;
   }
   r.gen = std::move(parsed->gen);
+  r.gen.format = std::move(format);
 
   if (auto it = doc.find("instructions"); it != doc.end() && !it->is_null()) {
     if (!it->is_string()) return bad_request("'instructions' must be a string", "instructions");

@@ -204,11 +204,11 @@ void read_logit_bias(Fields& f, std::vector<std::pair<int32_t, float>>& out) {
 constexpr std::string_view kGenerationFields[] = {
     "model", "max_tokens", "max_completion_tokens", "min_tokens", "temperature", "top_p", "top_k", "min_p",
     "presence_penalty", "frequency_penalty", "repetition_penalty", "seed", "stop", "stop_token_ids", "n", "stream",
-    "stream_options", "logit_bias", "ignore_eos", "speculative", "cache_salt", "user", "priority", "metadata", "store"};
+    "stream_options", "logit_bias", "ignore_eos", "speculative", "cache_salt", "user", "priority", "metadata", "store",
+    "response_format", "grammar", "json_schema"};
 constexpr std::string_view kCompletionFields[] = {"prompt", "logprobs", "echo"};
 constexpr std::string_view kChatFields[] = {"messages", "logprobs", "top_logprobs", "add_generation_prompt",
-                                            "continue_final_message", "tools", "chat_template_kwargs",
-                                            "response_format"};
+                                            "continue_final_message", "tools", "chat_template_kwargs"};
 
 std::optional<ApiError> reject_unknown_fields(const ordered_json& doc, std::span<const std::string_view> endpoint) {
   auto known = [&](const std::string& key) {
@@ -225,6 +225,83 @@ std::optional<ApiError> reject_unknown_fields(const ordered_json& doc, std::span
   }
   return std::nullopt;
 }
+
+// At most one of response_format, grammar and json_schema.
+std::optional<ApiError> read_output_format(const ordered_json& doc, std::optional<OutputFormat>& out) {
+  Fields f(doc);
+  int given = 0;
+  if (const ordered_json* rf = f.find("response_format")) {
+    ++given;
+    if (auto e = read_response_format(*rf, "response_format", false, out)) return e;
+  }
+  if (const ordered_json* g = f.find("grammar")) {
+    ++given;
+    if (!g->is_string() || g->get_ref<const std::string&>().empty())
+      return bad_request("'grammar' must be a non-empty GBNF string", "grammar");
+    out = OutputFormat{OutputFormat::Kind::gbnf, g->get<std::string>(), "grammar"};
+  }
+  if (const ordered_json* js = f.find("json_schema")) {
+    ++given;
+    if (!js->is_object() && !js->is_boolean()) return bad_request("'json_schema' must be a JSON Schema object", "json_schema");
+    out = OutputFormat{OutputFormat::Kind::json_schema, js->dump(), "json_schema"};
+  }
+  if (given > 1) return bad_request("give at most one of 'response_format', 'grammar' and 'json_schema'", "grammar");
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<ApiError> read_response_format(const ordered_json& rf, const std::string& param, bool flat,
+                                             std::optional<OutputFormat>& out) {
+  if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string())
+    return bad_request("'" + param + "' must be an object with a string 'type'", param + ".type");
+  const std::string type = rf["type"].get<std::string>();
+  auto only = [&](const ordered_json& obj, std::initializer_list<std::string_view> keys,
+                  const std::string& at) -> std::optional<ApiError> {
+    for (const auto& [k, v] : obj.items()) {
+      bool ok = v.is_null();
+      for (auto key : keys) ok = ok || key == k;
+      if (!ok) return bad_request("'" + at + "." + k + "' is not supported", at + "." + k, "unsupported_field");
+    }
+    return std::nullopt;
+  };
+  if (type == "text") {
+    out.reset();
+    return only(rf, {"type"}, param);
+  }
+  if (type == "json_object") {
+    out = OutputFormat{OutputFormat::Kind::json_object, "", param};
+    return only(rf, {"type"}, param);
+  }
+  if (type != "json_schema")
+    return bad_request("'" + param + ".type' must be \"text\", \"json_object\" or \"json_schema\"", param + ".type");
+  const std::initializer_list<std::string_view> schema_keys = {"name", "schema", "strict", "description"};
+  const ordered_json* js = &rf;
+  std::string at = param;
+  if (flat) {
+    if (auto e = only(rf, {"type", "name", "schema", "strict", "description"}, param)) return e;
+  } else {
+    if (auto e = only(rf, {"type", "json_schema"}, param)) return e;
+    if (!rf.contains("json_schema") || !rf["json_schema"].is_object())
+      return bad_request("'" + param + ".json_schema' must be an object", param + ".json_schema");
+    js = &rf["json_schema"];
+    at = param + ".json_schema";
+    if (auto e = only(*js, schema_keys, at)) return e;
+  }
+  if (js->contains("name") && !(*js)["name"].is_string()) return bad_request("'" + at + ".name' must be a string", at + ".name");
+  if (js->contains("strict") && !(*js)["strict"].is_boolean() && !(*js)["strict"].is_null())
+    return bad_request("'" + at + ".strict' must be a boolean", at + ".strict");
+  if (!js->contains("schema") || (*js)["schema"].is_null()) {  // no schema: any JSON object
+    out = OutputFormat{OutputFormat::Kind::json_object, "", at + ".schema"};
+    return std::nullopt;
+  }
+  const ordered_json& schema = (*js)["schema"];
+  if (!schema.is_object() && !schema.is_boolean()) return bad_request("'" + at + ".schema' must be an object", at + ".schema");
+  out = OutputFormat{OutputFormat::Kind::json_schema, schema.dump(), at + ".schema"};
+  return std::nullopt;
+}
+
+namespace {
 
 // Fields common to both generation endpoints. `logprobs` differs between them and is read by the caller.
 Parsed<GenerationRequest> read_generation(const ordered_json& doc) {
@@ -272,6 +349,7 @@ Parsed<GenerationRequest> read_generation(const ordered_json& doc) {
   f.string("user", g.user);
   f.integer("priority", g.priority, -1000000, 1000000);
   if (f.error) return *f.error;
+  if (auto e = read_output_format(doc, g.format)) return *e;
   if (g.max_tokens && g.min_tokens > *g.max_tokens)
     return bad_request("'min_tokens' (" + std::to_string(g.min_tokens) + ") must not exceed 'max_tokens' (" +
                            std::to_string(*g.max_tokens) + ")",
@@ -397,10 +475,6 @@ Parsed<ChatRequest> parse_chat_request(std::string_view body) {
   if (const ordered_json* k = f.find("chat_template_kwargs"); k && !f.error) {
     if (!k->is_object()) f.fail("chat_template_kwargs", "'chat_template_kwargs' must be an object");
     else r.chat_template_kwargs = take(*doc, "chat_template_kwargs");
-  }
-  if (const ordered_json* rf = f.find("response_format"); rf && !f.error) {
-    if (!rf->is_object() || !rf->contains("type") || (*rf)["type"] != "text")
-      f.fail("response_format", "only {\"type\": \"text\"} is supported as 'response_format'");
   }
   if (f.error) return *f.error;
   if (top >= 0 && !logprobs)

@@ -1,7 +1,7 @@
 // The OpenAI-compatible wire protocol: request bodies are parsed and validated here, once, into
 // typed structs; handlers never see raw JSON. Pure functions, no engine, no I/O.
 //
-// Rules (mirroring OpenAI / vLLM): unknown fields are ignored; a JSON null counts as "not given";
+// Rules: an unknown field is a 400 naming it (code unsupported_field); a JSON null counts as "not given";
 // a field of the wrong type or out of range is a 400 with an OpenAI-style error naming the field.
 // Integers must be JSON integers (10.0 is not an integer); numbers may be integers or floats.
 #pragma once
@@ -63,6 +63,22 @@ struct SamplingRequest {
   std::optional<uint64_t> seed;  // absent: a random seed per request
 };
 
+// Constrained output: response_format json_object / json_schema, or the llama.cpp extensions
+// `grammar` (GBNF text) and `json_schema` (a schema object). Compiled against the vocabulary by
+// the handler (a schema error is a 400 naming `param`).
+struct OutputFormat {
+  enum class Kind { gbnf, json_schema, json_object };
+  Kind kind = Kind::json_object;
+  std::string text;   // GBNF, or the schema as JSON text
+  std::string param;  // the field it came from
+};
+
+// {"type": "text"} (nothing), {"type": "json_object"}, or {"type": "json_schema", "json_schema":
+// {"name", "schema", "strict", "description"}}; `flat`: the Responses API's shape, whose
+// json_schema fields sit beside "type".
+std::optional<ApiError> read_response_format(const ordered_json& rf, const std::string& param, bool flat,
+                                             std::optional<OutputFormat>& out);
+
 // Fields shared by /v1/completions and /v1/chat/completions.
 struct GenerationRequest {
   std::string model;                 // empty: the served model
@@ -81,6 +97,7 @@ struct GenerationRequest {
   std::string user;
   int32_t priority = 0;
   bool speculative = true;           // extension: false opts out of speculative decoding
+  std::optional<OutputFormat> format;  // constrained output; absent: free text
 };
 
 // One prompt of a completion request: text to tokenize, or token ids as given.

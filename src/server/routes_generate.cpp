@@ -153,6 +153,8 @@ void handle_completions(ServerState& st, const http::Request& req, http::Respons
   if (!r) return send_error(res, r.error());
   if (auto e = check_model(r->gen.model, st)) return send_error(res, *e);
   if (auto e = check_request_ids(r->gen, *b->tokenizer)) return send_error(res, *e);
+  auto grammar = request_grammar(r->gen, *b->grammars);
+  if (!grammar) return send_error(res, grammar.error());
   r->gen.cache_salt = tenant_salt(req, r->gen.cache_salt);
   const uint64_t seed = r->gen.sampling.seed ? *r->gen.sampling.seed : random_seed();
   PreparedChoices pc;
@@ -169,7 +171,7 @@ void handle_completions(ServerState& st, const http::Request& req, http::Respons
     std::string echo;
     if (r->echo) echo = in.is_ids ? b->tokenizer->decode(ids, /*skip_special=*/true) : in.text;
     for (int32_t j = 0; j < r->gen.n; ++j) {
-      pc.params.push_back(engine_params(r->gen, ids, *max_tokens, seed, j));
+      pc.params.push_back(engine_params(r->gen, ids, *max_tokens, seed, j, *grammar));
       pc.prompt_of.push_back(int32_t(p));
       pc.echo.push_back(echo);
     }
@@ -184,6 +186,8 @@ void handle_chat(ServerState& st, const http::Request& req, http::Response& res)
   if (!r) return send_error(res, r.error());
   if (auto e = check_model(r->gen.model, st)) return send_error(res, *e);
   if (auto e = check_request_ids(r->gen, *b->tokenizer)) return send_error(res, *e);
+  auto grammar = request_grammar(r->gen, *b->grammars);
+  if (!grammar) return send_error(res, grammar.error());
   r->gen.cache_salt = tenant_salt(req, r->gen.cache_salt);
   auto prompt = chat_prompt(*b, r->messages,
                             ChatRenderOptions{.add_generation_prompt = r->add_generation_prompt,
@@ -195,7 +199,7 @@ void handle_chat(ServerState& st, const http::Request& req, http::Response& res)
   const uint64_t seed = r->gen.sampling.seed ? *r->gen.sampling.seed : random_seed();
   PreparedChoices pc;
   for (int32_t j = 0; j < r->gen.n; ++j) {
-    pc.params.push_back(engine_params(r->gen, prompt->ids, prompt->max_tokens, seed, j));
+    pc.params.push_back(engine_params(r->gen, prompt->ids, prompt->max_tokens, seed, j, *grammar));
     pc.prompt_of.push_back(0);
     pc.echo.emplace_back();
   }

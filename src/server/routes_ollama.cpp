@@ -190,9 +190,11 @@ void handle_generation(ServerState& st, const http::Request& req, http::Response
     if (!p) return send_ollama_error(res, p.error());
     prompt = std::move(*p);
   }
+  auto grammar = request_grammar(r->gen, *b->grammars);
+  if (!grammar) return send_ollama_error(res, grammar.error());
   const uint64_t seed = r->gen.sampling.seed ? *r->gen.sampling.seed : random_seed();
   std::vector<engine::GenerationParams> params;
-  params.push_back(engine_params(r->gen, std::move(prompt.ids), prompt.max_tokens, seed, 0));
+  params.push_back(engine_params(r->gen, std::move(prompt.ids), prompt.max_tokens, seed, 0, *grammar));
   auto guard = std::make_shared<ActiveGuard>(st);
   auto job = GenerationJob::submit(*b->engine, st.metrics, std::move(params), {0});
   if (!job) return send_ollama_error(res, job.error());

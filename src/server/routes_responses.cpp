@@ -180,9 +180,11 @@ void handle_responses(ServerState& st, const std::shared_ptr<ResponseStore>& sto
 
   auto prompt = chat_prompt(*b, messages, ChatRenderOptions{}, r->gen, "input");
   if (!prompt) return send_error(res, prompt.error());
+  auto grammar = request_grammar(r->gen, *b->grammars);
+  if (!grammar) return send_error(res, grammar.error());
   const uint64_t seed = r->gen.sampling.seed ? *r->gen.sampling.seed : random_seed();
   std::vector<engine::GenerationParams> params;
-  params.push_back(engine_params(r->gen, std::move(prompt->ids), prompt->max_tokens, seed, 0));
+  params.push_back(engine_params(r->gen, std::move(prompt->ids), prompt->max_tokens, seed, 0, *grammar));
   auto guard = std::make_shared<ActiveGuard>(st);
   auto job = GenerationJob::submit(*b->engine, st.metrics, std::move(params), {0});
   if (!job) return send_error(res, job.error());

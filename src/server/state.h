@@ -10,6 +10,7 @@
 #include <string>
 
 #include "engine/engine.h"
+#include "engine/structured.h"
 #include "model/model.h"
 #include "server/access.h"
 #include "server/chat_format.h"
@@ -35,6 +36,7 @@ struct Backend {
   std::optional<Tokenizer> tokenizer;
   ChatFormatter chat;
   std::unique_ptr<engine::Engine> engine;
+  std::unique_ptr<engine::GrammarCache> grammars;  // structured output, compiled per vocabulary
   int32_t max_model_len = 0;
 };
 

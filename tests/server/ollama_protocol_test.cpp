@@ -39,7 +39,7 @@ TEST(OllamaProtocol, OptionsMapOntoSampling) {
 
 TEST(OllamaProtocol, UnsupportedFieldsAreNamed) {
   const char* bodies[][2] = {
-      {R"({"model": "m", "prompt": "p", "format": "json"})", "format"},
+      {R"({"model": "m", "prompt": "p", "format": "yaml"})", "format"},
       {R"({"model": "m", "prompt": "p", "images": ["x"]})", "images"},
       {R"({"model": "m", "prompt": "p", "suffix": "x"})", "suffix"},
       {R"({"model": "m", "prompt": "p", "options": {"mirostat": 2}})", "options.mirostat"},

@@ -47,7 +47,9 @@ TEST(ResponsesApi, ErrorsNameTheResponsesField) {
 TEST(ResponsesApi, UnsupportedFeaturesAreRefused) {
   for (const auto& [body, field] : std::vector<std::pair<std::string, std::string>>{
            {R"({"input": "x", "tools": [{"type": "web_search"}]})", "tools"},
-           {R"({"input": "x", "text": {"format": {"type": "json_schema"}}})", "text"},
+           {R"({"input": "x", "text": {"format": {"type": "xml"}}})", "text.format.type"},
+           {R"({"input": "x", "text": {"format": {"type": "json_schema", "json_schema": {}}}})", "text.format.json_schema"},
+           {R"({"input": "x", "text": {"verbosity": "low"}})", "text.verbosity"},
            {R"({"input": "x", "truncation": "auto"})", "truncation"},
            {R"({"input": "x", "tool_choice": "required"})", "tool_choice"},
            {R"({"input": "x", "reasoning": {"effort": "high"}})", "reasoning"},

@@ -212,7 +212,7 @@ TEST(Protocol, ChatErrors) {
   EXPECT_EQ(chat_error("{" + msg + R"(, "logprobs": true, "top_logprobs": 21})").param, "top_logprobs");
   EXPECT_EQ(chat_error("{" + msg + R"(, "tools": {}})").param, "tools");
   EXPECT_EQ(chat_error("{" + msg + R"(, "chat_template_kwargs": []})").param, "chat_template_kwargs");
-  EXPECT_EQ(chat_error("{" + msg + R"(, "response_format": {"type": "json_object"}})").param, "response_format");
+  EXPECT_EQ(chat_error("{" + msg + R"(, "response_format": {"type": "xml"}})").param, "response_format.type");
   EXPECT_EQ(chat_error("{" + msg + R"(, "continue_final_message": true})").param, "continue_final_message");
   EXPECT_EQ(chat_error("{" + msg + R"(, "temperature": "0"})").param, "temperature");
 }
@@ -334,7 +334,7 @@ namespace {
 // Fields that would change the output or the response's shape, which this server does not
 // implement, are refused by name (never silently ignored); metadata fields and nulls are fine.
 TEST(Protocol, UnsupportedFieldsAreRefusedByName) {
-  for (const char* field : {"best_of", "suffix", "prompt_logprobs", "guided_json", "structured_outputs", "grammar"}) {
+  for (const char* field : {"best_of", "suffix", "prompt_logprobs", "guided_json", "structured_outputs", "guided_grammar"}) {
     const std::string body = std::string(R"({"prompt": "x", ")") + field + R"(": 2})";
     const ApiError e = completion_error(body);
     EXPECT_EQ(e.status, 400);
@@ -348,7 +348,41 @@ TEST(Protocol, UnsupportedFieldsAreRefusedByName) {
   }
   // Chat fields are not completion fields and vice versa.
   EXPECT_EQ(completion_error(R"({"prompt": "x", "messages": []})").param, "messages");
-  EXPECT_EQ(completion_error(R"({"prompt": "x", "response_format": {"type": "text"}})").param, "response_format");
+}
+
+// response_format (both endpoints), grammar and json_schema become one OutputFormat; every
+// unknown key inside them is refused by its full name.
+TEST(Protocol, OutputFormats) {
+  auto format_of = [](const std::string& extra) {
+    auto r = parse_completion_request(R"({"prompt": "x", )" + extra + "}");
+    EXPECT_TRUE(r.ok()) << extra << ": " << (r.ok() ? "" : r.error().message);
+    return r.ok() ? r->gen.format : std::nullopt;
+  };
+  EXPECT_FALSE(format_of(R"("response_format": {"type": "text"})"));
+  EXPECT_EQ(format_of(R"("response_format": {"type": "json_object"})")->kind, OutputFormat::Kind::json_object);
+  auto js = format_of(R"("response_format": {"type": "json_schema", "json_schema": {"name": "p", "strict": true,
+                         "schema": {"type": "object", "properties": {"z": {}, "a": {}}}}})");
+  ASSERT_TRUE(js);
+  EXPECT_EQ(js->kind, OutputFormat::Kind::json_schema);
+  EXPECT_EQ(js->text, R"({"type":"object","properties":{"z":{},"a":{}}})");  // the schema's own order
+  EXPECT_EQ(js->param, "response_format.json_schema.schema");
+  EXPECT_EQ(format_of(R"("grammar": "root ::= \"a\"")")->kind, OutputFormat::Kind::gbnf);
+  EXPECT_EQ(format_of(R"("json_schema": {"type": "string"})")->text, R"({"type":"string"})");
+  auto chat = parse_chat_request(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})");
+  ASSERT_TRUE(chat.ok());
+  EXPECT_TRUE(chat->gen.format);
+  const std::pair<const char*, const char*> bad[] = {
+      {R"("response_format": {"type": "json_schema", "json_schema": {"schema": {}, "extra": 1}})",
+       "response_format.json_schema.extra"},
+      {R"("response_format": {"type": "json_object", "schema": {}})", "response_format.schema"},
+      {R"("response_format": {"type": "json_schema"})", "response_format.json_schema"},
+      {R"("response_format": "json")", "response_format.type"},
+      {R"("response_format": {"type": "json_schema", "json_schema": {"schema": 3}})", "response_format.json_schema.schema"},
+      {R"("grammar": "")", "grammar"},
+      {R"("json_schema": "x")", "json_schema"},
+      {R"("grammar": "root ::= \"a\"", "json_schema": {})", "grammar"},
+  };
+  for (const auto& [extra, param] : bad) EXPECT_EQ(completion_error(R"({"prompt": "x", )" + std::string(extra) + "}").param, param) << extra;
 }
 
 TEST(Protocol, MetadataFieldsAndNullsAreAccepted) {
