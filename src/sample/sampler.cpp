@@ -60,16 +60,24 @@ SortedPrefix::SortedPrefix(std::span<const float> logits, float max, std::vector
 
 bool SortedPrefix::widen() {
   if (complete_) return false;
-  gap_ = gap_ == 0 ? kFirstGap : 2 * gap_;
+  const bool first = gap_ == 0;
+  gap_ = first ? kFirstGap : 2 * gap_;
   const float hi = bound_;
   complete_ = gap_ > kLastGap;
   bound_ = complete_ ? kNegInf : max_ - gap_;
   const size_t old = buf_->size();
+  size_t finite = 0;
   for (size_t i = 0; i < logits_.size(); ++i) {
     const float x = rank_value(logits_[i]);
-    const bool new_band = old == 0 || x < hi;  // the first gather has no upper bound
-    if (new_band && (complete_ || x >= bound_)) buf_->push_back({int32_t(i), x});
+    finite += x != kNegInf;
+    const bool new_band = first || x < hi;  // the first gather has no upper bound
+    // -inf (a masked or impossible token) is never drawn, so never gathered.
+    if (new_band && x != kNegInf && (complete_ || x >= bound_)) buf_->push_back({int32_t(i), x});
   }
+  if (first) finite_ = finite;
+  // Once every possible token is in, widening is over: a row that a grammar's mask leaves with a
+  // few tokens costs one scan, not one per band.
+  if (buf_->size() == finite_) complete_ = true;
   std::sort(buf_->begin() + ptrdiff_t(old), buf_->end(), in_order);
   return true;
 }
@@ -135,7 +143,7 @@ Distribution Sampler::distribution(std::span<const float> logits_in, std::span<c
   size_t keep = vocab;
   if (p.top_k > 0 && size_t(p.top_k) < vocab) {
     keep = size_t(p.top_k);
-    prefix.has(keep - 1);
+    if (!prefix.has(keep - 1)) keep = prefix.size();  // fewer possible tokens than k
   }
   auto exp1 = [&](float x) { return std::exp(double(x - max_logit)); };
   // Probabilities at temperature 1 for the nucleus and min-p filters.

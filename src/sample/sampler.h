@@ -37,7 +37,7 @@ struct Candidate {
   float logit;
 };
 // The candidates in sampling order (logit descending, id ascending), gathered lazily: first those
-// within a few nats of the maximum, then within twice that, ..., finally all. Every widening only
+// within a few nats of the maximum, then within twice that, ..., finally all that are not -inf. Every widening only
 // appends what ranks below everything gathered before, so a walk over the prefix keeps its state.
 class SortedPrefix {
  public:
@@ -53,6 +53,7 @@ class SortedPrefix {
   std::vector<Candidate>* buf_;
   float gap_ = 0, bound_ = 0;
   bool complete_ = false;
+  size_t finite_ = 0;  // candidates that are not -inf (counted by the first scan)
 };
 }  // namespace sample_detail
 

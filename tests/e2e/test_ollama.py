@@ -75,7 +75,9 @@ def test_errors_in_ollamas_shape(server, oc):
     with pytest.raises(ollama.ResponseError) as e:
         oc.chat(model="llama3", messages=MESSAGES)
     assert e.value.status_code == 404 and "not found" in e.value.error
-    for extra in ({"format": "json"}, {"images": ["aGk="]}, {"tools": [{"type": "function"}]},
+    status, _, body = server.request("POST", "/api/generate", {"model": "stories260K", "prompt": "x", "format": "yaml"})
+    assert status == 400 and "format" in json.loads(body)["error"]
+    for extra in ({"images": ["aGk="]}, {"tools": [{"type": "function"}]},
                   {"options": {"mirostat": 2}}):
         status, _, body = server.request("POST", "/api/generate", {"model": "stories260K", "prompt": "x", **extra})
         assert status == 400, (extra, body)

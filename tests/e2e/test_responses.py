@@ -58,11 +58,11 @@ def test_previous_response_id_continues(client, model_id):
 
 def test_refused_fields(client, model_id):
     cases = [{"tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}]},
-             {"text": {"format": {"type": "json_object"}}}, {"reasoning": {"effort": "low"}},
+             {"text": {"format": {"type": "xml"}}}, {"reasoning": {"effort": "low"}},
              {"truncation": "auto"}]
     for extra in cases:
         with pytest.raises(openai.BadRequestError) as e:
             client.responses.create(model=model_id, input="x", max_output_tokens=4, **extra)
-        assert e.value.body["param"] == next(iter(extra)), extra
+        assert e.value.body["param"].startswith(next(iter(extra))), extra
     with pytest.raises(openai.BadRequestError):
         client.responses.create(model=model_id, input=[{"type": "function_call_output", "call_id": "c", "output": "o"}])
