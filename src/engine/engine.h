@@ -63,6 +63,10 @@ struct GenerationParams {
   // included; end of generation only where the document is complete, and generation ends as
   // soon as nothing else may follow. Null: free text.
   std::shared_ptr<const grammar::CompiledGrammar> grammar;
+  // Lazy grammar (tool calls with tool_choice "auto"): free text until this text appears in the
+  // output, then the grammar, whose documents begin with it, applies from where it began. Empty:
+  // the grammar applies from the first token.
+  std::string grammar_trigger;
 };
 
 struct TokenLogprob {

@@ -41,6 +41,11 @@ struct Live {
   std::optional<grammar::Matcher> matcher;
   int32_t done_at = -1;
   bool forced_stop = false;
+  // Lazy grammar: the output's last bytes, searched for the trigger; trigger_at: the picked token
+  // that completed it this step (-1: none), whose text is shown even when it is a control token.
+  std::string trigger_tail;
+  int32_t trigger_at = -1;
+  bool trigger_failed = false;
 
   static constexpr double kAcceptPrior = 0.6;  // hopeful, so that a new request tries drafts
   double& accept_rate(size_t j) {
@@ -51,7 +56,7 @@ struct Live {
   Live(GenerationParams p, const Tokenizer& tok)
       : params(std::move(p)), sampler(params.sampling), decoder(tok, /*skip_special=*/true, /*continuation=*/true),
         stops(params.stop.stop_strings) {
-    if (params.grammar) matcher.emplace(params.grammar);
+    if (params.grammar && params.grammar_trigger.empty()) matcher.emplace(params.grammar);
   }
 };
 
@@ -120,6 +125,7 @@ struct EngineCore::Impl {
            l.params.stop.stop_token_ids.end();
   }
   bool apply_grammar(grammar::Matcher& m, bool mask_stops, std::span<const int32_t> stop_ids, std::vector<float>& row) const;
+  void watch_trigger(Live& l, int32_t token) const;
   void commit_token(const sched::ScheduledSeq& seq);
   void propose_drafts();
   Delta& delta_for(std::vector<Delta>& out, std::unordered_map<RequestId, size_t>& index, RequestId id);
@@ -238,6 +244,7 @@ void EngineCore::Impl::pick_token(const sched::ScheduledSeq& seq, const float* l
   thread_local std::vector<int32_t> with_drafts;
   l.done_at = -1;
   l.forced_stop = false;
+  l.trigger_at = -1;
   for (int32_t j = 0; j <= seq.num_draft; ++j) {
     std::span<const float> row(logits + int64_t(j) * n_vocab, size_t(n_vocab));
     const bool mask_stops = req->num_generated() + j < l.params.stop.min_tokens;  // too early to stop
@@ -273,7 +280,10 @@ void EngineCore::Impl::pick_token(const sched::ScheduledSeq& seq, const float* l
       thread_local std::vector<int32_t> order;
       l.picked_logprobs.push_back(logprobs_of(row, token, l.params.top_logprobs, order));
     }
-    if (l.matcher && !is_stop_token(l, token)) {
+    if (!l.matcher && l.params.grammar && !l.trigger_failed && !is_stop_token(l, token)) {
+      watch_trigger(l, token);
+      if (l.done_at >= 0) return;
+    } else if (l.matcher && !is_stop_token(l, token)) {
       if (!l.matcher->accept(token)) {  // cannot happen: the mask allowed it; end rather than break the format
         l.forced_stop = true;
         return;
@@ -314,6 +324,29 @@ bool EngineCore::Impl::apply_grammar(grammar::Matcher& m, bool mask_stops, std::
   }
   for (const auto& [t, v] : ends) row[size_t(t)] = v;
   return any || !ends.empty();
+}
+
+// Before a lazy grammar starts: looks for its trigger in the output's last bytes. Once found, the
+// grammar starts there and takes the trigger and whatever followed it in the same token; should it
+// refuse them (it cannot, when the grammar begins with the trigger), the output stays free.
+void EngineCore::Impl::watch_trigger(Live& l, int32_t token) const {
+  const std::string& trigger = l.params.grammar_trigger;
+  const size_t before = l.trigger_tail.size();
+  l.trigger_tail += tokenizer.piece(token);
+  const size_t from = before >= trigger.size() ? before - trigger.size() + 1 : 0;
+  const size_t at = l.trigger_tail.find(trigger, from);
+  if (at == std::string::npos) {
+    if (l.trigger_tail.size() > trigger.size()) l.trigger_tail.erase(0, l.trigger_tail.size() - trigger.size());
+    return;
+  }
+  l.matcher.emplace(l.params.grammar);
+  if (!l.matcher->accept_bytes(std::string_view(l.trigger_tail).substr(at))) {
+    l.matcher.reset();
+    l.trigger_failed = true;
+    return;
+  }
+  l.trigger_at = int32_t(l.picked.size() - 1);
+  if (l.matcher->done()) l.done_at = l.trigger_at;
 }
 
 // Drafts for the requests that decode next step (n-gram: what followed the latest earlier
@@ -401,6 +434,8 @@ void EngineCore::Impl::commit_token(const sched::ScheduledSeq& seq) {
       if (l.params.top_logprobs >= 0) l.new_logprobs.push_back(std::move(l.picked_logprobs[i]));
       l.new_tokens.push_back(token);
       l.new_text += l.stops.push(l.decoder.push(token));
+      // A control token that starts a lazy grammar (Mistral's [TOOL_CALLS]) is part of the answer.
+      if (int32_t(i) == l.trigger_at && tokenizer.is_special(token)) l.new_text += l.stops.push(tokenizer.piece(token));
       if (l.stops.stopped()) out.finish = sched::FinishReason::StopString;
       else if (int32_t(i) == l.done_at) out.finish = sched::FinishReason::Stop;  // the document is complete
     }

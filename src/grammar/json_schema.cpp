@@ -45,8 +45,9 @@ const std::set<std::string, std::less<>> kKeywords = {
     "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "minLength", "maxLength", "pattern", "format",
     "minimum", "uniqueItems"};
 
-// A GBNF string literal for UTF-8 text.
-std::string literal(std::string_view text) {
+}  // namespace
+
+std::string gbnf_literal(std::string_view text) {
   std::string out = "\"";
   for (unsigned char c : text) {
     if (c == '"' || c == '\\') out += '\\', out += char(c);
@@ -59,6 +60,10 @@ std::string literal(std::string_view text) {
   return out + "\"";
 }
 
+namespace {
+
+std::string literal(std::string_view text) { return gbnf_literal(text); }
+
 std::string sanitize(std::string_view hint) {
   std::string out;
   for (char c : hint) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '-') ? c : '-';
@@ -67,14 +72,21 @@ std::string sanitize(std::string_view hint) {
   return out;
 }
 
-class Converter {
- public:
-  explicit Converter(const json& root) : root_(root) {}
+}  // namespace
 
-  Result<std::string> run() {
-    const std::string top = visit(root_, "root-value", 0);
+class SchemaGrammar::Converter {
+ public:
+  Result<std::string> add(const json& schema, const std::string& hint) {
+    root_ = &schema;
+    refs_.clear();  // a $ref resolves within its own schema
+    const std::string rule = visit(schema, hint, 0);
+    root_ = nullptr;
     if (error_) return *error_;
-    std::string out = "root ::= ws " + top + " ws\n";
+    return rule;
+  }
+
+  std::string gbnf(const std::string& root_body) const {
+    std::string out = "root ::= " + root_body + "\n";
     for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
     return out + kPrimitives;
   }
@@ -110,6 +122,7 @@ class Converter {
   }
 
   const json* resolve(const std::string& ref) {
+    const json& root_ = *this->root_;
     if (ref == "#") return &root_;
     for (const char* prefix : {"#/$defs/", "#/definitions/"}) {
       const std::string p = prefix;
@@ -359,7 +372,7 @@ class Converter {
     return fail("'minimum' other than 0 or 1"), "value";
   }
 
-  const json& root_;
+  const json* root_ = nullptr;
   std::vector<std::pair<std::string, std::string>> rules_;
   std::map<std::string, std::string> by_body_;
   std::set<std::string> taken_;
@@ -367,9 +380,19 @@ class Converter {
   std::optional<Error> error_;
 };
 
-}  // namespace
+SchemaGrammar::SchemaGrammar() : c_(std::make_unique<Converter>()) {}
+SchemaGrammar::~SchemaGrammar() = default;
+Result<std::string> SchemaGrammar::add(const nlohmann::ordered_json& schema, const std::string& hint) {
+  return c_->add(schema, hint);
+}
+std::string SchemaGrammar::gbnf(const std::string& root_body) const { return c_->gbnf(root_body); }
 
-Result<std::string> json_schema_to_gbnf(const nlohmann::ordered_json& schema) { return Converter(schema).run(); }
+Result<std::string> json_schema_to_gbnf(const nlohmann::ordered_json& schema) {
+  SchemaGrammar g;
+  auto top = g.add(schema, "root-value");
+  if (!top) return Error{top.error(), top.error_code()};
+  return g.gbnf("ws " + *top + " ws");
+}
 
 Result<Grammar> compile_json_schema(const nlohmann::ordered_json& schema) {
   auto text = json_schema_to_gbnf(schema);

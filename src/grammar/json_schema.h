@@ -14,7 +14,9 @@
 // have at most 16 integer digits, 16 fraction digits and 2 exponent digits (integers fit in 64
 // bits, numbers in a double): a model cannot spin in an endless run of blanks or digits.
 #pragma once
+#include <memory>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -23,6 +25,24 @@
 namespace kvasir::grammar {
 
 Result<std::string> json_schema_to_gbnf(const nlohmann::ordered_json& schema);
+
+// Several schemas in one grammar (tool calls: one per function): add() returns the rule that
+// matches a schema's documents; gbnf() is the grammar text with `root ::= root_body`, every
+// rule added so far and the JSON primitives (ws, string, number, value, ...).
+class SchemaGrammar {
+ public:
+  SchemaGrammar();
+  ~SchemaGrammar();
+  Result<std::string> add(const nlohmann::ordered_json& schema, const std::string& hint);
+  std::string gbnf(const std::string& root_body) const;
+
+ private:
+  class Converter;
+  std::unique_ptr<Converter> c_;
+};
+
+// A GBNF string literal that matches `text` exactly.
+std::string gbnf_literal(std::string_view text);
 Result<Grammar> compile_json_schema(const nlohmann::ordered_json& schema);
 // Any JSON object (response_format {"type": "json_object"}).
 std::string json_object_gbnf();

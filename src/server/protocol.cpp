@@ -208,7 +208,8 @@ constexpr std::string_view kGenerationFields[] = {
     "response_format", "grammar", "json_schema"};
 constexpr std::string_view kCompletionFields[] = {"prompt", "logprobs", "echo"};
 constexpr std::string_view kChatFields[] = {"messages", "logprobs", "top_logprobs", "add_generation_prompt",
-                                            "continue_final_message", "tools", "chat_template_kwargs"};
+                                            "continue_final_message", "tools", "chat_template_kwargs",
+                                            "tool_choice", "parallel_tool_calls"};
 
 std::optional<ApiError> reject_unknown_fields(const ordered_json& doc, std::span<const std::string_view> endpoint) {
   auto known = [&](const std::string& key) {
@@ -223,6 +224,74 @@ std::optional<ApiError> reject_unknown_fields(const ordered_json& doc, std::span
     return bad_request("'" + key + "' is not supported by this server (see docs/API.md for the supported fields)", key,
                        "unsupported_field");
   }
+  return std::nullopt;
+}
+
+bool valid_tool_name(const std::string& n) {
+  if (n.empty() || n.size() > 64) return false;
+  for (char c : n)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && c != '.') return false;
+  return true;
+}
+
+// tools: [{"type": "function", "function": {"name", "description", "parameters", "strict"}}].
+std::optional<ApiError> read_tools(const ordered_json& tools, std::vector<Tool>& out) {
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const ordered_json& t = tools[i];
+    const std::string at = "tools[" + std::to_string(i) + "]";
+    if (!t.is_object() || t.value("type", ordered_json()) != "function")
+      return bad_request("'" + at + "' must be {\"type\": \"function\", \"function\": {...}}", at + ".type");
+    for (const auto& [k, v] : t.items())
+      if (k != "type" && k != "function" && !v.is_null())
+        return bad_request("'" + at + "." + k + "' is not supported", at + "." + k, "unsupported_field");
+    const auto fn = t.find("function");
+    if (fn == t.end() || !fn->is_object()) return bad_request("'" + at + ".function' must be an object", at + ".function");
+    for (const auto& [k, v] : fn->items())
+      if (k != "name" && k != "description" && k != "parameters" && k != "strict" && !v.is_null())
+        return bad_request("'" + at + ".function." + k + "' is not supported", at + ".function." + k, "unsupported_field");
+    Tool tool;
+    const auto name = fn->find("name");
+    if (name == fn->end() || !name->is_string() || !valid_tool_name(name->get<std::string>()))
+      return bad_request("'" + at + ".function.name' must be 1-64 letters, digits, '_', '-' or '.'", at + ".function.name");
+    tool.name = name->get<std::string>();
+    for (const Tool& other : out)
+      if (other.name == tool.name) return bad_request("two tools are named '" + tool.name + "'", at + ".function.name");
+    if (auto d = fn->find("description"); d != fn->end() && !d->is_null()) {
+      if (!d->is_string()) return bad_request("'" + at + ".function.description' must be a string", at + ".function.description");
+      tool.description = d->get<std::string>();
+    }
+    if (auto p = fn->find("parameters"); p != fn->end() && !p->is_null()) {
+      if (!p->is_object()) return bad_request("'" + at + ".function.parameters' must be a JSON Schema object", at + ".function.parameters");
+      tool.parameters = *p;
+    }
+    out.push_back(std::move(tool));
+  }
+  return std::nullopt;
+}
+
+// tool_choice: "none" | "auto" | "required" | {"type": "function", "function": {"name"}}.
+std::optional<ApiError> read_tool_choice(const ordered_json& tc, const std::vector<Tool>& tools, ToolChoice& out) {
+  using Mode = ToolChoice::Mode;
+  if (tc.is_string()) {
+    const std::string v = tc.get<std::string>();
+    if (v == "none") out.mode = Mode::none;
+    else if (v == "auto") out.mode = Mode::automatic;
+    else if (v == "required") out.mode = Mode::required;
+    else return bad_request("'tool_choice' must be \"none\", \"auto\", \"required\" or a function", "tool_choice");
+  } else if (tc.is_object() && tc.value("type", ordered_json()) == "function" && tc.contains("function") &&
+             tc["function"].is_object() && tc["function"].contains("name") && tc["function"]["name"].is_string()) {
+    out.mode = Mode::named;
+    out.name = tc["function"]["name"].get<std::string>();
+    bool known = false;
+    for (const Tool& t : tools) known = known || t.name == out.name;
+    if (!known) return bad_request("'tool_choice' names '" + out.name + "', which is not in 'tools'", "tool_choice");
+  } else {
+    return bad_request("'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                       "\"function\": {\"name\": ...}}",
+                       "tool_choice");
+  }
+  if (out.mode == Mode::required && tools.empty())
+    return bad_request("'tool_choice' \"required\" needs 'tools'", "tool_choice");
   return std::nullopt;
 }
 
@@ -404,6 +473,17 @@ std::optional<ApiError> read_messages(ordered_json& doc, ordered_json& out) {
     auto role = m.find("role");
     if (role == m.end() || !role->is_string() || role->get_ref<const std::string&>().empty())
       return bad_request("'" + at + ".role' must be a non-empty string", at + ".role");
+    // OpenAI sends a call's arguments as JSON text; templates expect the object.
+    if (auto calls = m.find("tool_calls"); calls != m.end() && calls->is_array()) {
+      for (auto& call : *calls) {
+        if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) continue;
+        auto& fn = call["function"];
+        if (auto a = fn.find("arguments"); a != fn.end() && a->is_string()) {
+          auto parsed = ordered_json::parse(a->get_ref<const std::string&>(), nullptr, false);
+          if (!parsed.is_discarded()) *a = std::move(parsed);
+        }
+      }
+    }
     auto content = m.find("content");
     if (content == m.end() || content->is_null()) {
       // An assistant turn that only calls tools has no content; templates test for that.
@@ -469,7 +549,12 @@ Parsed<ChatRequest> parse_chat_request(std::string_view body) {
   f.boolean("continue_final_message", r.continue_final_message);
   if (const ordered_json* t = f.find("tools"); t && !f.error) {
     if (!t->is_array()) f.fail("tools", "'tools' must be an array");
+    else if (auto e = read_tools(*t, r.tool_list)) f.error = e;
     else if (!t->empty()) r.tools = take(*doc, "tools");
+  }
+  f.boolean("parallel_tool_calls", r.parallel_tool_calls);
+  if (const ordered_json* tc = f.find("tool_choice"); tc && !f.error) {
+    if (auto e = read_tool_choice(*tc, r.tool_list, r.tool_choice)) f.error = e;
   }
   r.chat_template_kwargs = ordered_json::object();
   if (const ordered_json* k = f.find("chat_template_kwargs"); k && !f.error) {

@@ -15,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "server/tool_calls.h"
+
 namespace kvasir::server {
 
 using ordered_json = nlohmann::ordered_json;
@@ -118,7 +120,10 @@ struct ChatRequest {
   ordered_json messages = {};        // array of {role, content: string|null, ...}; text parts joined
   bool add_generation_prompt = true;
   bool continue_final_message = false;
-  ordered_json tools = nullptr;      // null when none
+  ordered_json tools = nullptr;      // null when none; as given, for the template
+  std::vector<Tool> tool_list;       // the same, checked: {"type": "function", "function": {name, description, parameters}}
+  ToolChoice tool_choice;            // "auto" (default), "none", "required" or a named function
+  bool parallel_tool_calls = true;
   ordered_json chat_template_kwargs = {};  // object of extra template variables
 };
 

@@ -107,13 +107,21 @@ ordered_json full_response(const ResponseMeta& meta, const Tokenizer& tok, std::
     ordered_json choice{{"index", c.index}};
     if (meta.endpoint == Endpoint::chat) {
       choice["message"] = ordered_json{{"role", "assistant"}, {"content", c.text}};
+      if (!c.tool_calls.empty()) {
+        ordered_json calls = ordered_json::array();
+        for (const ToolCall& t : c.tool_calls)
+          calls.push_back({{"id", t.id}, {"type", "function"}, {"function", {{"name", t.name}, {"arguments", t.arguments}}}});
+        if (c.text.empty()) choice["message"]["content"] = nullptr;
+        choice["message"]["tool_calls"] = std::move(calls);
+      }
       choice["logprobs"] = logprobs ? chat_logprobs_json(tok, c.logprobs, top_logprobs > 0) : ordered_json(nullptr);
     } else {
       choice["text"] = c.text;
       int64_t offset = c.echo_bytes;  // as a stream counts: from the start of the echoed text
       choice["logprobs"] = logprobs ? completion_logprobs_json(tok, c.logprobs, offset) : ordered_json(nullptr);
     }
-    choice["finish_reason"] = finish_reason_json(c.finish);
+    const bool called = !c.tool_calls.empty() && c.finish == engine::FinishReason::Stop;
+    choice["finish_reason"] = called ? ordered_json("tool_calls") : finish_reason_json(c.finish);
     list.push_back(std::move(choice));
   }
   out["choices"] = std::move(list);
@@ -128,12 +136,14 @@ ordered_json stream_chunk(const ResponseMeta& meta, const ChunkContent& c) {
     ordered_json delta = ordered_json::object();
     if (c.first) delta["role"] = "assistant";
     if (!c.text.empty() || c.first) delta["content"] = c.text;
+    if (!c.tool_calls.is_null()) delta["tool_calls"] = c.tool_calls;
     choice["delta"] = std::move(delta);
   } else {
     choice["text"] = c.text;
   }
   choice["logprobs"] = c.logprobs;
-  choice["finish_reason"] = finish_reason_json(c.finish);
+  const bool called = c.called_tools && c.finish == engine::FinishReason::Stop;
+  choice["finish_reason"] = called ? ordered_json("tool_calls") : finish_reason_json(c.finish);
   out["choices"] = ordered_json::array({std::move(choice)});
   if (c.with_usage_field) out["usage"] = nullptr;
   return out;

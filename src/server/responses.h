@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
+#include "server/tool_calls.h"
 
 namespace kvasir::server {
 
@@ -36,9 +37,11 @@ struct ChoiceOutput {
   int64_t echo_bytes = 0;  // the echoed prompt at the start of text: the first token's text_offset
   std::vector<engine::TokenLogprob> logprobs = {};
   engine::FinishReason finish = engine::FinishReason::None;
+  std::vector<ToolCall> tool_calls = {};  // chat: the calls parsed out of the answer (then text is the rest)
 };
 
-// "stop" (EOS, stop token or stop string), "length", "abort"; null while unfinished.
+// "stop" (EOS, stop token or stop string), "length", "abort"; null while unfinished. A chat answer
+// that called tools ends with "tool_calls" instead of "stop".
 ordered_json finish_reason_json(engine::FinishReason reason);
 ordered_json usage_json(const UsageTotals& usage);
 
@@ -64,6 +67,8 @@ struct ChunkContent {
   engine::FinishReason finish = engine::FinishReason::None;
   bool first = false;
   bool with_usage_field = false;  // include_usage: every chunk carries "usage": null
+  ordered_json tool_calls = nullptr;  // chat: delta.tool_calls entries (null: none)
+  bool called_tools = false;          // the finish reason is "tool_calls"
 };
 ordered_json stream_chunk(const ResponseMeta& meta, const ChunkContent& content);
 // The last chunk when include_usage is set: no choices, only usage.

@@ -19,6 +19,31 @@ struct PreparedChoices {
   std::vector<std::string> echo;   // per choice: text to print before the answer (completions echo)
 };
 
+// Tool calls of a chat request: how its answers are parsed.
+struct ToolContext {
+  ToolSyntax syntax = ToolSyntax::generic;
+  std::string trigger;
+  bool lazy = true;
+  ToolCallParser parser() const { return ToolCallParser(syntax, trigger, lazy); }
+};
+
+// Tool-parser events -> the chunk's content text and delta.tool_calls entries.
+void apply_events(const std::vector<ToolCallParser::Event>& events, const std::vector<ToolCall>& calls,
+                  std::string& content, ordered_json& tool_calls) {
+  for (const auto& e : events) {
+    if (e.kind == ToolCallParser::Event::Kind::content) {
+      content += e.text;
+      continue;
+    }
+    if (tool_calls.is_null()) tool_calls = ordered_json::array();
+    if (e.kind == ToolCallParser::Event::Kind::call)
+      tool_calls.push_back({{"index", e.index}, {"id", calls[size_t(e.index)].id}, {"type", "function"},
+                            {"function", {{"name", e.text}, {"arguments", ""}}}});
+    else
+      tool_calls.push_back({{"index", e.index}, {"function", {{"arguments", e.text}}}});
+  }
+}
+
 // Everything a stream needs between calls of the content provider.
 struct StreamState {
   std::shared_ptr<ActiveGuard> guard;
@@ -33,6 +58,8 @@ struct StreamState {
   // Chat: whether a choice's first chunk (the one carrying the role) went out. It goes with the
   // choice's first token, never before: clients time the first chunk as the first token.
   std::vector<bool> opened;
+  std::optional<ToolContext> tools;
+  std::vector<ToolCallParser> parsers;  // per choice, with tools
 };
 
 ordered_json delta_logprobs(StreamState& s, int32_t choice, const engine::Delta& d) {
@@ -51,6 +78,8 @@ bool pump_once(StreamState& s, http::StreamSink& sink) {
   if (!s.started) {
     s.started = true;
     s.opened.assign(s.job->choices().size(), false);
+    if (s.tools)
+      for (size_t i = 0; i < s.job->choices().size(); ++i) s.parsers.push_back(s.tools->parser());
     for (const auto& c : s.job->choices()) {
       const std::string& echo = s.echo[size_t(c.index)];
       if (!chat && !echo.empty()) {
@@ -69,15 +98,29 @@ bool pump_once(StreamState& s, http::StreamSink& sink) {
     out = ": keep-alive\n\n";
   } else if (s.job->next(choice, d)) {
     const bool first = chat && !s.opened[size_t(choice)];
-    if (first || !d.text.empty() || d.finish != engine::FinishReason::None ||
+    std::string text = std::move(d.text);
+    ordered_json tool_calls = nullptr;
+    bool called = false;
+    if (!s.parsers.empty()) {  // tool calls come out of the text as delta.tool_calls
+      ToolCallParser& p = s.parsers[size_t(choice)];
+      std::vector<ToolCallParser::Event> events;
+      p.feed(text, events);
+      if (d.finish != engine::FinishReason::None) p.finish(events);
+      text.clear();
+      apply_events(events, p.calls(), text, tool_calls);
+      called = !p.calls().empty();
+    }
+    if (first || !text.empty() || !tool_calls.is_null() || d.finish != engine::FinishReason::None ||
         (!d.logprobs.empty() && s.top_logprobs >= 0)) {
       if (chat) s.opened[size_t(choice)] = true;
       out += sse_event(dump_json(stream_chunk(s.meta, ChunkContent{.index = choice,
-                                                                   .text = d.text,
+                                                                   .text = std::move(text),
                                                                    .logprobs = delta_logprobs(s, choice, d),
                                                                    .finish = d.finish,
                                                                    .first = first,
-                                                                   .with_usage_field = with_usage})));
+                                                                   .with_usage_field = with_usage,
+                                                                   .tool_calls = std::move(tool_calls),
+                                                                   .called_tools = called})));
     }
   }
   const bool done = s.job->all_finished();
@@ -105,7 +148,8 @@ bool pump(StreamState& s, http::StreamSink& sink) {
 constexpr std::chrono::milliseconds kHangupCheckEvery{100};
 
 void respond_whole(Backend& b, const http::Request& req, http::Response& res, const GenerationRequest& gen,
-                   GenerationJob& job, const ResponseMeta& meta, const std::vector<std::string>& echo) {
+                   GenerationJob& job, const ResponseMeta& meta, const std::vector<std::string>& echo,
+                   const std::optional<ToolContext>& tools) {
   std::vector<ChoiceOutput> outs(job.choices().size());
   for (size_t i = 0; i < outs.size(); ++i) outs[i] = ChoiceOutput{.index = int32_t(i), .text = echo[i], .echo_bytes = int64_t(echo[i].size())};
   int32_t choice = 0;
@@ -120,17 +164,31 @@ void respond_whole(Backend& b, const http::Request& req, http::Response& res, co
     for (auto& lp : d.logprobs) o.logprobs.push_back(std::move(lp));
     if (d.finish != engine::FinishReason::None) o.finish = d.finish;
   }
+  if (tools) {
+    for (ChoiceOutput& o : outs) {
+      ToolCallParser p = tools->parser();
+      std::vector<ToolCallParser::Event> events;
+      p.feed(o.text, events);
+      p.finish(events);
+      std::string content;
+      ordered_json unused = nullptr;
+      apply_events(events, p.calls(), content, unused);
+      for (const ToolCall& c : p.calls())
+        if (c.complete) o.tool_calls.push_back(c);
+      o.text = o.tool_calls.empty() && !p.calls().empty() ? o.text : content;  // a cut call stays text
+    }
+  }
   send_json(res, 200,
             full_response(meta, *b.tokenizer, outs, job.usage(), gen.top_logprobs >= 0, gen.top_logprobs));
 }
 
 void run_generation(ServerState& st, Backend& b, const http::Request& req, http::Response& res, Endpoint endpoint,
-                    const GenerationRequest& gen, PreparedChoices pc) {
+                    const GenerationRequest& gen, PreparedChoices pc, std::optional<ToolContext> tools = std::nullopt) {
   auto guard = std::make_shared<ActiveGuard>(st);
   auto job = GenerationJob::submit(*b.engine, st.metrics, std::move(pc.params), std::move(pc.prompt_of));
   if (!job) return send_error(res, job.error());
   ResponseMeta meta = make_meta(endpoint, st.options.served_model_name);
-  if (!gen.stream) return respond_whole(b, req, res, gen, **job, meta, pc.echo);
+  if (!gen.stream) return respond_whole(b, req, res, gen, **job, meta, pc.echo, tools);
 
   auto s = std::make_shared<StreamState>();
   s->guard = std::move(guard);
@@ -138,12 +196,61 @@ void run_generation(ServerState& st, Backend& b, const http::Request& req, http:
   s->meta = std::move(meta);
   s->tokenizer = &*b.tokenizer;
   s->include_usage = gen.include_usage;
+  s->tools = std::move(tools);
   s->top_logprobs = gen.top_logprobs;
   for (const std::string& e : pc.echo) s->text_offsets.push_back(int64_t(e.size()));
   s->echo = std::move(pc.echo);
   // A broken connection frees the engine requests now.
   stream_body(res, "text/event-stream", [s](http::StreamSink& sink) { return pump(*s, sink); },
               [s] { s->job->abort_all(); });
+}
+
+// Tells the model about the tools: appended to the conversation's system message (a new one first
+// when there is none); when the template refuses a system role (Gemma), put before the first user
+// message's text instead.
+void add_tool_prompt(ordered_json& messages, const std::string& text, const ChatFormatter& chat) {
+  ordered_json with_system = messages;
+  if (!with_system.empty() && with_system[0].value("role", "") == "system" && with_system[0]["content"].is_string())
+    with_system[0]["content"] = with_system[0]["content"].get<std::string>() + "\n\n" + text;
+  else
+    with_system.insert(with_system.begin(), ordered_json{{"role", "system"}, {"content", text}});
+  if (chat.render(with_system, ChatRenderOptions{}).ok()) {
+    messages = std::move(with_system);
+    return;
+  }
+  for (auto& m : messages)
+    if (m.value("role", "") == "user" && m["content"].is_string()) {
+      m["content"] = text + "\n\n" + m["content"].get<std::string>();
+      return;
+    }
+}
+
+// For templates without tool syntax: calls become the assistant's JSON answer, and each run of
+// tool results one user turn, so that a template that only knows user/assistant can render them.
+void generic_tool_history(ordered_json& messages) {
+  ordered_json out = ordered_json::array();
+  for (auto& m : messages) {
+    const std::string role = m.value("role", "");
+    if (role == "assistant" && m.contains("tool_calls") && m["tool_calls"].is_array()) {
+      ordered_json calls = ordered_json::array();
+      for (const auto& c : m["tool_calls"])
+        if (c.is_object() && c.contains("function") && c["function"].is_object())
+          calls.push_back({{"name", c["function"].value("name", "")}, {"arguments", c["function"].value("arguments", ordered_json::object())}});
+      std::string text = m["content"].is_string() ? m["content"].get<std::string>() : "";
+      text += (text.empty() ? "" : "\n") + dump_json({{"tool_calls", calls}});
+      out.push_back({{"role", "assistant"}, {"content", text}});
+    } else if (role == "tool") {
+      const std::string result = "Tool result: " + (m["content"].is_string() ? m["content"].get<std::string>() : dump_json(m["content"]));
+      if (!out.empty() && out.back()["role"] == "user" && out.back().value("tool_results", false))
+        out.back()["content"] = out.back()["content"].get<std::string>() + "\n" + result;
+      else
+        out.push_back({{"role", "user"}, {"content", result}, {"tool_results", true}});
+    } else {
+      out.push_back(std::move(m));
+    }
+  }
+  for (auto& m : out) m.erase("tool_results");
+  messages = std::move(out);
 }
 
 void handle_completions(ServerState& st, const http::Request& req, http::Response& res) {
@@ -188,6 +295,23 @@ void handle_chat(ServerState& st, const http::Request& req, http::Response& res)
   if (auto e = check_request_ids(r->gen, *b->tokenizer)) return send_error(res, *e);
   auto grammar = request_grammar(r->gen, *b->grammars);
   if (!grammar) return send_error(res, grammar.error());
+  // Tools: the family's call syntax, held to each function's schema by a grammar (lazy for "auto").
+  std::optional<ToolContext> tools;
+  std::string trigger;
+  if (tool_syntax_for(b->chat.source()) == ToolSyntax::generic) generic_tool_history(r->messages);
+  if (!r->tool_list.empty() && r->tool_choice.mode != ToolChoice::Mode::none) {
+    if (r->gen.format)
+      return send_error(res, bad_request("'" + r->gen.format->param + "' cannot be combined with 'tools'", r->gen.format->param));
+    const ToolSyntax syntax = tool_syntax_for(b->chat.source());
+    auto plan = plan_tool_calls(syntax, r->tool_list, r->tool_choice, r->parallel_tool_calls);
+    if (!plan) return send_error(res, bad_request(plan.error(), "tools", "invalid_grammar"));
+    auto g = b->grammars->get({engine::GrammarSpec::Kind::gbnf, plan->gbnf});
+    if (!g) return send_error(res, bad_request(g.error(), "tools", "invalid_grammar"));
+    *grammar = *g;
+    if (plan->lazy) trigger = plan->trigger;
+    tools = ToolContext{syntax, plan->trigger, plan->lazy};
+    if (syntax == ToolSyntax::generic) add_tool_prompt(r->messages, generic_tool_prompt(r->tool_list), b->chat);
+  }
   r->gen.cache_salt = tenant_salt(req, r->gen.cache_salt);
   auto prompt = chat_prompt(*b, r->messages,
                             ChatRenderOptions{.add_generation_prompt = r->add_generation_prompt,
@@ -200,10 +324,11 @@ void handle_chat(ServerState& st, const http::Request& req, http::Response& res)
   PreparedChoices pc;
   for (int32_t j = 0; j < r->gen.n; ++j) {
     pc.params.push_back(engine_params(r->gen, prompt->ids, prompt->max_tokens, seed, j, *grammar));
+    pc.params.back().grammar_trigger = trigger;
     pc.prompt_of.push_back(0);
     pc.echo.emplace_back();
   }
-  run_generation(st, *b, req, res, Endpoint::chat, r->gen, std::move(pc));
+  run_generation(st, *b, req, res, Endpoint::chat, r->gen, std::move(pc), std::move(tools));
 }
 
 }  // namespace

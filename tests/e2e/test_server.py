@@ -279,7 +279,7 @@ def test_unsupported_fields_are_refused(client, model_id):
     # it: the client never believes it got what it asked for. Metadata fields are accepted.
     for kind, extra in (("completion", {"best_of": 2}), ("completion", {"suffix": "x"}),
                         ("completion", {"prompt_logprobs": 1}), ("chat", {"guided_json": {"type": "object"}}),
-                        ("chat", {"tool_choice": "required"}), ("chat", {"structured_outputs": {}})):
+                        ("chat", {"functions": [{"name": "f"}]}), ("chat", {"structured_outputs": {}})):
         with pytest.raises(openai.BadRequestError) as e:
             if kind == "completion":
                 client.completions.create(model=model_id, prompt=PROMPT, max_tokens=2, extra_body=extra)

@@ -201,3 +201,40 @@ TEST(Structured, EndsWhenTheDocumentIsCompleteAndRejectsBadGrammars) {
   // The same spec twice is one compiled grammar.
   EXPECT_EQ(cache.get({GrammarSpec::Kind::json_object, ""})->get(), cache.get({GrammarSpec::Kind::json_object, ""})->get());
 }
+
+// A lazy grammar (tool_choice "auto"): free until the trigger appears in the output, then the
+// grammar (which begins with the trigger) holds the rest. The trigger is forced here by a bias.
+TEST(Structured, LazyGrammarStartsAtItsTrigger) {
+  if (!have_shared()) GTEST_SKIP() << "../shared is not available";
+  Loaded l = load("stories260K");
+  const int32_t q = l.tok->token_to_id("Q");
+  ASSERT_GE(q, 0);
+  GrammarCache cache(grammar_token_index(*l.tok));
+  auto g = cache.get({GrammarSpec::Kind::gbnf, "root ::= \"Q\" [a-z]{2,4} \"!\"\n"});
+  ASSERT_TRUE(g.ok()) << g.error();
+  std::vector<GenerationParams> reqs;
+  for (int i = 0; i < 6; ++i) {
+    GenerationParams p;
+    p.prompt = l.tok->encode("Once upon a time");
+    p.sampling = {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.f, .seed = uint64_t(i)};
+    p.stop = {.max_tokens = 40};
+    p.grammar = *g;
+    p.grammar_trigger = "Q";
+    if (i % 2 == 0) p.logit_bias = {{q, 100.f}};  // the trigger comes first
+    reqs.push_back(p);
+  }
+  auto c = core(l, {.max_batch_tokens = 64, .max_seqs = 6, .kv_blocks = 64});
+  const auto outs = run_all(*c, reqs);
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const std::string& t = outs[i].text;
+    if (i % 2 == 1) {  // never triggered: free text
+      EXPECT_EQ(t.find('Q'), std::string::npos) << t;
+      continue;
+    }
+    ASSERT_GE(t.size(), 4u) << t;
+    EXPECT_EQ(t[0], 'Q') << t;
+    EXPECT_EQ(t.back(), '!') << t;
+    for (size_t k = 1; k + 1 < t.size(); ++k) EXPECT_TRUE(t[k] >= 'a' && t[k] <= 'z') << t;
+    EXPECT_EQ(outs[i].finish, FinishReason::Stop);
+  }
+}

@@ -1,0 +1,118 @@
+"""Tool calling with the real `openai` client, for four template families (the real templates in
+../shared/templates: Qwen 2.5 = Hermes <tool_call>, Llama 3.1 JSON, Mistral [TOOL_CALLS], Gemma 2
+= the generic JSON form): with tool_choice "required" or a named function the answer is tool
+calls whose arguments validate against the function's schema, whole and streamed (the client's
+own types parse them), and the calls and their results go back through the template."""
+import json
+
+import jsonschema
+import openai
+import pytest
+
+from conftest import SHARED, STORIES, Server
+
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "Weather for a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
+                                                        "days": {"type": "integer", "minimum": 1}},
+                       "required": ["city", "days"], "additionalProperties": False}}},
+    {"type": "function", "function": {
+        "name": "get_time", "parameters": {"type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}},
+                                           "required": ["zone"]}}},
+]
+SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+MESSAGES = [{"role": "user", "content": "What is the weather in Paris?"}]
+FAMILIES = ["Qwen-Qwen2.5-7B-Instruct", "meta-llama-Llama-3.1-8B-Instruct", "mistralai-Mistral-Nemo-Instruct-2407",
+            "google-gemma-2-2b-it"]
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def family(request):
+    template = SHARED / "templates" / f"{request.param}.jinja"
+    if not template.exists():
+        pytest.skip("../shared/templates is not available")
+    s = Server(STORIES, extra=["--chat-template", str(template), "--kv-mem", "32M"], log_name="tools")
+    yield s, s.client(), s.client().models.list().data[0].id
+    assert s.stop() == 0
+
+
+def check_call(call, name=None):
+    assert call.type == "function" and call.id
+    if name:
+        assert call.function.name == name
+    args = json.loads(call.function.arguments)
+    jsonschema.validate(args, SCHEMAS[call.function.name])
+
+
+def test_required_and_named(family):
+    _, client, model = family
+    done = 0
+    for seed in range(4):
+        r = client.chat.completions.create(model=model, messages=MESSAGES, tools=TOOLS, tool_choice="required",
+                                           parallel_tool_calls=False, max_tokens=160, seed=seed, temperature=1.0)
+        choice = r.choices[0]
+        if choice.finish_reason == "length":
+            continue
+        assert choice.finish_reason == "tool_calls"
+        assert len(choice.message.tool_calls) == 1
+        check_call(choice.message.tool_calls[0])
+        done += 1
+    assert done >= 2
+    r = client.chat.completions.create(model=model, messages=MESSAGES, tools=TOOLS, max_tokens=160, seed=1,
+                                       tool_choice={"type": "function", "function": {"name": "get_time"}})
+    if r.choices[0].finish_reason != "length":
+        check_call(r.choices[0].message.tool_calls[0], "get_time")
+
+
+def test_streamed_calls_add_up(family):
+    _, client, model = family
+    calls, finish = {}, None
+    for chunk in client.chat.completions.create(model=model, messages=MESSAGES, tools=TOOLS, tool_choice="required",
+                                                parallel_tool_calls=False, max_tokens=160, seed=2, stream=True):
+        if not chunk.choices:
+            continue
+        delta = chunk.choices[0].delta
+        for tc in delta.tool_calls or []:
+            c = calls.setdefault(tc.index, {"id": None, "name": None, "arguments": ""})
+            if tc.id:
+                c["id"], c["name"] = tc.id, tc.function.name
+            c["arguments"] += tc.function.arguments or ""
+        finish = chunk.choices[0].finish_reason or finish
+    if finish == "length":
+        pytest.skip("the call did not finish within max_tokens")
+    assert finish == "tool_calls" and len(calls) == 1
+    c = calls[0]
+    assert c["id"] and c["name"] in SCHEMAS
+    jsonschema.validate(json.loads(c["arguments"]), SCHEMAS[c["name"]])
+
+
+def test_calls_and_results_go_back_through_the_template(family):
+    _, client, model = family
+    first = client.chat.completions.create(model=model, messages=MESSAGES, tools=TOOLS, tool_choice="required",
+                                           parallel_tool_calls=False, max_tokens=160, seed=0)
+    msg = first.choices[0].message
+    if not msg.tool_calls:
+        pytest.skip("no call within max_tokens")
+    call = msg.tool_calls[0]
+    history = MESSAGES + [
+        {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+        {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"ok": True})},
+    ]
+    r = client.chat.completions.create(model=model, messages=history, tools=TOOLS, tool_choice="none", max_tokens=8)
+    assert r.choices[0].message.tool_calls is None and isinstance(r.choices[0].message.content, str)
+
+
+def test_bad_tools_are_refused(family):
+    _, client, model = family
+    cases = [({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
+             ({"tools": [{"type": "function", "function": {"name": "has space"}}]}, "tools[0].function.name"),
+             ({"tools": [{"type": "retrieval"}]}, "tools[0].type"),
+             ({"tool_choice": "required"}, "tool_choice"),
+             ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "string",
+                                                                                      "format": "email"}}}],
+               "tool_choice": "required"}, "tools")]
+    for extra, param in cases:
+        with pytest.raises(openai.BadRequestError) as e:
+            client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=4, **extra)
+        assert e.value.body["param"] == param, (extra, e.value.body)
