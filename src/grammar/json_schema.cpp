@@ -145,21 +145,43 @@ class SchemaGrammar::Converter {
     if (!s.is_object()) return fail("a schema must be an object or a boolean"), "value";
     for (const auto& [key, _] : s.items())
       if (!kKeywords.count(key) && !kAnnotations.count(key)) return fail("unsupported schema keyword '" + key + "'"), "value";
-    if (s.contains("$ref")) return visit_ref(s, depth);
-    if (s.contains("const")) return rule(hint, literal(s["const"].dump(-1, ' ', false, json::error_handler_t::replace)));
-    if (s.contains("enum")) {
-      const json& e = s["enum"];
-      if (!e.is_array() || e.empty()) return fail("'enum' must be a non-empty array"), "value";
+    if (s.contains("$ref")) {
+      for (const auto& [k, _] : s.items())
+        if (k != "$ref" && !kAnnotations.count(k)) return fail("'$ref' together with '" + k + "'"), "value";
+      return visit_ref(s, depth);
+    }
+    // A keyword that constrains alongside an enumeration, a union or a reference would be ignored
+    // by the branch below it, so it is refused rather than dropped (only `type` filters an enum).
+    auto alone = [&](const char* key, std::initializer_list<const char*> allowed) {
+      for (const auto& [k, _] : s.items()) {
+        if (k == key || kAnnotations.count(k)) continue;
+        bool ok = false;
+        for (const char* a : allowed) ok = ok || k == a;
+        if (!ok) return fail("'" + std::string(key) + "' together with '" + k + "'"), false;
+      }
+      return true;
+    };
+    if (s.contains("const") || s.contains("enum")) {
+      const char* key = s.contains("const") ? "const" : "enum";
+      if (!alone(key, {"type"})) return "value";
+      const json values = s.contains("const") ? json::array({s["const"]}) : s["enum"];
+      if (!values.is_array() || values.empty()) return fail("'enum' must be a non-empty array"), "value";
       std::string body;
-      for (const json& v : e) body += (body.empty() ? "" : " | ") + literal(v.dump(-1, ' ', false, json::error_handler_t::replace));
+      for (const json& v : values)
+        if (!s.contains("type") || (type_bits(v) & type_bits_of(s["type"])))
+          body += (body.empty() ? "" : " | ") + literal(v.dump(-1, ' ', false, json::error_handler_t::replace));
+      if (body.empty()) return fail("no value of '" + std::string(key) + "' has the schema's 'type'"), "value";
       return rule(hint, body);
     }
     for (const char* key : {"anyOf", "oneOf"}) {
       if (!s.contains(key)) continue;
       const json& alts = s[key];
       if (!alts.is_array() || alts.empty()) return fail(std::string("'") + key + "' must be a non-empty array"), "value";
-      for (const char* other : {"type", "properties", "items", "allOf"})
-        if (s.contains(other)) return fail(std::string("'") + key + "' together with '" + other + "'"), "value";
+      if (!alone(key, {})) return "value";
+      // oneOf means exactly one branch: as a union that is exact only when no value can satisfy two.
+      if (std::string(key) == "oneOf" && !disjoint(alts, depth))
+        return fail("'oneOf' whose branches may overlap (only disjoint types or a const discriminator; use anyOf)"),
+               "value";
       std::string body;
       for (size_t i = 0; i < alts.size(); ++i)
         body += (i ? " | " : "") + visit(alts[i], hint + "-" + std::to_string(i), depth + 1);
@@ -186,6 +208,8 @@ class SchemaGrammar::Converter {
       type = "array";
     } else if (s.contains("pattern") || s.contains("format") || s.contains("minLength") || s.contains("maxLength")) {
       type = "string";
+    } else if (s.contains("minimum")) {
+      type = "number";
     } else {
       return "value";
     }
@@ -216,24 +240,113 @@ class SchemaGrammar::Converter {
     return name;
   }
 
+  // allOf over object schemas (the schema's own properties and required included): one object
+  // with every property and every requirement. Refused where the merge would not be exact: a
+  // part with another constraint, a property defined twice differently, additionalProperties.
   json merge_all_of(const json& s, int depth) {
     json merged = {{"type", "object"}, {"properties", json::object()}, {"required", json::array()}};
-    for (const json& part0 : s["allOf"]) {
-      const json* part = &part0;
-      if (part->is_object() && part->contains("$ref") && (*part)["$ref"].is_string())
+    std::vector<const json*> parts{&s};
+    if (s["allOf"].is_array())
+      for (const json& p : s["allOf"]) parts.push_back(&p);
+    else
+      fail("'allOf' must be an array");
+    for (const json* part : parts) {
+      if (part->is_object() && part->contains("$ref") && (*part)["$ref"].is_string() && part->size() == 1)
         part = resolve((*part)["$ref"].get<std::string>());
-      const bool object = part && part->is_object() &&
-                          (part->value("type", std::string("object")) == "object") && !part->contains("anyOf");
-      if (!object || depth > kMaxDepth) {
+      if (!part || !part->is_object() || depth > kMaxDepth) {
         fail("'allOf' is supported only over object schemas");
         return json::object();
       }
+      for (const auto& [k, v] : part->items()) {
+        const bool ok = kAnnotations.count(k) || k == "properties" || k == "required" || (k == "allOf" && part == &s) ||
+                        (k == "type" && v == "object");
+        if (!ok) {
+          fail("'allOf' over a schema with '" + k + "' (only object properties and required merge exactly)");
+          return json::object();
+        }
+      }
       if (part->contains("properties") && (*part)["properties"].is_object())
-        for (const auto& [k, v] : (*part)["properties"].items()) merged["properties"][k] = v;
+        for (const auto& [k, v] : (*part)["properties"].items()) {
+          if (merged["properties"].contains(k) && merged["properties"][k] != v) {
+            fail("'allOf' defines property '" + k + "' twice");
+            return json::object();
+          }
+          merged["properties"][k] = v;
+        }
       if (part->contains("required") && (*part)["required"].is_array())
         for (const json& r : (*part)["required"]) merged["required"].push_back(r);
     }
     return merged;
+  }
+
+  // JSON types as bits: null 1, boolean 2, object 4, array 8, string 16, number (integer too) 32.
+  static int type_bits(const json& v) {
+    if (v.is_null()) return 1;
+    if (v.is_boolean()) return 2;
+    if (v.is_object()) return 4;
+    if (v.is_array()) return 8;
+    if (v.is_string()) return 16;
+    return 32;
+  }
+  static int type_bits_of(const json& type) {
+    if (type.is_array()) {
+      int b = 0;
+      for (const json& t : type) b |= type_bits_of(t);
+      return b;
+    }
+    const std::string t = type.is_string() ? type.get<std::string>() : "";
+    return t == "null" ? 1 : t == "boolean" ? 2 : t == "object" ? 4 : t == "array" ? 8 : t == "string" ? 16
+         : (t == "number" || t == "integer") ? 32 : 63;
+  }
+  // The types a schema can admit, as bits (63: could be anything).
+  int admits(const json& s, int depth) {
+    if (depth > kMaxDepth) return 63;
+    if (s.is_boolean()) return s.get<bool>() ? 63 : 0;
+    if (!s.is_object()) return 63;
+    if (s.contains("$ref") && s["$ref"].is_string()) {
+      const json* t = resolve(s["$ref"].get<std::string>());
+      return t ? admits(*t, depth + 1) : 63;
+    }
+    if (s.contains("const")) return type_bits(s["const"]);
+    int bits = 63;
+    if (s.contains("enum") && s["enum"].is_array()) {
+      bits = 0;
+      for (const json& v : s["enum"]) bits |= type_bits(v);
+    }
+    if (s.contains("type")) bits &= type_bits_of(s["type"]);
+    for (const char* key : {"anyOf", "oneOf"})
+      if (s.contains(key) && s[key].is_array()) {
+        int u = 0;
+        for (const json& b : s[key]) u |= admits(b, depth + 1);
+        bits &= u;
+      }
+    return bits;
+  }
+  // A required property whose schema is one constant (a tagged union's tag), or none.
+  std::optional<std::pair<std::string, json>> tag(const json& s) {
+    if (!s.is_object() || !s.contains("properties") || !s["properties"].is_object() || !s.contains("required")) return {};
+    for (const auto& [k, v] : s["properties"].items()) {
+      const bool req = s["required"].is_array() && std::find(s["required"].begin(), s["required"].end(), k) != s["required"].end();
+      if (!req || !v.is_object()) continue;
+      if (v.contains("const")) return std::pair{k, v["const"]};
+      if (v.contains("enum") && v["enum"].is_array() && v["enum"].size() == 1) return std::pair{k, v["enum"][0]};
+    }
+    return {};
+  }
+  const json& deref(const json& s) {
+    if (s.is_object() && s.contains("$ref") && s["$ref"].is_string())
+      if (const json* t = resolve(s["$ref"].get<std::string>())) return *t;
+    return s;
+  }
+  bool disjoint(const json& alts, int depth) {
+    for (size_t i = 0; i < alts.size(); ++i)
+      for (size_t j = i + 1; j < alts.size(); ++j) {
+        if (!(admits(alts[i], depth) & admits(alts[j], depth))) continue;
+        auto a = tag(deref(alts[i])), b = tag(deref(alts[j]));
+        if (a && b && a->first == b->first && a->second != b->second) continue;
+        return false;
+      }
+    return true;
   }
 
   std::string visit_object(const json& s, const std::string& hint, int depth) {

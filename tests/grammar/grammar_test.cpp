@@ -283,6 +283,12 @@ TEST(JsonSchema, CompilesTheCommonKeywordsAndNamesTheRest) {
       R"({"type":"integer","minimum":0})",
       R"({"type":"object","properties":{"x":{"type":"string"},"y":{"type":"string"}}})",
       R"(true)",
+      R"({"oneOf":[{"type":"string"},{"type":"integer"}]})",
+      R"({"$defs":{"cat":{"type":"object","properties":{"kind":{"const":"cat"},"lives":{"type":"integer"}},"required":["kind"]},
+          "dog":{"type":"object","properties":{"kind":{"const":"dog"}},"required":["kind"]}},
+          "oneOf":[{"$ref":"#/$defs/cat"},{"$ref":"#/$defs/dog"}]})",
+      R"({"type":"string","enum":["a",1,"b"]})",
+      R"({"$ref":"#/$defs/x","description":"annotations beside a $ref are fine","$defs":{"x":{"type":"null"}}})",
   };
   for (const char* s : ok) {
     auto g = compile_json_schema(json::parse(s));
@@ -298,6 +304,14 @@ TEST(JsonSchema, CompilesTheCommonKeywordsAndNamesTheRest) {
       {R"({"type":"frog"})", "'frog'"},
       {R"(false)", "false"},
       {R"({"not":{}})", "'not'"},
+      {R"({"oneOf":[{"type":"integer"},{"type":"number"}]})", "overlap"},
+      {R"({"oneOf":[true,true]})", "overlap"},
+      {R"({"anyOf":[{"type":"string"}],"minLength":2})", "'minLength'"},
+      {R"({"enum":["a"],"minLength":2})", "'minLength'"},
+      {R"({"minimum":2})", "'minimum'"},
+      {R"({"allOf":[{"properties":{"a":{"type":"string"}}},{"properties":{"a":{"type":"integer"}}}]})", "twice"},
+      {R"({"allOf":[{"type":"object"},{"maxProperties":1}]})", "'maxProperties'"},
+      {R"({"$ref":"#/$defs/x","minLength":1,"$defs":{"x":{"type":"string"}}})", "'$ref' together with 'minLength'"},
   };
   for (const auto& [s, name] : bad) {
     auto g = compile_json_schema(json::parse(s));
