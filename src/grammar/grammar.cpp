@@ -122,25 +122,22 @@ Status Grammar::validate() const {
   return {};
 }
 
-uint32_t Builder::rule(const std::string& name) {
-  if (auto it = index_.find(name); it != index_.end()) return it->second;
+uint32_t Builder::declare(std::string name) {
   index_[name] = uint32_t(names_.size());
-  names_.push_back(name);
+  names_.push_back(std::move(name));
   defined_.push_back(false);
   alts_.emplace_back();
   if (names_.size() > Grammar::kMaxRules) too_big_ = true;
   return uint32_t(names_.size() - 1);
 }
 
-uint32_t Builder::fresh_rule(const std::string& base) {
-  std::string name = base + "-" + std::to_string(names_.size());
-  index_[name] = uint32_t(names_.size());
-  names_.push_back(name);
-  defined_.push_back(false);
-  alts_.emplace_back();
-  if (names_.size() > Grammar::kMaxRules) too_big_ = true;
-  return uint32_t(names_.size() - 1);
+uint32_t Builder::rule(const std::string& name) {
+  if (auto it = index_.find(name); it != index_.end()) return it->second;
+  return declare(name);
 }
+
+// '#' cannot appear in a GBNF rule name, so a helper never takes a name the grammar uses.
+uint32_t Builder::fresh_rule(const std::string& base) { return declare(base + "#" + std::to_string(names_.size())); }
 
 void Builder::add_alternative(uint32_t r, const std::vector<Symbol>& seq) {
   defined_[r] = true;

@@ -60,7 +60,7 @@ struct Grammar {
 class Builder {
  public:
   uint32_t rule(const std::string& name);  // the id of `name`, declared on first use
-  uint32_t fresh_rule(const std::string& base);  // a new helper rule named base-N
+  uint32_t fresh_rule(const std::string& base);  // a new helper rule named base#N
   void add_alternative(uint32_t rule, const std::vector<Symbol>& seq);
   Symbol chars(const CharSet& set);
   Symbol star(const CharSet& set);
@@ -73,6 +73,7 @@ class Builder {
 
  private:
   uint32_t set_index(const CharSet& set);
+  uint32_t declare(std::string name);
   std::vector<std::string> names_;
   std::unordered_map<std::string, uint32_t> index_;
   std::vector<bool> defined_;

@@ -201,6 +201,8 @@ TEST(Gbnf, ParsesAndRejectsWithPositions) {
   EXPECT_FALSE(parse_gbnf("x ::= \"a\"\n").ok());  // no root
   EXPECT_FALSE(parse_gbnf("root ::= \"a\" root2 ::= \"b\"\n").ok());
   EXPECT_FALSE(parse_gbnf("root ::= \"a\"\nroot ::= \"b\"\n").ok());
+  // A rule named like a helper (group-N) is its own rule, not the group's.
+  EXPECT_TRUE(parse_gbnf("root ::= ( \"a\" ) group-1\ngroup-1 ::= \"b\"\n").ok());
   std::string deep = "root ::= ";
   for (int i = 0; i < 100; ++i) deep += "(";
   EXPECT_FALSE(parse_gbnf(deep).ok());
