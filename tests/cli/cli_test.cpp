@@ -144,3 +144,30 @@ TEST(Cli, PromptLongerThanContextIsAnError) {
   EXPECT_EQ(o.code, 1);
   EXPECT_NE(o.err.find("does not fit the context"), std::string::npos) << o.err;
 }
+
+TEST(Cli, PerplexityReportsAndRefusesBadInput) {
+  const std::string text = shared_path("golden/perplexity/stories-sampled.txt");
+  if (!std::ifstream(text)) GTEST_SKIP() << "../shared is not available";
+  const auto o = kvasir({"perplexity", "-m", shared_path("models/stories260K.gguf"), "-f", text, "-c", "128", "--json"});
+  ASSERT_EQ(o.code, 0) << o.err;
+  const auto j = nlohmann::json::parse(o.out);
+  EXPECT_EQ(j["chunks"], 106);
+  EXPECT_NEAR(j["ppl"].get<double>(), 2.9267, 0.03);
+  const auto kl = kvasir({"perplexity", "-m", shared_path("models/stories260K-q8_0.gguf"), "--kl-base",
+                          shared_path("models/stories260K.gguf"), "-f", text, "-c", "128"});
+  ASSERT_EQ(kl.code, 0) << kl.err;
+  EXPECT_NE(kl.out.find("Mean    KLD:"), std::string::npos) << kl.out;
+  EXPECT_NE(kl.out.find("Same top p:"), std::string::npos) << kl.out;
+  const auto short_text = kvasir({"perplexity", "-m", shared_path("models/stories260K.gguf"), "-f",
+                                  write_temp("short.txt", "Once upon a time."), "-c", "128"});
+  EXPECT_EQ(short_text.code, 1);
+  EXPECT_NE(short_text.err.find("fewer than one chunk"), std::string::npos) << short_text.err;
+  const std::string gemma = std::string(KVASIR_SOURCE_DIR) + "/models/gemma-3-270m-q4_k_m.gguf";
+  if (std::ifstream(gemma)) {  // another vocabulary (the shared fixtures all have stories260K's)
+    const auto other_vocab = kvasir({"perplexity", "-m", shared_path("models/stories260K.gguf"), "--kl-base", gemma,
+                                     "-f", text});
+    EXPECT_EQ(other_vocab.code, 1);
+    EXPECT_NE(other_vocab.err.find("vocabulary"), std::string::npos) << other_vocab.err;
+  }
+  EXPECT_EQ(kvasir({"perplexity", "-m", shared_path("models/stories260K.gguf"), "-f", "/nonexistent.txt"}).code, 1);
+}
