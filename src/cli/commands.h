@@ -21,6 +21,7 @@ void register_batch(CLI::App& app, Handler& handler);
 void register_serve(CLI::App& app, Handler& handler);
 void register_loadgen(CLI::App& app, Handler& handler);
 void register_perplexity(CLI::App& app, Handler& handler);
+void register_quantize(CLI::App& app, Handler& handler);
 
 int main(int argc, char** argv);
 

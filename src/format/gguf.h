@@ -3,6 +3,7 @@
 // padding to `general.alignment`, tensor data (offsets relative to the data section).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -106,6 +107,11 @@ class Writer {
   void set(std::string key, Value value);
   // `data` must hold row_bytes(type, ne[0]) * rows bytes. alignment must be a power of two <= 256.
   void add_tensor(std::string name, DType type, std::vector<int64_t> shape, std::vector<uint8_t> data);
+  void remove(std::string_view key);
+  // A tensor whose data write_streaming() asks for when its turn comes (memory: one tensor).
+  void add_tensor_header(std::string name, DType type, std::vector<int64_t> shape);
+  using TensorData = std::function<Result<std::vector<uint8_t>>(size_t index)>;
+  Status write_streaming(const std::string& path, const TensorData& data_of, uint64_t alignment = 32) const;
   std::vector<uint8_t> to_bytes(uint64_t alignment = 32) const;
   std::vector<uint8_t> header_bytes(uint64_t alignment = 32) const;  // everything before the data
   Status write(const std::string& path, uint64_t alignment = 32) const;
@@ -116,6 +122,7 @@ class Writer {
     DType type;
     std::vector<int64_t> shape;
     std::vector<uint8_t> data;
+    uint64_t bytes = 0;
   };
   std::vector<KeyValue> kv_;
   std::vector<PendingTensor> tensors_;

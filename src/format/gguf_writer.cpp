@@ -58,7 +58,37 @@ void Writer::set(std::string key, Value value) {
 }
 
 void Writer::add_tensor(std::string name, DType type, std::vector<int64_t> shape, std::vector<uint8_t> data) {
-  tensors_.push_back({std::move(name), type, std::move(shape), std::move(data)});
+  const uint64_t bytes = data.size();
+  tensors_.push_back({std::move(name), type, std::move(shape), std::move(data), bytes});
+}
+
+void Writer::remove(std::string_view key) {
+  std::erase_if(kv_, [&](const KeyValue& kv) { return kv.key == key; });
+}
+
+void Writer::add_tensor_header(std::string name, DType type, std::vector<int64_t> shape) {
+  uint64_t rows = 1;
+  for (size_t d = 1; d < shape.size(); ++d) rows *= uint64_t(shape[d]);
+  const uint64_t bytes = row_bytes(type, shape.empty() ? 0 : shape[0]) * rows;
+  tensors_.push_back({std::move(name), type, std::move(shape), {}, bytes});
+}
+
+Status Writer::write_streaming(const std::string& path, const TensorData& data_of, uint64_t alignment) const {
+  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "wb"), &std::fclose);
+  if (!f) return Error{"cannot write '" + path + "'"};
+  const auto header = header_bytes(alignment);
+  if (std::fwrite(header.data(), 1, header.size(), f.get()) != header.size()) return Error{"short write to '" + path + "'"};
+  static const uint8_t zeros[256] = {};
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    auto data = data_of(i);
+    if (!data) return Error{data.error(), data.error_code()};
+    if (data->size() != tensors_[i].bytes) return Error{"tensor '" + tensors_[i].name + "': wrong data size", ErrorCode::internal};
+    const size_t pad = (alignment - data->size() % alignment) % alignment;
+    if (std::fwrite(data->data(), 1, data->size(), f.get()) != data->size() || std::fwrite(zeros, 1, pad, f.get()) != pad)
+      return Error{"short write to '" + path + "'"};
+  }
+  if (std::fflush(f.get()) != 0) return Error{"short write to '" + path + "'"};
+  return {};
 }
 
 // Header, metadata and tensor infos, padded to the alignment: everything before the data.
@@ -86,7 +116,7 @@ std::vector<uint8_t> Writer::header_bytes(uint64_t alignment) const {
     for (int64_t ne : t.shape) o.put<uint64_t>(uint64_t(ne));
     o.put<uint32_t>(static_cast<uint32_t>(t.type));
     o.put<uint64_t>(offset);
-    offset += (t.data.size() + alignment - 1) / alignment * alignment;
+    offset += (t.bytes + alignment - 1) / alignment * alignment;
   }
   o.pad_to(alignment);
   return std::move(o.buf);

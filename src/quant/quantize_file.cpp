@@ -1,0 +1,93 @@
+#include "quant/quantize_file.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "core/thread_pool.h"
+#include "format/gguf.h"
+#include "format/mapped_file.h"
+#include "kernels/quant/quant.h"
+
+namespace kvasir::quant {
+namespace {
+
+int64_t layer_of(const std::string& name) {
+  int64_t layer = -1;
+  if (name.rfind("blk.", 0) == 0) std::sscanf(name.c_str(), "blk.%lld.", reinterpret_cast<long long*>(&layer));
+  return layer;
+}
+
+std::vector<int64_t> shape_of(const gguf::TensorInfo& t) { return std::vector<int64_t>(t.ne, t.ne + t.n_dims); }
+
+}  // namespace
+
+Status quantize_file(const std::string& in_path, const std::string& out_path, const QuantizeOptions& o) {
+  if (in_path == out_path) return Error{"the output must be another file than the input", ErrorCode::invalid_argument};
+  auto file = MappedFile::open(in_path);
+  if (!file) return Error{file.error()};
+  auto parsed = gguf::parse(file->bytes());
+  if (!parsed) return Error{in_path + ": " + parsed.error()};
+  const gguf::File& in = *parsed;
+
+  gguf::Writer w;
+  for (const auto& kv : in.kv)
+    if (kv.key != "general.file_type" && kv.key != "general.quantization_version" && kv.key != "general.alignment")
+      w.set(kv.key, kv.value);
+  w.set("general.quantization_version", gguf::Value::of_u32(2));
+  w.set("general.file_type", gguf::Value::of_u32(o.rules.type.ftype));
+
+  int64_t n_layers = 1;
+  if (const auto* arch = in.find("general.architecture"))
+    if (const auto* bc = in.find(arch->str + ".block_count"); bc && bc->is_integer()) n_layers = std::max<int64_t>(1, int64_t(bc->as_f64()));
+  // llama.cpp's order: tensors outside the layers first, then by layer, each group by name.
+  std::vector<const gguf::TensorInfo*> order;
+  bool has_output = false;
+  for (const auto& t : in.tensors) order.push_back(&t), has_output = has_output || t.name == "output.weight";
+  std::stable_sort(order.begin(), order.end(), [](const gguf::TensorInfo* a, const gguf::TensorInfo* b) {
+    const int64_t la = layer_of(a->name), lb = layer_of(b->name);
+    return la != lb ? la < lb : a->name < b->name;
+  });
+  std::vector<DType> target;
+  for (const gguf::TensorInfo* t : order) {
+    const DType to = tensor_type(o.rules, {t->name, shape_of(*t), layer_of(t->name), n_layers, has_output});
+    const bool src_quantized = dtype_info(t->type).block_size > 1;
+    if (src_quantized && to != t->type && !o.allow_requantize)
+      return Error{"tensor '" + t->name + "' is already quantized (" + std::string(dtype_name(t->type)) +
+                       "): requantizing loses quality; pass --allow-requantize to do it anyway",
+                   ErrorCode::invalid_argument};
+    if (to != t->type && (!kernels::quant_traits(to) || (to != DType::F32 && !kernels::quant_traits(to)->quantize_row)))
+      return Error{"no quantizer for " + std::string(dtype_name(to)), ErrorCode::invalid_argument};
+    target.push_back(to);
+    w.add_tensor_header(t->name, to, shape_of(*t));
+  }
+
+  ThreadPool pool(o.num_threads > 0 ? o.num_threads : ThreadPool::default_threads());
+  auto data_of = [&](size_t i) -> Result<std::vector<uint8_t>> {
+    const gguf::TensorInfo& t = *order[i];
+    const DType to = target[i];
+    if (o.progress) o.progress(i, order.size(), t.name, t.type, to);
+    const int64_t n = t.ne[0];
+    int64_t rows = 1;
+    for (int d = 1; d < t.n_dims; ++d) rows *= t.ne[d];
+    const size_t src_rb = row_bytes(t.type, n), dst_rb = row_bytes(to, n);
+    const uint8_t* src = t.data;
+    if (to == t.type) return std::vector<uint8_t>(src, src + src_rb * size_t(rows));
+    std::vector<uint8_t> out(dst_rb * size_t(rows));
+    const auto* from = kernels::quant_traits(t.type);
+    const auto* into = kernels::quant_traits(to);
+    if (!from) return Error{"tensor '" + t.name + "': cannot read type " + std::string(dtype_name(t.type))};
+    pool.parallel_for(rows, 8, [&](int64_t b, int64_t e, int) {
+      std::vector<float> row(static_cast<size_t>(n));
+      for (int64_t r = b; r < e; ++r) {
+        from->dequantize_row(src + size_t(r) * src_rb, row.data(), n);
+        if (to == DType::F32) std::memcpy(out.data() + size_t(r) * dst_rb, row.data(), size_t(n) * 4);
+        else into->quantize_row(row.data(), out.data() + size_t(r) * dst_rb, n);
+      }
+    });
+    return out;
+  };
+  return w.write_streaming(out_path, data_of, in.alignment);
+}
+
+}  // namespace kvasir::quant
