@@ -37,14 +37,14 @@ DType mixed(const FileType& f, const TensorShape& t, DType type) {
   const std::string& n = f.name;
   const int64_t i = t.layer, L = t.n_layers;
   if (ends_with(t.name, "attn_v.weight")) {
-    if (n == "q2_k") return DType::Q3_K;
+    if (n == "q2_k") return t.n_gqa >= 4 ? DType::Q4_K : DType::Q3_K;
     if (n == "q3_k_m") return i < 2 ? DType::Q5_K : DType::Q4_K;
     if (n == "q3_k_l") return DType::Q5_K;
     if ((n == "q4_k_m" || n == "q5_k_m") && use_more_bits(i, L)) return DType::Q6_K;
     if (n == "q4_k_s" && i < 4) return DType::Q5_K;
   } else if (ends_with(t.name, "ffn_down.weight")) {
     if (n == "q2_k") return DType::Q3_K;
-    if (n == "q3_k_m") return i < L / 16 ? DType::Q5_K : use_more_bits(i, L) ? DType::Q4_K : DType::Q3_K;
+    if (n == "q3_k_m") return i < L / 16 ? DType::Q5_K : DType::Q4_K;  // (Falcon: Q3_K off use_more_bits)
     if (n == "q3_k_l") return DType::Q5_K;
     if ((n == "q4_k_m" || n == "q5_k_m") && use_more_bits(i, L)) return DType::Q6_K;
     if (n == "q4_k_s" && i < L / 8) return DType::Q5_K;

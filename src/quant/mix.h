@@ -8,6 +8,8 @@
 // With --pure every matrix gets the base type. Vectors (norms, biases) and the MoE router stay F32.
 // A matrix whose rows are not a whole number of the type's blocks falls back as llama.cpp does
 // (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0; Q2_K / Q3_K -> Q4_0, where llama.cpp uses IQ4_NL).
+// Not carried over: llama.cpp's special cases for Falcon, 70B models, 8-expert MoE and imatrix-only
+// upgrades.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -44,6 +46,7 @@ struct TensorShape {
   int64_t layer = -1;       // blk.N., -1 for others
   int64_t n_layers = 1;
   bool has_output = true;   // the model has its own output.weight (not tied)
+  int64_t n_gqa = 1;        // query heads per KV head
 };
 
 // The type `t` gets; F32 for tensors that are never quantized.

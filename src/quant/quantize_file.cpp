@@ -37,9 +37,18 @@ Status quantize_file(const std::string& in_path, const std::string& out_path, co
   w.set("general.quantization_version", gguf::Value::of_u32(2));
   w.set("general.file_type", gguf::Value::of_u32(o.rules.type.ftype));
 
-  int64_t n_layers = 1;
-  if (const auto* arch = in.find("general.architecture"))
-    if (const auto* bc = in.find(arch->str + ".block_count"); bc && bc->is_integer()) n_layers = std::max<int64_t>(1, int64_t(bc->as_f64()));
+  int64_t n_layers = 1, n_gqa = 1;
+  if (const auto* arch = in.find("general.architecture")) {
+    auto number = [&](const std::string& key) -> int64_t {
+      const auto* v = in.find(arch->str + "." + key);
+      if (!v) return 0;
+      if (v->type == gguf::ValueType::ARRAY) return v->items.empty() || !v->items[0].is_integer() ? 0 : int64_t(v->items[0].as_f64());
+      return v->is_integer() ? int64_t(v->as_f64()) : 0;
+    };
+    n_layers = std::max<int64_t>(1, number("block_count"));
+    const int64_t heads = number("attention.head_count"), kv = number("attention.head_count_kv");
+    if (heads > 0 && kv > 0) n_gqa = heads / kv;
+  }
   // llama.cpp's order: tensors outside the layers first, then by layer, each group by name.
   std::vector<const gguf::TensorInfo*> order;
   bool has_output = false;
@@ -50,7 +59,7 @@ Status quantize_file(const std::string& in_path, const std::string& out_path, co
   });
   std::vector<DType> target;
   for (const gguf::TensorInfo* t : order) {
-    const DType to = tensor_type(o.rules, {t->name, shape_of(*t), layer_of(t->name), n_layers, has_output});
+    const DType to = tensor_type(o.rules, {t->name, shape_of(*t), layer_of(t->name), n_layers, has_output, n_gqa});
     const bool src_quantized = dtype_info(t->type).block_size > 1;
     if (src_quantized && to != t->type && !o.allow_requantize)
       return Error{"tensor '" + t->name + "' is already quantized (" + std::string(dtype_name(t->type)) +
