@@ -171,3 +171,22 @@ TEST(Cli, PerplexityReportsAndRefusesBadInput) {
   }
   EXPECT_EQ(kvasir({"perplexity", "-m", shared_path("models/stories260K.gguf"), "-f", "/nonexistent.txt"}).code, 1);
 }
+
+TEST(Cli, QuantizeWritesAFileOrExplainsWhyNot) {
+  const std::string f32 = shared_path("models/fixture-llama-f32.gguf");
+  if (!std::ifstream(f32)) GTEST_SKIP() << "../shared is not available";
+  const std::string out = ::testing::TempDir() + "/kvasir_cli_q8.gguf";
+  const auto ok = kvasir({"quantize", f32, out, "q8_0", "--pure", "-t", "2"});
+  ASSERT_EQ(ok.code, 0) << ok.err;
+  EXPECT_EQ(read_file(out), read_file(shared_path("models/fixture-llama-q8_0.gguf")));
+  const auto bad_type = kvasir({"quantize", f32, out, "q7_k"});
+  EXPECT_EQ(bad_type.code, 1);
+  EXPECT_NE(bad_type.err.find("q4_k_m"), std::string::npos) << bad_type.err;  // the known types are listed
+  const auto bad_regex = kvasir({"quantize", f32, out, "q4_0", "--tensor-type", "attn_(=q8_0"});
+  EXPECT_EQ(bad_regex.code, 1);
+  EXPECT_NE(bad_regex.err.find("regular expression"), std::string::npos) << bad_regex.err;
+  const auto requant = kvasir({"quantize", shared_path("models/fixture-llama-q8_0.gguf"), out, "q4_0"});
+  EXPECT_EQ(requant.code, 1);
+  EXPECT_NE(requant.err.find("--allow-requantize"), std::string::npos) << requant.err;
+  EXPECT_FALSE(std::ifstream(out + ".tmp"));  // a refused run leaves no partial file
+}
