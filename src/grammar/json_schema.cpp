@@ -62,8 +62,6 @@ std::string gbnf_literal(std::string_view text) {
 
 namespace {
 
-std::string literal(std::string_view text) { return gbnf_literal(text); }
-
 std::string sanitize(std::string_view hint) {
   std::string out;
   for (char c : hint) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '-') ? c : '-';
@@ -169,7 +167,7 @@ class SchemaGrammar::Converter {
       std::string body;
       for (const json& v : values)
         if (!s.contains("type") || (type_bits(v) & type_bits_of(s["type"])))
-          body += (body.empty() ? "" : " | ") + literal(v.dump(-1, ' ', false, json::error_handler_t::replace));
+          body += (body.empty() ? "" : " | ") + gbnf_literal(v.dump(-1, ' ', false, json::error_handler_t::replace));
       if (body.empty()) return fail("no value of '" + std::string(key) + "' has the schema's 'type'"), "value";
       return rule(hint, body);
     }
@@ -372,7 +370,7 @@ class SchemaGrammar::Converter {
     auto member = [&](const std::string& key, const json& schema) {
       const std::string key_json = json(key).dump(-1, ' ', false, json::error_handler_t::replace);
       const std::string v = visit(schema, hint + "-" + key, depth + 1);
-      return rule(hint + "-" + key + "-kv", literal(key_json) + " ws \":\" ws " + v + " ws");
+      return rule(hint + "-" + key + "-kv", gbnf_literal(key_json) + " ws \":\" ws " + v + " ws");
     };
     std::vector<std::string> req, opt;
     for (const auto& [key, schema] : props.items())
