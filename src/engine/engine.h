@@ -31,7 +31,9 @@ using sched::FinishReason;
 using sched::RequestId;
 
 struct StopConditions {
-  int32_t max_tokens = 256;               // generated tokens at most
+  // Generated tokens at most. 0: only the prompt is computed, and the request finishes with
+  // FinishReason::Length (scoring a prompt, embedding it, warming the prefix cache).
+  int32_t max_tokens = 256;
   int32_t min_tokens = 0;                 // EOS / stop tokens are suppressed before this many
   std::vector<std::string> stop_strings;  // generation ends before the first occurrence (not shown)
   std::vector<int32_t> stop_token_ids;    // extra end-of-generation tokens
@@ -50,6 +52,10 @@ struct SpecOptions {
   bool adaptive = true;  // false: always max_k (when the proposer has that many)
 };
 
+// How an embedding request pools its prompt's final hidden states (engine/embedding's result is
+// L2-normalized): the mean over every token, the first token's (CLS), or the last token's.
+enum class Pooling { none, mean, cls, last };
+
 struct GenerationParams {
   std::vector<int32_t> prompt;
   SamplingParams sampling;
@@ -57,6 +63,12 @@ struct GenerationParams {
   int32_t priority = 0;        // lower runs first
   std::string cache_salt;      // tenant isolation of the prefix cache
   int32_t top_logprobs = -1;   // -1: no logprobs; 0..20: chosen token's logprob + that many alternatives
+  // Prompt scoring: -1 none; 0..20: every prompt token's logprob under the model given the tokens
+  // before it (each with its rank and that many alternatives). Every prompt row is computed then
+  // (no prefix-cache hits), and the list comes once, in the delta after the prompt's last chunk.
+  int32_t prompt_logprobs = -1;
+  // Embeddings: with max_tokens 0, the final delta carries the pooled, L2-normalized hidden state.
+  Pooling pooling = Pooling::none;
   std::vector<std::pair<int32_t, float>> logit_bias;  // added to the logits before sampling
   bool speculative = true;     // false: never drafted for, even when the engine speculates
   // Constrained output (engine/structured.h): only tokens the grammar allows are sampled, drafts
@@ -71,7 +83,8 @@ struct GenerationParams {
 
 struct TokenLogprob {
   int32_t token = 0;
-  float logprob = 0;
+  float logprob = 0;  // NaN: none (a prompt's first token has nothing before it)
+  int32_t rank = 0;   // 1: the most likely token of its row; 0: not known
   std::vector<std::pair<int32_t, float>> top;  // (token, logprob), most likely first
 };
 
@@ -89,12 +102,14 @@ struct Timings {  // milliseconds; -1 when not applicable
 // carries usage and timings.
 struct Delta {
   RequestId id = 0;
-  std::vector<int32_t> tokens;        // new tokens (stop tokens excluded)
-  std::string text;                   // new complete-UTF-8 text, stop strings cut off
-  std::vector<TokenLogprob> logprobs; // one per new token when requested
+  std::vector<int32_t> tokens = {};        // new tokens (stop tokens excluded)
+  std::string text = {};                   // new complete-UTF-8 text, stop strings cut off
+  std::vector<TokenLogprob> logprobs = {}; // one per new token when requested
+  std::vector<TokenLogprob> prompt_logprobs = {};  // once, when requested: one per prompt token
+  std::vector<float> embedding = {};       // the final delta of an embedding request: [n_embd], unit length
   FinishReason finish = FinishReason::None;
-  Usage usage;
-  Timings timings;
+  Usage usage = {};
+  Timings timings = {};
 };
 
 struct EngineOptions {

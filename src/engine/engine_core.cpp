@@ -46,6 +46,14 @@ struct Live {
   std::string trigger_tail;
   int32_t trigger_at = -1;
   bool trigger_failed = false;
+  // Prompt scoring: prompt_lps[k] is prompt token k's logprob, from row k - 1 (filled in order, by
+  // as many rows as each chunk brings; a recompute after preemption skips the ones done).
+  std::vector<TokenLogprob> prompt_lps;
+  int32_t next_scored = 1;
+  bool prompt_done = false, prompt_lps_sent = false;
+  // Embeddings: the sum of the pooled rows' hidden states so far (rows 0..pooled-1 for mean).
+  std::vector<double> pool_sum;
+  int32_t pooled = 0;
 
   static constexpr double kAcceptPrior = 0.6;  // hopeful, so that a new request tries drafts
   double& accept_rate(size_t j) {
@@ -57,6 +65,21 @@ struct Live {
       : params(std::move(p)), sampler(params.sampling), decoder(tok, /*skip_special=*/true, /*continuation=*/true),
         stops(params.stop.stop_strings) {
     if (params.grammar && params.grammar_trigger.empty()) matcher.emplace(params.grammar);
+    if (params.prompt_logprobs >= 0) {
+      prompt_lps.resize(params.prompt.size());
+      prompt_lps[0] = {params.prompt[0], std::numeric_limits<float>::quiet_NaN(), 0, {}};
+    }
+  }
+  // Which rows of a chunk [start, end) of a prompt of P tokens this request needs beyond sampling.
+  bool scores_row(int32_t i, int32_t P) const { return params.prompt_logprobs >= 0 && i + 1 < P && i + 1 >= next_scored; }
+  bool pools_row(int32_t i, int32_t P) const {
+    switch (params.pooling) {
+      case Pooling::none: return false;
+      case Pooling::mean: return i < P && i >= pooled;
+      case Pooling::cls: return i == 0 && pooled == 0;
+      case Pooling::last: return i == P - 1 && pooled == 0;
+    }
+    return false;
   }
 };
 
@@ -71,13 +94,18 @@ Timings timings_of(const sched::Request& r) {
   return t;
 }
 
-// log-softmax value of `id` and the n most likely (token, logprob) pairs.
+// log-softmax value of `id`, its rank, and the n most likely (token, logprob) pairs.
 TokenLogprob logprobs_of(std::span<const float> logits, int32_t id, int32_t n_top, std::vector<int32_t>& scratch) {
   const float mx = *std::max_element(logits.begin(), logits.end());
+  const float mine = logits[size_t(id)];
   double sum = 0;
-  for (float x : logits) sum += std::exp(double(x - mx));
+  int32_t above = 0;
+  for (float x : logits) {
+    sum += std::exp(double(x - mx));
+    above += x > mine;
+  }
   const float log_z = mx + float(std::log(sum));
-  TokenLogprob lp{id, logits[size_t(id)] - log_z, {}};
+  TokenLogprob lp{id, mine - log_z, above + 1, {}};
   if (n_top > 0) {
     scratch.resize(logits.size());
     for (size_t i = 0; i < scratch.size(); ++i) scratch[i] = int32_t(i);
@@ -106,6 +134,21 @@ struct EngineCore::Impl {
   Batch batch;
   std::vector<sched::SeqOutput> outputs;
   std::vector<std::pair<const sched::ScheduledSeq*, const float*>> to_sample;
+  // Per scheduled sequence: its rows' logits and hidden states beyond sampling.
+  struct RowPlan {
+    Live* live = nullptr;
+    int32_t num_prompt = 0;
+    int32_t score_from = 0, num_score = 0;  // prompt tokens [score_from, +num_score) are scored
+    int32_t num_hidden = 0;                 // rows whose hidden state is pooled
+    bool samples = false;
+  };
+  std::vector<RowPlan> plans;
+  struct ScoreJob {
+    Live* live;
+    int32_t token_index;
+    const float* logits;
+  };
+  std::vector<ScoreJob> to_score;
   EngineStats totals;
   int64_t spec_steps = 0;
 
@@ -127,6 +170,9 @@ struct EngineCore::Impl {
   bool apply_grammar(grammar::Matcher& m, bool mask_stops, std::span<const int32_t> stop_ids, std::vector<float>& row) const;
   void watch_trigger(Live& l, int32_t token) const;
   void commit_token(const sched::ScheduledSeq& seq);
+  void score_prompt_row(const ScoreJob& job) const;
+  static void pool_rows(Live& l, const float* rows, int32_t n, int64_t n_embd);
+  static std::vector<float> pooled_embedding(const Live& l);
   void propose_drafts();
   Delta& delta_for(std::vector<Delta>& out, std::unordered_map<RequestId, size_t>& index, RequestId id);
 };
@@ -191,9 +237,14 @@ Status EngineCore::validate(const GenerationParams& p) const {
   if (!(s.min_p >= 0 && s.min_p <= 1)) return Error{"min_p must be in [0, 1]"};
   if (!(s.repetition_penalty > 0) || !std::isfinite(s.repetition_penalty)) return Error{"repetition_penalty must be > 0"};
   if (!std::isfinite(s.presence_penalty) || !std::isfinite(s.frequency_penalty)) return Error{"penalties must be finite"};
-  if (p.stop.max_tokens < 1) return Error{"max_tokens must be >= 1"};
+  if (p.stop.max_tokens < 0) return Error{"max_tokens must be >= 0"};
   if (p.stop.min_tokens < 0 || p.stop.min_tokens > p.stop.max_tokens) return Error{"min_tokens must be in [0, max_tokens]"};
   if (p.top_logprobs > 20) return Error{"top_logprobs must be <= 20"};
+  if (p.prompt_logprobs < -1 || p.prompt_logprobs > 20) return Error{"prompt_logprobs must be in [0, 20]"};
+  if (p.pooling != Pooling::none) {
+    if (p.stop.max_tokens != 0) return Error{"an embedding request generates nothing: max_tokens must be 0"};
+    if (impl_->runner->info().n_embd <= 0) return Error{"this runner returns no hidden states", ErrorCode::invalid_argument};
+  }
   for (const auto& [id, bias] : p.logit_bias)
     if (id < 0 || id >= n_vocab || !std::isfinite(bias)) return Error{"logit_bias has a bad token id or value"};
   for (int32_t id : p.stop.stop_token_ids)
@@ -214,8 +265,11 @@ Status EngineCore::add_request_with_id(RequestId id, GenerationParams params) {
   Impl& m = *impl_;
   if (m.live.count(id)) return Error{"duplicate request id"};
   m.next_id = std::max(m.next_id, id + 1);
+  // Scoring and mean / CLS pooling need rows the prefix cache would skip.
+  const bool every_row = params.prompt_logprobs >= 0 || params.pooling == Pooling::mean || params.pooling == Pooling::cls;
   sched::RequestOptions ro{.priority = params.priority, .max_new_tokens = params.stop.max_tokens,
-                           .cache_salt = params.cache_salt};
+                           .cache_salt = params.cache_salt, .prefill_only = params.stop.max_tokens == 0,
+                           .reuse_prefix = !every_row};
   std::vector<int32_t> prompt = params.prompt;
   if (auto s = m.scheduler.add_request(id, std::move(prompt), std::move(ro)); !s) return s;
   m.live.emplace(id, std::make_unique<Live>(std::move(params), m.tokenizer));
@@ -377,7 +431,7 @@ void EngineCore::Impl::propose_drafts() {
     const sched::Request* r = scheduler.find(id);
     if (!r || r->state != sched::RequestState::Running || r->num_tokens() - r->num_computed_tokens != 1) continue;
     ++decodes;
-    if (!l->params.speculative) continue;
+    if (!l->params.speculative || l->params.stop.max_tokens == 0) continue;
     std::vector<int32_t> draft = spec::propose_ngram(r->tokens, o.max_k);
     if (!draft.empty()) cands.push_back({id, l.get(), std::move(draft)});
   }
@@ -453,6 +507,32 @@ void EngineCore::Impl::commit_token(const sched::ScheduledSeq& seq) {
   outputs.push_back(std::move(out));
 }
 
+// Prompt token k's logprob (rank, alternatives) from the row before it.
+void EngineCore::Impl::score_prompt_row(const ScoreJob& job) const {
+  Live& l = *job.live;
+  thread_local std::vector<int32_t> order;
+  const size_t k = size_t(job.token_index);
+  l.prompt_lps[k] = logprobs_of(std::span<const float>(job.logits, size_t(n_vocab)), l.params.prompt[k],
+                                l.params.prompt_logprobs, order);
+}
+
+void EngineCore::Impl::pool_rows(Live& l, const float* rows, int32_t n, int64_t n_embd) {
+  if (l.pool_sum.empty()) l.pool_sum.assign(size_t(n_embd), 0.0);
+  for (int32_t r = 0; r < n; ++r)
+    for (int64_t j = 0; j < n_embd; ++j) l.pool_sum[size_t(j)] += double(rows[r * n_embd + j]);
+  l.pooled += n;
+}
+
+// The pooled rows' mean, scaled to unit length (a zero vector stays zero).
+std::vector<float> EngineCore::Impl::pooled_embedding(const Live& l) {
+  double norm = 0;
+  for (double v : l.pool_sum) norm += v * v;
+  norm = std::sqrt(norm);
+  std::vector<float> out(l.pool_sum.size());
+  for (size_t j = 0; j < out.size(); ++j) out[j] = norm > 0 ? float(l.pool_sum[j] / norm) : 0.f;
+  return out;
+}
+
 Delta& EngineCore::Impl::delta_for(std::vector<Delta>& out, std::unordered_map<RequestId, size_t>& index, RequestId id) {
   auto it = index.find(id);
   if (it != index.end()) return out[it->second];
@@ -471,13 +551,25 @@ Status EngineCore::step(std::vector<Delta>& out) {
   m.outputs.clear();
   if (!so.empty()) {
     m.batch.clear();
+    m.plans.assign(so.seqs.size(), {});
     for (size_t s = 0; s < so.seqs.size(); ++s) {
       const auto& seq = so.seqs[s];
+      Impl::RowPlan& plan = m.plans[s];
+      plan.live = m.live.at(seq.id).get();
+      const Live& l = *plan.live;
+      plan.num_prompt = int32_t(l.params.prompt.size());
+      plan.samples = seq.want_logits && l.params.stop.max_tokens > 0;
+      plan.score_from = l.next_scored;
       m.batch.block_tables.push_back(seq.block_table);
       // With a draft every row is verified, so every row wants logits.
-      for (int32_t i = seq.start; i < seq.end; ++i)
-        m.batch.add(seq.tokens[size_t(i - seq.start)], i, int32_t(s),
-                    seq.want_logits && (i + 1 == seq.end || seq.num_draft > 0));
+      for (int32_t i = seq.start; i < seq.end; ++i) {
+        const bool sample_row = plan.samples && (i + 1 == seq.end || seq.num_draft > 0);
+        const bool score_row = l.scores_row(i, plan.num_prompt);
+        const bool pool_row = l.pools_row(i, plan.num_prompt);
+        plan.num_score += score_row;
+        plan.num_hidden += pool_row;
+        m.batch.add(seq.tokens[size_t(i - seq.start)], i, int32_t(s), sample_row || score_row, pool_row);
+      }
     }
     auto logits = m.runner->forward(m.batch);
     if (!logits) {
@@ -487,17 +579,34 @@ Status EngineCore::step(std::vector<Delta>& out) {
       return Error{"forward failed: " + logits.error()};
     }
     m.to_sample.clear();
-    int64_t logit_row = 0;
-    for (const auto& seq : so.seqs) {
+    m.to_score.clear();
+    int64_t logit_row = 0, hidden_row = 0;
+    for (size_t s = 0; s < so.seqs.size(); ++s) {
+      const auto& seq = so.seqs[s];
+      Impl::RowPlan& plan = m.plans[s];
+      Live& l = *plan.live;
       m.totals.prompt_tokens_total += std::max<int64_t>(0, std::min(seq.end, m.scheduler.find(seq.id)->num_prompt_tokens) - seq.start);
-      if (!seq.want_logits) continue;
+      for (int32_t k = 0; k < plan.num_score; ++k)
+        m.to_score.push_back({&l, plan.score_from + k, *logits + (logit_row++) * m.n_vocab});
+      l.next_scored += plan.num_score;
+      if (plan.num_hidden > 0) {
+        Impl::pool_rows(l, m.runner->hidden() + hidden_row * m.runner->info().n_embd, plan.num_hidden,
+                        m.runner->info().n_embd);
+        hidden_row += plan.num_hidden;
+      }
+      if (seq.want_logits) l.prompt_done = true;
+      if (!plan.samples) continue;
       m.to_sample.push_back({&seq, *logits + logit_row * m.n_vocab});
       logit_row += 1 + seq.num_draft;
     }
-    // Sampling is per request (its own RNG), so the rows are picked in parallel, then committed in
-    // batch order.
-    m.runner->parallel_for(int64_t(m.to_sample.size()), [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) m.pick_token(*m.to_sample[size_t(i)].first, m.to_sample[size_t(i)].second);
+    // Sampling is per request (its own RNG) and scoring writes its own slot, so the rows are
+    // picked and scored in parallel, then committed in batch order.
+    const int64_t n_sample = int64_t(m.to_sample.size());
+    m.runner->parallel_for(n_sample + int64_t(m.to_score.size()), [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        if (i < n_sample) m.pick_token(*m.to_sample[size_t(i)].first, m.to_sample[size_t(i)].second);
+        else m.score_prompt_row(m.to_score[size_t(i - n_sample)]);
+      }
     });
     for (const auto& picked : m.to_sample) m.commit_token(*picked.first);
     for (const auto& o : m.outputs) m.totals.generation_tokens_total += 1 + int64_t(o.accepted.size());
@@ -507,8 +616,13 @@ Status EngineCore::step(std::vector<Delta>& out) {
   // Deltas: new tokens and text, then the final delta of every finished request.
   std::unordered_map<RequestId, size_t> index;
   for (auto& [id, l] : m.live) {
-    if (l->new_tokens.empty() && l->new_text.empty()) continue;
+    const bool lps_ready = l->params.prompt_logprobs >= 0 && l->prompt_done && !l->prompt_lps_sent;
+    if (l->new_tokens.empty() && l->new_text.empty() && !lps_ready) continue;
     Delta& d = m.delta_for(out, index, id);
+    if (lps_ready) {
+      d.prompt_logprobs = std::move(l->prompt_lps);
+      l->prompt_lps_sent = true;
+    }
     d.tokens = std::move(l->new_tokens);
     d.text = std::move(l->new_text);
     d.logprobs = std::move(l->new_logprobs);
@@ -523,6 +637,7 @@ Status EngineCore::step(std::vector<Delta>& out) {
     if (r.finish_reason != sched::FinishReason::StopString) d.text += it->second->stops.push(it->second->decoder.flush());
     d.text += it->second->stops.flush();
     d.finish = r.finish_reason;
+    if (it->second->params.pooling != Pooling::none && it->second->prompt_done) d.embedding = Impl::pooled_embedding(*it->second);
     d.usage = {r.num_prompt_tokens, r.num_generated(), r.num_cached_tokens};
     d.timings = timings_of(r);
     m.live.erase(it);

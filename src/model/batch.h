@@ -12,15 +12,21 @@ struct Batch {
   std::vector<int32_t> positions;    // [T] position of the token in its sequence
   std::vector<int32_t> seq_index;    // [T] index into block_tables
   std::vector<uint8_t> want_logits;  // [T] 1 when this row's logits are returned
+  // [T] 1 when this row's final hidden state (after the output norm, before the output head) is
+  // returned: what embeddings pool. Empty: no row's is.
+  std::vector<uint8_t> want_hidden;
   // Per sequence: physical block ids covering positions [0, max position of its rows].
   std::vector<const std::vector<int32_t>*> block_tables;
 
-  void add(int32_t token, int32_t pos, int32_t seq, bool logits) {
+  void add(int32_t token, int32_t pos, int32_t seq, bool logits, bool hidden = false) {
+    if (hidden && want_hidden.size() < tokens.size()) want_hidden.resize(tokens.size(), 0);
     tokens.push_back(token);
     positions.push_back(pos);
     seq_index.push_back(seq);
     want_logits.push_back(logits ? 1 : 0);
+    if (hidden || !want_hidden.empty()) want_hidden.push_back(hidden ? 1 : 0);
   }
+  bool wants_hidden(int64_t row) const { return size_t(row) < want_hidden.size() && want_hidden[size_t(row)]; }
   int64_t size() const { return int64_t(tokens.size()); }
   int64_t num_logit_rows() const {
     int64_t n = 0;
@@ -32,6 +38,7 @@ struct Batch {
     positions.clear();
     seq_index.clear();
     want_logits.clear();
+    want_hidden.clear();
     block_tables.clear();
   }
 };

@@ -86,6 +86,7 @@ Result<ModelConfig> config_from_gguf(const gguf::File& file) {
   c.head_dim = m.int_or("attention.key_length", c.n_heads > 0 ? c.n_embd / c.n_heads : 0);
   c.n_ctx_train = m.int_or("context_length", 2048);
   c.norm_eps = m.float_or("attention.layer_norm_rms_epsilon", 1e-5f);
+  if (m.has("pooling_type")) c.pooling_type = int32_t(std::clamp<int64_t>(m.int_or("pooling_type", -1), -1, 4));
   c.rope_base = m.float_or("rope.freq_base", 10000.f);
   c.rope_dims = m.int_or("rope.dimension_count", c.head_dim);
   if (auto* tokens = file.find("tokenizer.ggml.tokens"); tokens && tokens->type == gguf::ValueType::ARRAY)

@@ -26,6 +26,9 @@ struct ModelConfig {
   int64_t n_ff = 0;
   int64_t n_ctx_train = 0;
   float norm_eps = 1e-5f;
+  // <arch>.pooling_type as llama.cpp numbers it (0 none, 1 mean, 2 cls, 3 last, 4 rank); -1: the
+  // file declares none (a generative model).
+  int32_t pooling_type = -1;
 
   kernels::RopeMode rope_mode = kernels::RopeMode::Normal;
   int64_t rope_dims = 0;

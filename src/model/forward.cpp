@@ -138,7 +138,8 @@ Status Forward::validate(const Batch& b, const KvCache& kv) const {
   const int64_t T = b.size();
   if (T <= 0 || T > max_tokens_)
     return Error{"batch of " + std::to_string(T) + " tokens (1.." + std::to_string(max_tokens_) + " allowed)"};
-  if (int64_t(b.positions.size()) != T || int64_t(b.seq_index.size()) != T || int64_t(b.want_logits.size()) != T)
+  if (int64_t(b.positions.size()) != T || int64_t(b.seq_index.size()) != T || int64_t(b.want_logits.size()) != T ||
+      (!b.want_hidden.empty() && int64_t(b.want_hidden.size()) != T))
     return Error{"batch arrays have different lengths"};
   if (kv.block_size() > 256) return Error{"KV block size above 256 is not supported"};
   for (int64_t t = 0; t < T; ++t) {
@@ -397,6 +398,17 @@ void Forward::moe_block(int64_t il, int64_t T) {
 }
 
 void Forward::output_logits(const Batch& b) {
+  if (!b.want_hidden.empty()) {  // embeddings: the normed rows themselves
+    std::vector<int64_t> rows;
+    for (int64_t t = 0; t < b.size(); ++t)
+      if (b.want_hidden[size_t(t)]) rows.push_back(t);
+    if (hidden_.size() < size_t(max_tokens_ * c_.n_embd)) hidden_.resize(size_t(max_tokens_ * c_.n_embd));
+    for_rows(int64_t(rows.size()), [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i)
+        kernels::rms_norm(x_.data() + rows[size_t(i)] * c_.n_embd, model_.weights().output_norm.data(), c_.n_embd,
+                          c_.norm_eps, hidden_.data() + i * c_.n_embd);
+    });
+  }
   // Gather the rows that want logits, norm them, and project only those.
   logit_rows_.clear();
   for (int64_t t = 0; t < b.size(); ++t)

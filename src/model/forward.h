@@ -35,6 +35,9 @@ class Forward {
   // Writes the K/V of every row into the cache, then returns the logits of rows with
   // want_logits, in row order: [num_logit_rows][n_vocab], valid until the next call.
   Result<const float*> forward(const Batch& batch, KvCache& kv);
+  // The final hidden states (after the output norm) of the last forward's rows with want_hidden,
+  // in row order: [n][n_embd], valid until the next call.
+  const float* hidden() const { return hidden_.data(); }
 
   int64_t max_batch_tokens() const { return max_tokens_; }
   ThreadPool& pool() { return pool_; }
@@ -126,6 +129,7 @@ class Forward {
   std::vector<Segment> segments_;
   AlignedVector<float> logits_;   // [T][n_vocab]
   std::vector<int64_t> logit_rows_;
+  AlignedVector<float> hidden_;   // [rows with want_hidden][n_embd], sized on first use
 };
 
 }  // namespace kvasir

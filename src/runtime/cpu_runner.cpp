@@ -21,6 +21,7 @@ Result<std::unique_ptr<CpuRunner>> CpuRunner::create(const Model& model, const C
   auto kv = KvCache::create(c, {.num_blocks = blocks, .block_size = o.block_size, .type = o.kv_type});
   if (!kv) return Error{kv.error()};
   RunnerInfo info{.n_vocab = c.n_vocab,
+                  .n_embd = c.n_embd,
                   .n_ctx_train = c.n_ctx_train,
                   .max_batch_tokens = o.max_batch_tokens,
                   .num_kv_blocks = blocks,

@@ -26,6 +26,7 @@ class CpuRunner : public ModelRunner {
 
   const RunnerInfo& info() const override { return info_; }
   Result<const float*> forward(const Batch& batch) override { return forward_.forward(batch, kv_); }
+  const float* hidden() const override { return forward_.hidden(); }
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) override;
 
  private:

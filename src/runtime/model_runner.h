@@ -15,6 +15,7 @@ namespace kvasir::runtime {
 
 struct RunnerInfo {
   int64_t n_vocab = 0;           // logits per row
+  int64_t n_embd = 0;            // hidden state width (embeddings); 0: the runner returns none
   int64_t n_ctx_train = 0;       // the longest context the model was trained for
   int64_t max_batch_tokens = 0;  // rows per forward at most
   int64_t num_kv_blocks = 0;     // physical blocks of the KV storage (ids 0..num_kv_blocks-1)
@@ -31,6 +32,9 @@ class ModelRunner {
   // the rows with want_logits, in row order: [num_logit_rows][n_vocab], valid until the next call.
   // Preconditions as Forward::forward (checked, an error when violated).
   virtual Result<const float*> forward(const Batch& batch) = 0;
+  // The last forward's final hidden states (after the output norm) of the rows with want_hidden,
+  // in row order: [n][info().n_embd], valid until the next call; null where n_embd is 0.
+  virtual const float* hidden() const { return nullptr; }
   // fn(begin, end) over [0, n), split over the runner's threads: the engine samples rows there.
   virtual void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) = 0;
 };

@@ -24,6 +24,12 @@ struct RequestOptions {
   int32_t priority = 0;        // lower runs first; FCFS among equals
   int32_t max_new_tokens = 0;  // 0: only max_model_len bounds the answer
   std::string cache_salt = {}; // tenant salt: prefix-cache hits only within the same salt
+  // Computes the prompt and finishes (FinishReason::Length) without a generated token: scoring a
+  // prompt, embedding it, warming the prefix cache. update() expects no output for it.
+  bool prefill_only = false;
+  // false: every token is computed, none served by the prefix cache (the caller needs every
+  // row's logits or hidden state). Its blocks still go into the cache for others.
+  bool reuse_prefix = true;
 };
 
 struct RequestTimings {

@@ -73,6 +73,7 @@ Status Scheduler::set_draft(RequestId id, std::span<const int32_t> draft) {
   auto it = requests_.find(id);
   if (it == requests_.end()) return Error{"set_draft: unknown request " + str(id)};
   if (awaiting_update_) return Error{"set_draft: a step is waiting for its update"};
+  if (it->second->options.prefill_only && !draft.empty()) return Error{"set_draft: request " + str(id) + " generates nothing"};
   it->second->draft.assign(draft.begin(), draft.end());
   return {};
 }
@@ -237,7 +238,7 @@ void Scheduler::admit_waiting(int32_t* budget) {
     const std::string& salt = r->options.cache_salt;
     // A preempted request comes back here too: its prompt and generated tokens are recomputed,
     // mostly from its own blocks if they are still cached.
-    kv::PrefixHit hit = kv_.find_prefix(r->tokens, salt);
+    kv::PrefixHit hit = r->options.reuse_prefix ? kv_.find_prefix(r->tokens, salt) : kv::PrefixHit{};
     const int32_t n = chunk_limit(r->num_tokens() - hit.num_tokens, *budget);
     if (!kv_.seq_admit(r->id, hit, n, salt, r->num_tokens())) break;  // head of line waits for blocks
     waiting_.erase(waiting_.begin());
@@ -332,14 +333,16 @@ Status Scheduler::update(std::span<const SeqOutput> outputs) {
   for (const ScheduledSeq& s : out_.seqs) {
     auto it = output_of_.find(s.id);
     const bool active = requests_.count(s.id) != 0;
+    const bool prefill_only = active && requests_.at(s.id)->options.prefill_only;
     if (it != output_of_.end()) {
-      if (!s.want_logits) return Error{"update: request " + str(s.id) + " produced no logits this step"};
+      if (!s.want_logits || prefill_only)
+        return Error{"update: request " + str(s.id) + " samples no token this step"};
       const auto& acc = outputs[size_t(it->second)].accepted;
       const auto draft = s.tokens.subspan(s.tokens.size() - size_t(s.num_draft));
       if (acc.size() > draft.size() || !std::equal(acc.begin(), acc.end(), draft.begin()))
         return Error{"update: request " + str(s.id) + " accepted tokens that are not a prefix of its draft"};
       ++num_matched;
-    } else if (s.want_logits && active) {
+    } else if (s.want_logits && active && !prefill_only) {
       return Error{"update: no sampled token for request " + str(s.id)};
     }
   }
@@ -372,6 +375,10 @@ Status Scheduler::update(std::span<const SeqOutput> outputs) {
     }
     // The chunk's KV is written now: full blocks of verified tokens become shareable.
     kv_.seq_commit(r->id, r->tokens, r->num_computed_tokens);
+    if (r->options.prefill_only && s.want_logits) {  // the prompt is computed: done
+      finish_request(r, FinishReason::Length);
+      continue;
+    }
     if (it == output_of_.end()) continue;
     const SeqOutput& o = outputs[size_t(it->second)];
     r->tokens.push_back(o.token);
