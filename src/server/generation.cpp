@@ -136,6 +136,7 @@ engine::GenerationParams engine_params(const GenerationRequest& r, std::vector<i
   p.priority = r.priority;
   p.cache_salt = r.cache_salt;
   p.top_logprobs = r.top_logprobs;
+  p.prompt_logprobs = r.prompt_logprobs;
   p.logit_bias = r.logit_bias;
   p.speculative = r.speculative;
   p.grammar = std::move(grammar);

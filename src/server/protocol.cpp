@@ -205,7 +205,7 @@ constexpr std::string_view kGenerationFields[] = {
     "model", "max_tokens", "max_completion_tokens", "min_tokens", "temperature", "top_p", "top_k", "min_p",
     "presence_penalty", "frequency_penalty", "repetition_penalty", "seed", "stop", "stop_token_ids", "n", "stream",
     "stream_options", "logit_bias", "ignore_eos", "speculative", "cache_salt", "user", "priority", "metadata", "store",
-    "response_format", "grammar", "json_schema"};
+    "response_format", "grammar", "json_schema", "prompt_logprobs"};
 constexpr std::string_view kCompletionFields[] = {"prompt", "logprobs", "echo"};
 constexpr std::string_view kChatFields[] = {"messages", "logprobs", "top_logprobs", "add_generation_prompt",
                                             "continue_final_message", "tools", "chat_template_kwargs",
@@ -377,8 +377,10 @@ Parsed<GenerationRequest> read_generation(const ordered_json& doc) {
   GenerationRequest g;
   Fields f(doc);
   f.string("model", g.model);
-  f.integer("max_tokens", g.max_tokens, 1, kI32Max);
-  if (!g.max_tokens) f.integer("max_completion_tokens", g.max_tokens, 1, kI32Max);
+  // 0 only scores the prompt (echo + logprobs, prompt_logprobs): checked by the endpoint.
+  f.integer("max_tokens", g.max_tokens, 0, kI32Max);
+  if (!g.max_tokens) f.integer("max_completion_tokens", g.max_tokens, 0, kI32Max);
+  f.integer("prompt_logprobs", g.prompt_logprobs, 0, kMaxTopLogprobs);
   f.integer("min_tokens", g.min_tokens, 0, kI32Max);
   f.number("temperature", g.sampling.temperature, 0.0, 2.0);
   f.number("top_p", g.sampling.top_p, 0.0, 1.0, /*lo_open=*/true);
@@ -527,6 +529,10 @@ Parsed<CompletionRequest> parse_completion_request(std::string_view body) {
   f.integer("logprobs", r.gen.top_logprobs, 0, kMaxTopLogprobs);
   f.boolean("echo", r.echo);
   if (f.error) return *f.error;
+  // Scoring as evaluators do it: echo + logprobs returns the prompt's logprobs too.
+  if (r.echo && r.gen.top_logprobs >= 0) r.echo_logprobs = true;
+  if (r.gen.max_tokens == 0 && !r.echo && r.gen.prompt_logprobs < 0)
+    return bad_request("'max_tokens' 0 generates nothing; it needs \"echo\": true or 'prompt_logprobs'", "max_tokens");
   if (int64_t(r.prompts.size()) * r.gen.n > kMaxChoices)
     return bad_request("at most " + std::to_string(kMaxChoices) + " choices (prompts times n) per request", "n");
   return r;
@@ -564,6 +570,8 @@ Parsed<ChatRequest> parse_chat_request(std::string_view body) {
   if (f.error) return *f.error;
   if (top >= 0 && !logprobs)
     return bad_request("'top_logprobs' requires \"logprobs\": true", "top_logprobs");
+  if (r.gen.max_tokens == 0 && r.gen.prompt_logprobs < 0)
+    return bad_request("'max_tokens' 0 generates nothing; it needs 'prompt_logprobs'", "max_tokens");
   r.gen.top_logprobs = logprobs ? std::max(top, 0) : -1;
   if (r.continue_final_message && r.add_generation_prompt)
     return bad_request("'continue_final_message' needs \"add_generation_prompt\": false", "continue_final_message");

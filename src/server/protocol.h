@@ -93,6 +93,7 @@ struct GenerationRequest {
   bool stream = false;
   bool include_usage = false;        // stream_options.include_usage
   int32_t top_logprobs = -1;         // -1: no logprobs; k >= 0: chosen token + k alternatives
+  int32_t prompt_logprobs = -1;      // vLLM's: -1 none; k >= 0: every prompt token's logprob + k alternatives
   std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, bias), ids not yet checked against a vocabulary
   bool ignore_eos = false;
   std::string cache_salt;
@@ -113,6 +114,7 @@ struct CompletionRequest {
   GenerationRequest gen;
   std::vector<PromptInput> prompts = {};  // a batch of prompts gives prompts.size() * n choices
   bool echo = false;
+  bool echo_logprobs = false;  // echo + logprobs: the logprobs list starts with the prompt's tokens
 };
 
 struct ChatRequest {

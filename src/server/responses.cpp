@@ -81,6 +81,58 @@ ordered_json completion_logprobs_json(const Tokenizer& tok, std::span<const engi
                       {"text_offset", std::move(offsets)}};
 }
 
+ordered_json echo_logprobs_json(const Tokenizer& tok, std::span<const engine::TokenLogprob> prompt,
+                                std::span<const engine::TokenLogprob> answer, int64_t echo_bytes) {
+  ordered_json tokens = ordered_json::array(), token_lps = ordered_json::array(), tops = ordered_json::array(),
+               offsets = ordered_json::array();
+  int64_t offset = 0;
+  for (const auto& lp : prompt) {
+    const std::string piece = tok.piece(lp.token);
+    tokens.push_back(piece);
+    const bool none = std::isnan(lp.logprob);
+    token_lps.push_back(none ? ordered_json(nullptr) : ordered_json(finite_logprob(lp.logprob)));
+    ordered_json top = none ? ordered_json(nullptr) : ordered_json::object();
+    for (const auto& [id, v] : lp.top) {
+      const std::string p = tok.piece(id);
+      if (!top.contains(p)) top[p] = finite_logprob(v);
+    }
+    tops.push_back(std::move(top));
+    offsets.push_back(offset);
+    if (!tok.is_special(lp.token)) offset += int64_t(piece.size());
+  }
+  offset = echo_bytes;
+  ordered_json rest = completion_logprobs_json(tok, answer, offset);
+  for (auto& v : rest["tokens"]) tokens.push_back(std::move(v));
+  for (auto& v : rest["token_logprobs"]) token_lps.push_back(std::move(v));
+  for (auto& v : rest["top_logprobs"]) tops.push_back(std::move(v));
+  for (auto& v : rest["text_offset"]) offsets.push_back(std::move(v));
+  return ordered_json{{"tokens", std::move(tokens)},
+                      {"token_logprobs", std::move(token_lps)},
+                      {"top_logprobs", std::move(tops)},
+                      {"text_offset", std::move(offsets)}};
+}
+
+ordered_json prompt_logprobs_json(const Tokenizer& tok, std::span<const engine::TokenLogprob> prompt) {
+  ordered_json out = ordered_json::array();
+  for (const auto& lp : prompt) {
+    if (std::isnan(lp.logprob)) {
+      out.push_back(nullptr);
+      continue;
+    }
+    ordered_json entry = ordered_json::object();
+    entry[std::to_string(lp.token)] = {{"logprob", finite_logprob(lp.logprob)}, {"rank", lp.rank},
+                                       {"decoded_token", tok.piece(lp.token)}};
+    for (size_t i = 0; i < lp.top.size(); ++i) {
+      const std::string key = std::to_string(lp.top[i].first);
+      if (entry.contains(key)) continue;
+      entry[key] = {{"logprob", finite_logprob(lp.top[i].second)}, {"rank", int32_t(i + 1)},
+                    {"decoded_token", tok.piece(lp.top[i].first)}};
+    }
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
 ordered_json chat_logprobs_json(const Tokenizer& tok, std::span<const engine::TokenLogprob> lps, bool with_top) {
   ordered_json content = ordered_json::array();
   for (const auto& lp : lps) {
@@ -100,7 +152,7 @@ ordered_json chat_logprobs_json(const Tokenizer& tok, std::span<const engine::To
 }
 
 ordered_json full_response(const ResponseMeta& meta, const Tokenizer& tok, std::span<const ChoiceOutput> choices,
-                           const UsageTotals& usage, bool logprobs, int32_t top_logprobs) {
+                           const UsageTotals& usage, bool logprobs, int32_t top_logprobs, ScoringOptions scoring) {
   ordered_json out = header(meta, false);
   ordered_json list = ordered_json::array();
   for (const ChoiceOutput& c : choices) {
@@ -118,13 +170,17 @@ ordered_json full_response(const ResponseMeta& meta, const Tokenizer& tok, std::
     } else {
       choice["text"] = c.text;
       int64_t offset = c.echo_bytes;  // as a stream counts: from the start of the echoed text
-      choice["logprobs"] = logprobs ? completion_logprobs_json(tok, c.logprobs, offset) : ordered_json(nullptr);
+      if (scoring.echo_logprobs) choice["logprobs"] = echo_logprobs_json(tok, c.prompt_logprobs, c.logprobs, c.echo_bytes);
+      else choice["logprobs"] = logprobs ? completion_logprobs_json(tok, c.logprobs, offset) : ordered_json(nullptr);
+      if (scoring.prompt_logprobs) choice["prompt_logprobs"] = prompt_logprobs_json(tok, c.prompt_logprobs);
     }
     const bool called = !c.tool_calls.empty() && c.finish == engine::FinishReason::Stop;
     choice["finish_reason"] = called ? ordered_json("tool_calls") : finish_reason_json(c.finish);
     list.push_back(std::move(choice));
   }
   out["choices"] = std::move(list);
+  if (meta.endpoint == Endpoint::chat && scoring.prompt_logprobs && !choices.empty())
+    out["prompt_logprobs"] = prompt_logprobs_json(tok, choices[0].prompt_logprobs);  // one prompt
   out["usage"] = usage_json(usage);
   return out;
 }
@@ -144,7 +200,9 @@ ordered_json stream_chunk(const ResponseMeta& meta, const ChunkContent& c) {
   choice["logprobs"] = c.logprobs;
   const bool called = c.called_tools && c.finish == engine::FinishReason::Stop;
   choice["finish_reason"] = called ? ordered_json("tool_calls") : finish_reason_json(c.finish);
+  if (!c.prompt_logprobs.is_null() && meta.endpoint == Endpoint::completions) choice["prompt_logprobs"] = c.prompt_logprobs;
   out["choices"] = ordered_json::array({std::move(choice)});
+  if (!c.prompt_logprobs.is_null() && meta.endpoint == Endpoint::chat) out["prompt_logprobs"] = c.prompt_logprobs;
   if (c.with_usage_field) out["usage"] = nullptr;
   return out;
 }

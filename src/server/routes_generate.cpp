@@ -54,6 +54,8 @@ struct StreamState {
   int32_t top_logprobs = -1;
   std::vector<std::string> echo;
   std::vector<int64_t> text_offsets;  // completions logprobs: where the next token starts
+  ScoringOptions scoring;
+  std::vector<bool> echo_pending;  // echo + logprobs: the echo chunk waits for the prompt's logprobs
   bool started = false;
   // Chat: whether a choice's first chunk (the one carrying the role) went out. It goes with the
   // choice's first token, never before: clients time the first chunk as the first token.
@@ -80,9 +82,12 @@ bool pump_once(StreamState& s, http::StreamSink& sink) {
     s.opened.assign(s.job->choices().size(), false);
     if (s.tools)
       for (size_t i = 0; i < s.job->choices().size(); ++i) s.parsers.push_back(s.tools->parser());
+    s.echo_pending.assign(s.job->choices().size(), false);
     for (const auto& c : s.job->choices()) {
       const std::string& echo = s.echo[size_t(c.index)];
-      if (!chat && !echo.empty()) {
+      if (!chat && s.scoring.echo_logprobs) {
+        s.echo_pending[size_t(c.index)] = true;
+      } else if (!chat && !echo.empty()) {
         out += sse_event(dump_json(stream_chunk(
             s.meta, ChunkContent{.index = c.index, .text = echo, .first = true, .with_usage_field = with_usage})));
       }
@@ -97,6 +102,20 @@ bool pump_once(StreamState& s, http::StreamSink& sink) {
     // whether the client is still there, so a queued request of a vanished client is freed.
     out = ": keep-alive\n\n";
   } else if (s.job->next(choice, d)) {
+    ordered_json prompt_lps = nullptr;
+    if (s.scoring.prompt_logprobs && !d.prompt_logprobs.empty()) prompt_lps = prompt_logprobs_json(*s.tokenizer, d.prompt_logprobs);
+    if (s.echo_pending[size_t(choice)] && !d.prompt_logprobs.empty()) {  // the echo, scored
+      s.echo_pending[size_t(choice)] = false;
+      const std::string& echo = s.echo[size_t(choice)];
+      out += sse_event(dump_json(stream_chunk(
+          s.meta, ChunkContent{.index = choice,
+                               .text = echo,
+                               .logprobs = echo_logprobs_json(*s.tokenizer, d.prompt_logprobs, {}, int64_t(echo.size())),
+                               .first = true,
+                               .with_usage_field = with_usage,
+                               .prompt_logprobs = std::move(prompt_lps)})));
+      prompt_lps = nullptr;
+    }
     const bool first = chat && !s.opened[size_t(choice)];
     std::string text = std::move(d.text);
     ordered_json tool_calls = nullptr;
@@ -111,7 +130,7 @@ bool pump_once(StreamState& s, http::StreamSink& sink) {
       called = !p.calls().empty();
     }
     if (first || !text.empty() || !tool_calls.is_null() || d.finish != engine::FinishReason::None ||
-        (!d.logprobs.empty() && s.top_logprobs >= 0)) {
+        (!d.logprobs.empty() && s.top_logprobs >= 0) || !prompt_lps.is_null()) {
       if (chat) s.opened[size_t(choice)] = true;
       out += sse_event(dump_json(stream_chunk(s.meta, ChunkContent{.index = choice,
                                                                    .text = std::move(text),
@@ -120,7 +139,8 @@ bool pump_once(StreamState& s, http::StreamSink& sink) {
                                                                    .first = first,
                                                                    .with_usage_field = with_usage,
                                                                    .tool_calls = std::move(tool_calls),
-                                                                   .called_tools = called})));
+                                                                   .called_tools = called,
+                                                                   .prompt_logprobs = std::move(prompt_lps)})));
     }
   }
   const bool done = s.job->all_finished();
@@ -149,7 +169,7 @@ constexpr std::chrono::milliseconds kHangupCheckEvery{100};
 
 void respond_whole(Backend& b, const http::Request& req, http::Response& res, const GenerationRequest& gen,
                    GenerationJob& job, const ResponseMeta& meta, const std::vector<std::string>& echo,
-                   const std::optional<ToolContext>& tools) {
+                   const std::optional<ToolContext>& tools, ScoringOptions scoring) {
   std::vector<ChoiceOutput> outs(job.choices().size());
   for (size_t i = 0; i < outs.size(); ++i) outs[i] = ChoiceOutput{.index = int32_t(i), .text = echo[i], .echo_bytes = int64_t(echo[i].size())};
   int32_t choice = 0;
@@ -162,6 +182,7 @@ void respond_whole(Backend& b, const http::Request& req, http::Response& res, co
     ChoiceOutput& o = outs[size_t(choice)];
     o.text += d.text;
     for (auto& lp : d.logprobs) o.logprobs.push_back(std::move(lp));
+    if (!d.prompt_logprobs.empty()) o.prompt_logprobs = std::move(d.prompt_logprobs);
     if (d.finish != engine::FinishReason::None) o.finish = d.finish;
   }
   if (tools) {
@@ -179,16 +200,18 @@ void respond_whole(Backend& b, const http::Request& req, http::Response& res, co
     }
   }
   send_json(res, 200,
-            full_response(meta, *b.tokenizer, outs, job.usage(), gen.top_logprobs >= 0, gen.top_logprobs));
+            full_response(meta, *b.tokenizer, outs, job.usage(), gen.top_logprobs >= 0, gen.top_logprobs, scoring));
 }
 
 void run_generation(ServerState& st, Backend& b, const http::Request& req, http::Response& res, Endpoint endpoint,
-                    const GenerationRequest& gen, PreparedChoices pc, std::optional<ToolContext> tools = std::nullopt) {
+                    const GenerationRequest& gen, PreparedChoices pc, std::optional<ToolContext> tools = std::nullopt,
+                    bool echo_logprobs = false) {
+  const ScoringOptions scoring{.echo_logprobs = echo_logprobs, .prompt_logprobs = gen.prompt_logprobs >= 0};
   auto guard = std::make_shared<ActiveGuard>(st);
   auto job = GenerationJob::submit(*b.engine, st.metrics, std::move(pc.params), std::move(pc.prompt_of));
   if (!job) return send_error(res, job.error());
   ResponseMeta meta = make_meta(endpoint, st.options.served_model_name);
-  if (!gen.stream) return respond_whole(b, req, res, gen, **job, meta, pc.echo, tools);
+  if (!gen.stream) return respond_whole(b, req, res, gen, **job, meta, pc.echo, tools, scoring);
 
   auto s = std::make_shared<StreamState>();
   s->guard = std::move(guard);
@@ -198,6 +221,7 @@ void run_generation(ServerState& st, Backend& b, const http::Request& req, http:
   s->include_usage = gen.include_usage;
   s->tools = std::move(tools);
   s->top_logprobs = gen.top_logprobs;
+  s->scoring = scoring;
   for (const std::string& e : pc.echo) s->text_offsets.push_back(int64_t(e.size()));
   s->echo = std::move(pc.echo);
   // A broken connection frees the engine requests now.
@@ -279,11 +303,12 @@ void handle_completions(ServerState& st, const http::Request& req, http::Respons
     if (r->echo) echo = in.is_ids ? b->tokenizer->decode(ids, /*skip_special=*/true) : in.text;
     for (int32_t j = 0; j < r->gen.n; ++j) {
       pc.params.push_back(engine_params(r->gen, ids, *max_tokens, seed, j, *grammar));
+      if (r->echo_logprobs) pc.params.back().prompt_logprobs = std::max(r->gen.top_logprobs, r->gen.prompt_logprobs);
       pc.prompt_of.push_back(int32_t(p));
       pc.echo.push_back(echo);
     }
   }
-  run_generation(st, *b, req, res, Endpoint::completions, r->gen, std::move(pc));
+  run_generation(st, *b, req, res, Endpoint::completions, r->gen, std::move(pc), std::nullopt, r->echo_logprobs);
 }
 
 void handle_chat(ServerState& st, const http::Request& req, http::Response& res) {

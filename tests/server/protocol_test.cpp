@@ -334,7 +334,7 @@ namespace {
 // Fields that would change the output or the response's shape, which this server does not
 // implement, are refused by name (never silently ignored); metadata fields and nulls are fine.
 TEST(Protocol, UnsupportedFieldsAreRefusedByName) {
-  for (const char* field : {"best_of", "suffix", "prompt_logprobs", "guided_json", "structured_outputs", "guided_grammar"}) {
+  for (const char* field : {"best_of", "suffix", "guided_regex", "guided_json", "structured_outputs", "guided_grammar"}) {
     const std::string body = std::string(R"({"prompt": "x", ")") + field + R"(": 2})";
     const ApiError e = completion_error(body);
     EXPECT_EQ(e.status, 400);
@@ -348,6 +348,27 @@ TEST(Protocol, UnsupportedFieldsAreRefusedByName) {
   }
   // Chat fields are not completion fields and vice versa.
   EXPECT_EQ(completion_error(R"({"prompt": "x", "messages": []})").param, "messages");
+}
+
+// Scoring: max_tokens 0 only where something is scored; prompt_logprobs bounded like logprobs.
+TEST(Protocol, PromptScoringFields) {
+  auto ok = parse_completion_request(R"({"prompt": "x", "echo": true, "logprobs": 2, "max_tokens": 0})");
+  ASSERT_TRUE(ok.ok());
+  EXPECT_TRUE(ok->echo_logprobs);
+  EXPECT_EQ(*ok->gen.max_tokens, 0);
+  auto plain_echo = parse_completion_request(R"({"prompt": "x", "echo": true, "max_tokens": 0})");
+  ASSERT_TRUE(plain_echo.ok());
+  EXPECT_FALSE(plain_echo->echo_logprobs);
+  auto vllm = parse_completion_request(R"({"prompt": "x", "prompt_logprobs": 5, "max_tokens": 0})");
+  ASSERT_TRUE(vllm.ok());
+  EXPECT_EQ(vllm->gen.prompt_logprobs, 5);
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "max_tokens": 0})").param, "max_tokens");
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "prompt_logprobs": 21})").param, "prompt_logprobs");
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "prompt_logprobs": -1})").param, "prompt_logprobs");
+  EXPECT_EQ(chat_error(R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0})").param, "max_tokens");
+  auto chat = parse_chat_request(R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0, "prompt_logprobs": 0})");
+  ASSERT_TRUE(chat.ok());
+  EXPECT_EQ(chat->gen.prompt_logprobs, 0);
 }
 
 // response_format (both endpoints), grammar and json_schema become one OutputFormat; every
