@@ -31,6 +31,7 @@ namespace {
 struct ServeArgs {
   std::string model;
   std::string chat_template;
+  std::string pooling;
   std::string kv_mem;
   std::string kv_type = "f16";
   std::string max_body = "8M";
@@ -195,7 +196,7 @@ int run_serve(ServeArgs a) {
   std::fprintf(stderr, "kvasir serve: listening on http://%s:%d (loading %s)\n", a.http.host.c_str(), http.port(),
                a.model.c_str());
 
-  server::BackendOptions bo{.model_path = a.model, .chat_template_path = a.chat_template};
+  server::BackendOptions bo{.model_path = a.model, .chat_template_path = a.chat_template, .pooling = a.pooling};
   bo.engine.max_seqs = a.max_seqs;
   bo.engine.max_batch_tokens = a.max_batch_tokens;
   bo.engine.kv_blocks = a.kv_blocks;
@@ -217,6 +218,7 @@ int run_serve(ServeArgs a) {
   }
   const int32_t max_len = (*backend)->max_model_len;
   std::fprintf(stderr, "kvasir serve: chat template: %s\n", (*backend)->chat.origin().c_str());
+  std::fprintf(stderr, "kvasir serve: embeddings: %s\n", (*backend)->pooling.origin.c_str());
   http.state().attach(std::move(*backend));
   std::fprintf(stderr, "kvasir serve: model '%s' ready in %.2f s (max_model_len %d)\n",
                a.http.served_model_name.c_str(),
@@ -253,6 +255,8 @@ void register_serve(CLI::App& app, Handler& handler) {
   cmd->add_option("--max-connections", a->http.max_connections, "Open connections at most")
       ->check(CLI::Range(size_t(1), size_t(1) << 20));
   cmd->add_option("--served-model-name", a->http.served_model_name, "Model id in the API (default: file stem)");
+  cmd->add_option("--pooling", a->pooling, "Embeddings: mean, cls or last (default: the model file's; mean when it declares none)")
+      ->check(CLI::IsMember({"mean", "cls", "last"}));
   cmd->add_option("--chat-template", a->chat_template, "Jinja chat template file, or a built-in's name: chatml, gemma, llama2, llama3, mistral, phi3, plain (default: the model's own, else its family's built-in)");
   cmd->add_option("--max-seqs", a->max_seqs, "Sequences in a batch at most")->check(CLI::Range(1, 4096));
   cmd->add_option("--max-batch-tokens", a->max_batch_tokens, "Tokens per engine step at most")

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   register_batch(app, handler);
   register_perplexity(app, handler);
   register_quantize(app, handler);
+  register_embed(app, handler);
   register_serve(app, handler);
   register_loadgen(app, handler);
   try {

@@ -22,6 +22,7 @@ void register_serve(CLI::App& app, Handler& handler);
 void register_loadgen(CLI::App& app, Handler& handler);
 void register_perplexity(CLI::App& app, Handler& handler);
 void register_quantize(CLI::App& app, Handler& handler);
+void register_embed(CLI::App& app, Handler& handler);
 
 int main(int argc, char** argv);
 

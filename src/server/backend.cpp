@@ -19,6 +19,9 @@ Result<std::unique_ptr<Backend>> load_backend(const BackendOptions& options) {
   // that the first structured request pays only for its own schema.
   b->grammars = std::make_unique<engine::GrammarCache>(engine::grammar_token_index(*b->tokenizer));
   if (auto g = b->grammars->get({engine::GrammarSpec::Kind::json_object, ""}); !g) return Error{g.error()};
+  auto pooling = engine::choose_pooling(b->model->config(), options.pooling);
+  if (!pooling) return Error{pooling.error()};
+  b->pooling = std::move(*pooling);
   auto core = engine::EngineCore::create(*b->model, *b->tokenizer, options.engine);
   if (!core) return Error{core.error()};
   b->max_model_len = (*core)->stats().max_model_len;  // the Engine's copy fills in after its first step

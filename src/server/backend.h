@@ -12,6 +12,7 @@ namespace kvasir::server {
 struct BackendOptions {
   std::string model_path = {};
   std::string chat_template_path = {};  // a file or a built-in's name; empty: the model's own (else its family's built-in)
+  std::string pooling = {};  // embeddings: mean, cls or last; empty: the file's (mean when it declares none)
   engine::EngineOptions engine = {};
 };
 

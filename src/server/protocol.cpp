@@ -429,20 +429,20 @@ Parsed<GenerationRequest> read_generation(const ordered_json& doc) {
 }
 
 // prompt: "text" | ["text", ...] | [id, ...] | [[id, ...], ...]. Texts are moved out of `doc`.
-std::optional<ApiError> read_prompts(ordered_json& doc, std::vector<PromptInput>& out) {
-  auto it = doc.find("prompt");
-  if (it == doc.end() || it->is_null()) return bad_request("'prompt' is required", "prompt");
+std::optional<ApiError> read_prompts(ordered_json& doc, std::vector<PromptInput>& out, const std::string& key = "prompt") {
+  auto it = doc.find(key);
+  if (it == doc.end() || it->is_null()) return bad_request("'" + key + "' is required", key);
   ordered_json& p = *it;
-  const std::string shape = "'prompt' must be a string, an array of strings, an array of token ids or an array of "
+  const std::string shape = "'" + key + "' must be a string, an array of strings, an array of token ids or an array of "
                             "token-id arrays";
   if (p.is_string()) {
     out.push_back(PromptInput{.text = std::move(p.get_ref<std::string&>())});
     return std::nullopt;
   }
-  if (!p.is_array() || p.empty()) return bad_request(p.is_array() ? "'prompt' must not be empty" : shape, "prompt");
+  if (!p.is_array() || p.empty()) return bad_request(p.is_array() ? "'" + key + "' must not be empty" : shape, key);
   if (p[0].is_number()) {
     PromptInput in{.is_ids = true};
-    if (auto e = read_ids(p, "prompt", in.ids)) return e;
+    if (auto e = read_ids(p, key, in.ids)) return e;
     out.push_back(std::move(in));
     return std::nullopt;
   }
@@ -451,10 +451,10 @@ std::optional<ApiError> read_prompts(ordered_json& doc, std::vector<PromptInput>
       out.push_back(PromptInput{.text = std::move(item.get_ref<std::string&>())});
     } else if (item.is_array()) {
       PromptInput in{.is_ids = true};
-      if (auto e = read_ids(item, "prompt", in.ids)) return e;
+      if (auto e = read_ids(item, key, in.ids)) return e;
       out.push_back(std::move(in));
     } else {
-      return bad_request(shape, "prompt");
+      return bad_request(shape, key);
     }
   }
   return std::nullopt;
@@ -575,6 +575,37 @@ Parsed<ChatRequest> parse_chat_request(std::string_view body) {
   r.gen.top_logprobs = logprobs ? std::max(top, 0) : -1;
   if (r.continue_final_message && r.add_generation_prompt)
     return bad_request("'continue_final_message' needs \"add_generation_prompt\": false", "continue_final_message");
+  return r;
+}
+
+Parsed<EmbeddingRequest> parse_embedding_request(std::string_view body) {
+  auto doc = parse_object(body);
+  if (!doc) return doc.error();
+  constexpr std::string_view kFields[] = {"input", "model", "encoding_format", "dimensions", "user"};
+  for (const auto& [key, value] : doc->items()) {
+    if (value.is_null() || std::find(std::begin(kFields), std::end(kFields), key) != std::end(kFields)) continue;
+    return bad_request("'" + key + "' is not supported by this server (see docs/API.md for the supported fields)", key,
+                       "unsupported_field");
+  }
+  EmbeddingRequest r;
+  if (auto e = read_prompts(*doc, r.inputs, "input")) return *e;
+  if (r.inputs.size() > kMaxEmbeddingInputs)
+    return bad_request("at most " + std::to_string(kMaxEmbeddingInputs) + " inputs per request", "input");
+  for (size_t i = 0; i < r.inputs.size(); ++i)
+    if (r.inputs[i].is_ids ? r.inputs[i].ids.empty() : r.inputs[i].text.empty())
+      return bad_request("'input' must not contain an empty " + std::string(r.inputs[i].is_ids ? "token list" : "string") +
+                             " (item " + std::to_string(i) + ")",
+                         "input");
+  Fields f(*doc);
+  f.string("model", r.model);
+  f.string("user", r.user);
+  std::string format = "float";
+  f.string("encoding_format", format);
+  f.integer("dimensions", r.dimensions, 1, kI32Max);
+  if (f.error) return *f.error;
+  if (format != "float" && format != "base64")
+    return bad_request("'encoding_format' must be \"float\" or \"base64\"", "encoding_format");
+  r.base64 = format == "base64";
   return r;
 }
 

@@ -117,6 +117,14 @@ struct CompletionRequest {
   bool echo_logprobs = false;  // echo + logprobs: the logprobs list starts with the prompt's tokens
 };
 
+struct EmbeddingRequest {
+  std::string model;
+  std::vector<PromptInput> inputs = {};  // "input": a string, strings, token ids or token-id arrays
+  bool base64 = false;                   // encoding_format "base64": little-endian float32, base64
+  std::optional<int32_t> dimensions;     // must equal the model's width (no Matryoshka truncation)
+  std::string user;
+};
+
 struct ChatRequest {
   GenerationRequest gen;
   ordered_json messages = {};        // array of {role, content: string|null, ...}; text parts joined
@@ -164,6 +172,9 @@ Parsed<ordered_json> parse_json_object(std::string_view body);
 
 Parsed<CompletionRequest> parse_completion_request(std::string_view body);
 Parsed<ChatRequest> parse_chat_request(std::string_view body);
+// POST /v1/embeddings: at most kMaxEmbeddingInputs inputs, none empty.
+inline constexpr size_t kMaxEmbeddingInputs = 2048;
+Parsed<EmbeddingRequest> parse_embedding_request(std::string_view body);
 Parsed<TokenizeRequest> parse_tokenize_request(std::string_view body);
 Parsed<DetokenizeRequest> parse_detokenize_request(std::string_view body);
 

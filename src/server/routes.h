@@ -17,6 +17,8 @@ void register_generation_routes(http::Router& router, ServerState& state);
 void register_responses_routes(http::Router& router, ServerState& state);
 // Ollama's /api/generate, /api/chat, /api/tags, /api/show, /api/ps, /api/version (routes_ollama.cpp)
 void register_ollama_routes(http::Router& router, ServerState& state);
+// POST /v1/embeddings, Ollama's /api/embed and /api/embeddings (routes_embeddings.cpp)
+void register_embedding_routes(http::Router& router, ServerState& state);
 // GET /, /health, /metrics, /v1/models; POST /tokenize, /detokenize (routes_info.cpp)
 void register_info_routes(http::Router& router, ServerState& state);
 

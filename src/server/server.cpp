@@ -54,6 +54,7 @@ HttpServer::HttpServer(ServerOptions options)
   register_ollama_routes(router_, state_);
   register_responses_routes(router_, state_);
   register_generation_routes(router_, state_);
+  register_embedding_routes(router_, state_);
 }
 
 HttpServer::~HttpServer() { stop(); }

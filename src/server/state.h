@@ -10,6 +10,7 @@
 #include <string>
 
 #include "engine/engine.h"
+#include "engine/pooling.h"
 #include "engine/structured.h"
 #include "model/model.h"
 #include "server/access.h"
@@ -37,6 +38,7 @@ struct Backend {
   ChatFormatter chat;
   std::unique_ptr<engine::Engine> engine;
   std::unique_ptr<engine::GrammarCache> grammars;  // structured output, compiled per vocabulary
+  engine::PoolingChoice pooling;                   // what /v1/embeddings pools
   int32_t max_model_len = 0;
 };
 
