@@ -68,7 +68,7 @@ std::string finish_name(engine::FinishReason r) {
 }
 
 int run_batch(BatchArgs a) {
-  if (a.model.empty()) a.model = default_model_path();
+  a.model = model_path(a.model);
   auto model = Model::load(a.model);
   if (!model) return fail(model.error());
   auto tok = Tokenizer::from_gguf((*model)->gguf());

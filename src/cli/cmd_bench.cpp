@@ -124,7 +124,7 @@ int run_bench(const BenchArgs& a) {
     if (!*r) return fail(r->error());
   auto kv_type = parse_kv_type(a.kv_type);
   if (!kv_type) return fail(kv_type.error());
-  auto model = Model::load(a.model.empty() ? default_model_path() : a.model);
+  auto model = Model::load(model_path(a.model));
   if (!model) return fail(model.error());
   const Model& m = **model;
   const ModelConfig& c = m.config();

@@ -195,7 +195,7 @@ class Conversation {
 };
 
 int run_chat(ChatArgs a) {
-  if (a.model.empty()) a.model = default_model_path();
+  a.model = model_path(a.model);
   auto model = Model::load(a.model);
   if (!model) return fail(model.error());
   auto tok = Tokenizer::from_gguf((*model)->gguf());

@@ -29,7 +29,7 @@ struct EmbedArgs {
 };
 
 int run_embed(EmbedArgs a) {
-  if (a.model.empty()) a.model = default_model_path();
+  a.model = model_path(a.model);
   if (a.texts.empty() == a.file.empty()) return fail("give the texts with --text (repeatable) or -f FILE (one per line)");
   std::vector<std::string> texts = a.texts;
   if (!a.file.empty()) {

@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "cli/common.h"
 #include "format/gguf.h"
 #include "format/mapped_file.h"
 
@@ -15,7 +16,7 @@ void register_inspect(CLI::App& app, Handler& handler) {
   cmd->add_option("--max-items", *max_items, "Array items to show per key");
   cmd->callback([&handler, path, max_items] {
     handler = [path, max_items] {
-      auto file = MappedFile::open(*path);
+      auto file = MappedFile::open(model_path(*path));
       if (!file) { std::fprintf(stderr, "error: %s\n", file.error().c_str()); return 1; }
       auto g = gguf::parse(file->bytes());
       if (!g) { std::fprintf(stderr, "error: %s: %s\n", path->c_str(), g.error().c_str()); return 1; }

@@ -25,7 +25,7 @@ struct PerplexityArgs {
 };
 
 int run_perplexity(PerplexityArgs a) {
-  if (a.model.empty()) a.model = default_model_path();
+  a.model = model_path(a.model);
   std::ifstream in(a.text_file, std::ios::binary);
   if (!in) return fail("cannot read " + a.text_file);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -106,7 +106,7 @@ int run_engine(const RunArgs& a, const Model& model, const Tokenizer& tokenizer,
 }
 
 int run_generate(RunArgs a) {
-  if (a.model.empty()) a.model = default_model_path();
+  a.model = model_path(a.model);
   auto model = Model::load(a.model);
   if (!model) return fail(model.error());
   auto tokenizer = Tokenizer::from_gguf((*model)->gguf());

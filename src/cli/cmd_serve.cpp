@@ -156,7 +156,7 @@ Result<uint64_t> parse_size(const std::string& text, const std::string& flag) {
 }
 
 int run_serve(ServeArgs a) {
-  if (a.model.empty()) a.model = default_model_path();
+  a.model = model_path(a.model);
   auto kv_type = parse_kv_type(a.kv_type);
   if (!kv_type) return fail(kv_type.error());
   auto spec = a.spec.to_options();

@@ -53,7 +53,7 @@ int run_tokenize(const TokenizeArgs& a, bool have_text) {
     if (!r) return fail(r.error());
     input = std::move(r.value());
   }
-  auto tok = load_tokenizer(a.model.empty() ? default_model_path() : a.model);
+  auto tok = load_tokenizer(model_path(a.model));
   if (!tok) return fail(tok.error());
   const std::vector<int32_t> ids = tok->encode(input, {.add_special = !a.no_bos, .parse_special = !a.no_special});
   std::string out = a.json ? "[" : "";
@@ -74,7 +74,7 @@ struct DetokenizeArgs {
 int run_detokenize(const DetokenizeArgs& a) {
   auto ids = parse_id_list(a.ids);
   if (!ids) return fail(ids.error());
-  auto tok = load_tokenizer(a.model.empty() ? default_model_path() : a.model);
+  auto tok = load_tokenizer(model_path(a.model));
   if (!tok) return fail(tok.error());
   for (int32_t id : *ids)
     if (!tok->valid_id(id))

@@ -1,5 +1,7 @@
 #include "cli/common.h"
 
+#include "hub/model_ref.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -41,6 +43,18 @@ Result<DType> parse_kv_type(const std::string& name) {
   if (name == "f16") return DType::F16;
   if (name == "f32") return DType::F32;
   return Error{"KV type must be f16 or f32, not '" + name + "'"};
+}
+
+std::string model_path(const std::string& arg) {
+  if (arg.empty()) return default_model_path();
+  if (!hub::is_remote_ref(arg)) return arg;
+  auto ref = hub::parse_model_ref(arg, hub::hf_endpoint());
+  if (!ref) return arg;  // loading it fails with the file name
+  const std::string cached = hub::cache_root() + "/models/" + ref->cache_rel;
+  std::error_code ec;
+  if (std::filesystem::exists(cached, ec)) return cached;
+  std::fprintf(stderr, "kvasir: %s is not in the cache; `kvasir pull %s` downloads it\n", arg.c_str(), arg.c_str());
+  return cached;
 }
 
 std::string default_model_path() {

@@ -17,6 +17,8 @@ Result<DType> parse_kv_type(const std::string& name);
 // The model `run` uses without -m: models/gemma-3-270m-q4_k_m.gguf beside the binary's project,
 // or $KVASIR_MODEL.
 std::string default_model_path();
+// A -m argument: empty is the default model; hf://... or a URL is its file in the pull cache.
+std::string model_path(const std::string& arg);
 
 }  // namespace kvasir::cli
 
