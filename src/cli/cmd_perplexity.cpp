@@ -2,6 +2,8 @@
 // perplexity (chunks of -c tokens, BOS first, the second half of each chunk scored); with
 // --kl-base, the KL divergence of MODEL's next-token distributions from BASE's, evaluated side by
 // side, reported in the shape of llama-perplexity's --kl-divergence report.
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -45,8 +47,16 @@ int run_perplexity(PerplexityArgs a) {
   }
   const std::vector<int32_t> tokens = tok->encode(text);
   const auto t0 = std::chrono::steady_clock::now();
+  const bool bar = isatty(STDERR_FILENO);  // a progress line on a terminal only
+  auto progress = [&](int64_t done, int64_t total, double ppl) {
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::fprintf(stderr, "\rperplexity: chunk %lld/%lld, PPL so far %.4f, %.0f s left  ", (long long)done, (long long)total,
+                 ppl, secs / double(done) * double(total - done));
+  };
   auto r = eval::evaluate(**model, base.get(), tokens,
-                          {.n_ctx = a.n_ctx, .num_threads = a.threads, .bos = tok->add_bos() ? tok->bos() : -1});
+                          {.n_ctx = a.n_ctx, .num_threads = a.threads, .bos = tok->add_bos() ? tok->bos() : -1,
+                           .on_chunk = bar ? std::function<void(int64_t, int64_t, double)>(progress) : nullptr});
+  if (bar) std::fprintf(stderr, "\r\033[K");
   if (!r) return fail(r.error());
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const eval::PerplexityStats& p = r->ppl;

@@ -127,6 +127,7 @@ Result<EvalResult> evaluate(const Model& model, const Model* base, std::span<con
       if (r.kl) r.kl->add({base_rows.data() + (i - first) * n_vocab, size_t(n_vocab)}, row, target);
     };
     if (auto s = (*session)->eval(chunk, true, score); !s) return Error{s.error()};
+    if (o.on_chunk) o.on_chunk(c + 1, r.plan.n_chunks, r.ppl.ppl());
   }
   return r;
 }

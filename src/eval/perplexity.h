@@ -8,6 +8,7 @@
 // is scored: logits rows n_ctx/2 .. n_ctx-2 predict tokens n_ctx/2+1 .. n_ctx-1.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -62,6 +63,7 @@ struct EvalOptions {
   int64_t n_ctx = 512;
   int num_threads = 0;
   int32_t bos = -1;  // replaces each chunk's first token when >= 0
+  std::function<void(int64_t chunks_done, int64_t chunks, double ppl_so_far)> on_chunk = {};
 };
 
 struct EvalResult {
