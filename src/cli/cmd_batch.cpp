@@ -69,7 +69,7 @@ std::string finish_name(engine::FinishReason r) {
 
 int run_batch(BatchArgs a) {
   a.model = model_path(a.model);
-  auto model = Model::load(a.model);
+  auto model = load_model(a.model, a.engine.quantize, a.engine.threads);
   if (!model) return fail(model.error());
   auto tok = Tokenizer::from_gguf((*model)->gguf());
   if (!tok) return fail(a.model + ": " + tok.error());

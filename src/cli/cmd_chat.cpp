@@ -38,6 +38,7 @@ struct ChatArgs {
   int32_t n_predict = 1024;
   int32_t n_ctx = 4096;
   int threads = 0;
+  std::string quantize;
   bool ignore_eos = false;
 };
 
@@ -196,7 +197,7 @@ class Conversation {
 
 int run_chat(ChatArgs a) {
   a.model = model_path(a.model);
-  auto model = Model::load(a.model);
+  auto model = load_model(a.model, a.quantize, a.threads);
   if (!model) return fail(model.error());
   auto tok = Tokenizer::from_gguf((*model)->gguf());
   if (!tok) return fail(a.model + ": " + tok.error());
@@ -264,6 +265,7 @@ void register_chat(CLI::App& app, Handler& handler) {
       ->check(CLI::Range(64, 1 << 22));
   add_sampling_flags(cmd, a->sampling);  // --seed: each answer uses the next one
   cmd->add_option("-t,--threads", a->threads, "Threads (default: physical cores)");
+  cmd->add_option("--quantize", a->quantize, "Quantize an F32/F16/BF16 model in memory at load (q8_0, q4_0, q4_k_m, ...): the same bytes as `kvasir quantize`");
   cmd->add_option("--kv-type", a->kv_type, "KV cache type: f16 or f32");
   cmd->add_flag("--ignore-eos", a->ignore_eos, "Keep answering past end-of-turn tokens (up to -n; for tests)");
   cmd->callback([&handler, a] { handler = [a] { return run_chat(*a); }; });

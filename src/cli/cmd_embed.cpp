@@ -39,7 +39,7 @@ int run_embed(EmbedArgs a) {
       if (!line.empty()) texts.push_back(line);
     if (texts.empty()) return fail(a.file + ": no non-empty lines");
   }
-  auto model = Model::load(a.model);
+  auto model = load_model(a.model, a.engine.quantize, a.engine.threads);
   if (!model) return fail(model.error());
   auto tok = Tokenizer::from_gguf((*model)->gguf());
   if (!tok) return fail(a.model + ": " + tok.error());

@@ -1,13 +1,19 @@
 // `kvasir quantize IN.gguf OUT.gguf TYPE [--pure] [--allow-requantize] [--output-tensor-type T]
-// [--token-embedding-type T] [--tensor-type REGEX=TYPE ...] [-t N]`: llama-quantize's command
-// line and output (RTN); the per-tensor rules are in quant/mix.h.
+// [--token-embedding-type T] [--tensor-type REGEX=TYPE ...] [-t N] [--max-kld X --eval-text FILE]`:
+// llama-quantize's command line and output (RTN); the per-tensor rules are in quant/mix.h. With
+// the quality gate, the result is measured against its source (mean KL divergence of the
+// next-token distributions on the text, as `kvasir perplexity --kl-base`) before it is written,
+// and refused (non-zero exit, nothing written) when the KLD exceeds X.
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <regex>
 #include <unistd.h>
 
 #include "cli/common.h"
 #include "cli/commands.h"
+#include "eval/perplexity.h"
 #include "quant/quantize_file.h"
 
 namespace kvasir::cli {
@@ -18,7 +24,36 @@ struct QuantizeArgs {
   std::vector<std::string> tensor_types;
   bool pure = false, allow_requantize = false;
   int threads = 0;
+  double max_kld = -1;  // < 0: no gate
+  std::string eval_text;
+  int64_t eval_ctx = 512;
 };
+
+// The quality gate: the quantized file against its source on the evaluation text. Prints the
+// report; an error when the KLD is over the limit or cannot be measured.
+Status check_quality(const QuantizeArgs& a, const std::string& quantized) {
+  std::ifstream in(a.eval_text, std::ios::binary);
+  if (!in) return Error{"--eval-text: cannot read " + a.eval_text};
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto source = Model::load(a.in);
+  if (!source) return Error{source.error()};
+  auto q = Model::load(quantized);
+  if (!q) return Error{q.error()};
+  auto tok = Tokenizer::from_gguf((*source)->gguf());
+  if (!tok) return Error{a.in + ": " + tok.error()};
+  auto r = eval::evaluate(**q, source->get(), tok->encode(text),
+                          {.n_ctx = a.eval_ctx, .num_threads = a.threads, .bos = tok->add_bos() ? tok->bos() : -1});
+  if (!r) return Error{"quality gate: " + r.error()};
+  const eval::KlStats& k = *r->kl;
+  const bool pass = k.mean_kld() <= a.max_kld;
+  std::fprintf(stderr,
+               "quality gate: mean KLD %.6f (limit %.6f), p99 %.6f, same top-1 %.2f%%, PPL %.4f (source %.4f), %lld tokens "
+               "scored: %s\n",
+               k.mean_kld(), a.max_kld, k.kld_quantile(0.99), 100 * k.same_top1(), r->ppl.ppl(), k.base_ppl().ppl(),
+               (long long)r->ppl.count, pass ? "pass" : "REFUSED");
+  if (!pass) return Error{"the quantization's mean KLD " + std::to_string(k.mean_kld()) + " exceeds --max-kld; nothing written"};
+  return {};
+}
 
 Result<DType> tensor_dtype(const std::string& name) {
   auto f = quant::file_type(name);
@@ -67,8 +102,15 @@ int run_quantize(const QuantizeArgs& a) {
     std::remove(tmp.c_str());
     return fail(s.error());
   }
+  if (tty) std::fprintf(stderr, "\n");
+  if (a.max_kld >= 0) {
+    if (auto s = check_quality(a, tmp); !s) {
+      std::remove(tmp.c_str());
+      return fail(s.error());
+    }
+  }
   if (std::rename(tmp.c_str(), a.out.c_str()) != 0) return fail("cannot rename " + tmp + " to " + a.out);
-  std::fprintf(stderr, "%squantized %s -> %s (%s) in %.2f s\n", tty ? "\n" : "", a.in.c_str(), a.out.c_str(),
+  std::fprintf(stderr, "quantized %s -> %s (%s) in %.2f s\n", a.in.c_str(), a.out.c_str(),
                ft->name.c_str(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return 0;
 }
@@ -87,6 +129,13 @@ void register_quantize(CLI::App& app, Handler& handler) {
   cmd->add_option("--token-embedding-type", a->embedding_type, "Type of token_embd.weight");
   cmd->add_option("--tensor-type", a->tensor_types, "REGEX=TYPE for the tensors whose names match (repeatable)");
   cmd->add_option("-t,--threads", a->threads, "Threads (default: physical cores)");
+  auto* gate = cmd->add_option("--max-kld", a->max_kld, "Quality gate: refuse (write nothing, exit 1) when the mean KL divergence from the input on --eval-text exceeds this")
+                   ->check(CLI::Range(0.0, 1e9));
+  auto* text = cmd->add_option("--eval-text", a->eval_text, "Text for the quality gate (held out: not a calibration text)");
+  cmd->add_option("--eval-ctx", a->eval_ctx, "Chunk size of the quality gate's evaluation (default 512)")
+      ->check(CLI::Range(int64_t(8), int64_t(1) << 16));
+  gate->needs(text);
+  text->needs(gate);
   cmd->callback([&handler, a] { handler = [a] { return run_quantize(*a); }; });
 }
 

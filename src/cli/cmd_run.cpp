@@ -25,6 +25,7 @@ struct RunArgs {
   SamplingParams sampling;
   int64_t n_ctx = 4096;
   int threads = 0;
+  std::string quantize;
   std::string kv_type = "f16";
   int64_t batch = 512;
   SpecFlags spec;
@@ -107,7 +108,7 @@ int run_engine(const RunArgs& a, const Model& model, const Tokenizer& tokenizer,
 
 int run_generate(RunArgs a) {
   a.model = model_path(a.model);
-  auto model = Model::load(a.model);
+  auto model = load_model(a.model, a.quantize, a.threads);
   if (!model) return fail(model.error());
   auto tokenizer = Tokenizer::from_gguf((*model)->gguf());
   if (!tokenizer) return fail(a.model + ": " + tokenizer.error());
@@ -177,6 +178,7 @@ void register_run(CLI::App& app, Handler& handler) {
   add_sampling_flags(cmd, a->sampling);
   cmd->add_option("-c,--ctx", a->n_ctx, "Context size in tokens")->check(CLI::Range(int64_t(16), int64_t(1) << 22));
   cmd->add_option("-t,--threads", a->threads, "Threads (default: physical cores)");
+  cmd->add_option("--quantize", a->quantize, "Quantize an F32/F16/BF16 model in memory at load (q8_0, q4_0, q4_k_m, ...): the same bytes as `kvasir quantize`");
   cmd->add_option("-b,--batch", a->batch, "Prefill chunk in tokens")->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--kv-type", a->kv_type, "KV cache type: f16 or f32");
   a->spec.add_to(cmd);

@@ -40,6 +40,7 @@ struct ServeArgs {
   int32_t max_batch_tokens = 512;
   int32_t max_model_len = 0;
   int threads = 0;
+  std::string quantize;
   bool no_prefix_cache = false;
   double tpot_target_ms = 0;
   double drain_timeout_s = 30;
@@ -204,6 +205,7 @@ int run_serve(ServeArgs a) {
   bo.engine.kv_type = *kv_type;
   bo.engine.max_model_len = a.max_model_len;
   bo.engine.num_threads = a.threads;
+  if (!a.quantize.empty()) bo.load_model = [a] { return load_model(a.model, a.quantize, a.threads); };
   bo.engine.prefix_cache = !a.no_prefix_cache;
   bo.engine.tpot_target_ms = a.tpot_target_ms;
   bo.engine.spec = *spec;
@@ -273,6 +275,7 @@ void register_serve(CLI::App& app, Handler& handler) {
                   "they stay within it (0: throughput first)")
       ->check(CLI::Range(0.0, 1e6));
   cmd->add_option("-t,--threads", a->threads, "Compute threads (default: physical cores)");
+  cmd->add_option("--quantize", a->quantize, "Quantize an F32/F16/BF16 model in memory at load (q8_0, q4_0, q4_k_m, ...): the same bytes as `kvasir quantize`");
   a->spec.add_to(cmd);
   cmd->add_option("--max-body", a->max_body, "Largest request body, e.g. 8M (bigger: 413)");
   cmd->add_option("--http-threads", a->http.http_threads, "Worker threads for requests in progress; each stream holds one (default 256)")

@@ -1,13 +1,17 @@
 #include "cli/common.h"
 
 #include "hub/model_ref.h"
+#include "quant/quantize_file.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 
@@ -57,6 +61,31 @@ std::string model_path(const std::string& arg) {
   return cached;
 }
 
+Result<std::unique_ptr<Model>> load_model(const std::string& path, const std::string& quantize_type, int threads) {
+  if (quantize_type.empty()) return Model::load(path);
+  auto ft = quant::file_type(quantize_type);
+  if (!ft) return Error{"--quantize: " + ft.error(), ErrorCode::invalid_argument};
+  const auto t0 = std::chrono::steady_clock::now();
+  const int fd = memfd_create("kvasir-quantized", MFD_CLOEXEC);
+  if (fd < 0) return Error{std::string("--quantize: memfd_create: ") + std::strerror(errno)};
+  const std::string in_memory = "/proc/self/fd/" + std::to_string(fd);
+  quant::QuantizeOptions o;
+  o.rules.type = *ft;
+  o.num_threads = threads;
+  if (auto s = quant::quantize_file(path, in_memory, o); !s) {
+    ::close(fd);
+    return Error{"--quantize " + quantize_type + ": " + s.error() +
+                     (s.error().find("quantized") != std::string::npos ? " (--quantize takes an F32, F16 or BF16 file)" : ""),
+                 ErrorCode::invalid_argument};
+  }
+  auto m = Model::load(in_memory);
+  ::close(fd);  // the mapping keeps the bytes
+  if (!m) return m;
+  std::fprintf(stderr, "kvasir: quantized %s to %s in memory in %.2f s\n", path.c_str(), ft->name.c_str(),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return m;
+}
+
 std::string default_model_path() {
   if (const char* env = std::getenv("KVASIR_MODEL"); env && *env) return env;
   const std::string name = "models/gemma-3-270m-q4_k_m.gguf";
@@ -101,6 +130,7 @@ void EngineFlags::add_to(CLI::App* cmd) {
   cmd->add_option("--max-model-len", max_model_len, "Prompt + generated tokens per request");
   cmd->add_option("-t,--threads", threads, "Threads (default: physical cores)");
   cmd->add_flag("--no-prefix-cache", no_prefix_cache, "Disable prefix caching");
+  cmd->add_option("--quantize", quantize, "Quantize an F32/F16/BF16 model in memory at load (q8_0, q4_0, q4_k_m, ...): the same bytes as `kvasir quantize`");
   cmd->add_option("--tpot-target", tpot_target_ms,
                   "Decode latency target, ms per output token: prefill joins running decodes only as far as "
                   "they stay within it (0: throughput first)")

@@ -1,11 +1,13 @@
 // Small helpers shared by the subcommands.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/dtype.h"
 #include "core/status.h"
+#include "model/model.h"
 
 namespace kvasir::cli {
 
@@ -19,6 +21,11 @@ Result<DType> parse_kv_type(const std::string& name);
 std::string default_model_path();
 // A -m argument: empty is the default model; hf://... or a URL is its file in the pull cache.
 std::string model_path(const std::string& arg);
+// Loads a model. With `quantize_type` (--quantize: q4_k_m, q8_0, ...), an F32/F16/BF16 file is
+// first quantized in memory into an anonymous file (memfd) holding exactly what `kvasir quantize`
+// would write, so the result is bit-identical to loading that file; the time is printed.
+Result<std::unique_ptr<Model>> load_model(const std::string& path, const std::string& quantize_type = "",
+                                          int threads = 0);
 
 }  // namespace kvasir::cli
 
@@ -56,6 +63,7 @@ struct EngineFlags {
   int threads = 0;
   double tpot_target_ms = 0;
   bool no_prefix_cache = false;
+  std::string quantize;  // --quantize TYPE: the model is quantized in memory at load (load_model)
   SpecFlags spec;
 
   void add_to(CLI::App* cmd);

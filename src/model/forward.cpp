@@ -215,6 +215,7 @@ void Forward::linear(std::initializer_list<LinearJob> jobs, const float* x, int6
   std::array<const Matrix*, 3> readers{};
   size_t n = 0;
   for (const LinearJob& job : jobs) readers[n++] = job.w;
+  if (hook_) hook_({readers.data(), n}, x, T);
   const ActRegions a = convert({readers.data(), n}, x, T);
   segments_.clear();
   for (const LinearJob& job : jobs) {
@@ -230,6 +231,14 @@ void Forward::expert_linear(std::initializer_list<std::pair<const std::vector<Ma
   std::array<const Matrix*, 3> readers{};
   size_t n = 0;
   for (const auto& job : jobs) readers[n++] = &job.first->front();
+  if (hook_) {
+    for (int64_t e = 0; e < E; ++e) {
+      if (off[e + 1] == off[e]) continue;
+      std::array<const Matrix*, 3> experts{};
+      for (size_t j = 0; j < n; ++j) experts[j] = &(*(jobs.begin() + ptrdiff_t(j))->first)[size_t(e)];
+      hook_({experts.data(), n}, x + off[e] * readers[0]->n_in, off[e + 1] - off[e]);
+    }
+  }
   const ActRegions a = convert({readers.data(), n}, x, off[E]);
   segments_.clear();
   for (const auto& [mats, y] : jobs) {

@@ -26,6 +26,11 @@ struct ForwardOptions {
   int num_threads = 0;  // 0 = physical cores
 };
 
+// A forward hook (calibration: importance matrices, GPTQ/AWQ statistics): called with the F32
+// input rows of every matrix product before they are converted, once per call for the matrices
+// that share them (q/k/v; gate/up), and once per expert with that expert's rows.
+using ActivationHook = std::function<void(std::span<const Matrix* const> weights, const float* x, int64_t rows)>;
+
 class Forward {
  public:
   Forward(const Model& model, const ForwardOptions& options);
@@ -38,6 +43,8 @@ class Forward {
   // The final hidden states (after the output norm) of the last forward's rows with want_hidden,
   // in row order: [n][n_embd], valid until the next call.
   const float* hidden() const { return hidden_.data(); }
+  // Observes every matrix product's input from now on (empty: none). Costs nothing when unset.
+  void set_activation_hook(ActivationHook hook) { hook_ = std::move(hook); }
 
   int64_t max_batch_tokens() const { return max_tokens_; }
   ThreadPool& pool() { return pool_; }
@@ -130,6 +137,7 @@ class Forward {
   AlignedVector<float> logits_;   // [T][n_vocab]
   std::vector<int64_t> logit_rows_;
   AlignedVector<float> hidden_;   // [rows with want_hidden][n_embd], sized on first use
+  ActivationHook hook_;
 };
 
 }  // namespace kvasir

@@ -4,7 +4,7 @@ namespace kvasir::server {
 
 Result<std::unique_ptr<Backend>> load_backend(const BackendOptions& options) {
   auto b = std::make_unique<Backend>();
-  auto model = Model::load(options.model_path);
+  auto model = options.load_model ? options.load_model() : Model::load(options.model_path);
   if (!model) return Error{model.error()};
   b->model = std::move(*model);
   auto tokenizer = Tokenizer::from_gguf(b->model->gguf());

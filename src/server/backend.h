@@ -1,5 +1,6 @@
 // Loads what the server serves: model file, tokenizer, chat template and a running engine.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -14,6 +15,8 @@ struct BackendOptions {
   std::string chat_template_path = {};  // a file or a built-in's name; empty: the model's own (else its family's built-in)
   std::string pooling = {};  // embeddings: mean, cls or last; empty: the file's (mean when it declares none)
   engine::EngineOptions engine = {};
+  // How the model is loaded (the CLI's --quantize quantizes in memory); empty: Model::load(model_path).
+  std::function<Result<std::unique_ptr<Model>>()> load_model = {};
 };
 
 Result<std::unique_ptr<Backend>> load_backend(const BackendOptions& options);

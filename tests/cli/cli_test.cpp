@@ -190,3 +190,49 @@ TEST(Cli, QuantizeWritesAFileOrExplainsWhyNot) {
   EXPECT_NE(requant.err.find("--allow-requantize"), std::string::npos) << requant.err;
   EXPECT_FALSE(std::ifstream(out + ".tmp"));  // a refused run leaves no partial file
 }
+
+// The quality gate measures the result against its source before writing it: a mild type passes
+// a tight limit, a harsh one is refused (nothing written, the report printed).
+TEST(Cli, QuantizeQualityGate) {
+  const std::string f32 = shared_path("models/stories260K.gguf");
+  const std::string text = shared_path("golden/perplexity/stories-sampled.txt");
+  if (!std::ifstream(f32) || !std::ifstream(text)) GTEST_SKIP() << "../shared is not available";
+  const std::string out = ::testing::TempDir() + "/kvasir_cli_gate.gguf";
+  std::remove(out.c_str());
+  // stories260K: Q8_0 measures ~0.0006 mean KLD, Q2_K far more than 0.01.
+  const auto pass = kvasir({"quantize", f32, out, "q8_0", "--max-kld", "0.01", "--eval-text", text, "--eval-ctx", "128"});
+  ASSERT_EQ(pass.code, 0) << pass.err;
+  EXPECT_NE(pass.err.find("pass"), std::string::npos) << pass.err;
+  EXPECT_TRUE(std::ifstream(out));
+  std::remove(out.c_str());
+  const auto refused = kvasir({"quantize", f32, out, "q2_k", "--max-kld", "0.01", "--eval-text", text, "--eval-ctx", "128"});
+  EXPECT_EQ(refused.code, 1);
+  EXPECT_NE(refused.err.find("REFUSED"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("mean KLD"), std::string::npos) << refused.err;
+  EXPECT_FALSE(std::ifstream(out));
+  EXPECT_FALSE(std::ifstream(out + ".tmp"));
+  EXPECT_NE(kvasir({"quantize", f32, out, "q8_0", "--max-kld", "0.01"}).code, 0);  // the gate needs a text
+}
+
+// --quantize at load gives exactly what loading a `kvasir quantize` file gives.
+TEST(Cli, RuntimeQuantizeEqualsTheQuantizedFile) {
+  const std::string f32 = shared_path("models/stories260K.gguf");
+  if (!std::ifstream(f32)) GTEST_SKIP() << "../shared is not available";
+  const std::string file = ::testing::TempDir() + "/kvasir_cli_rt_q4.gguf";
+  ASSERT_EQ(kvasir({"quantize", f32, file, "q4_0"}).code, 0);
+  const std::vector<std::string> gen = {"-p", "Once upon a time", "-n", "48", "--temp", "0.8", "--seed", "5"};
+  std::vector<std::string> from_file = {"run", "-m", file};
+  std::vector<std::string> in_memory = {"run", "-m", f32, "--quantize", "q4_0"};
+  from_file.insert(from_file.end(), gen.begin(), gen.end());
+  in_memory.insert(in_memory.end(), gen.begin(), gen.end());
+  const auto a = kvasir(from_file), b = kvasir(in_memory), plain = kvasir({"run", "-m", f32, "-p", "Once upon a time", "-n", "48", "--temp", "0.8", "--seed", "5"});
+  ASSERT_EQ(a.code, 0) << a.err;
+  ASSERT_EQ(b.code, 0) << b.err;
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_NE(b.out, plain.out);  // it did quantize: F32 samples another story
+  EXPECT_NE(b.err.find("in memory"), std::string::npos) << b.err;
+  const auto requant = kvasir({"run", "-m", file, "--quantize", "q8_0", "-p", "x", "-n", "1"});
+  EXPECT_EQ(requant.code, 1);
+  EXPECT_NE(requant.err.find("F32, F16 or BF16"), std::string::npos) << requant.err;
+  std::remove(file.c_str());
+}

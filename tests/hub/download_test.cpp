@@ -287,4 +287,12 @@ TEST(Pull, TheCommandDownloadsListsAndResolvesAReference) {
   EXPECT_NE(std::system((env + bin + " pull hf://org/repo/model.gguf --sha256 " + std::string(64, '0') + " > " + out + " 2>&1").c_str()), 0);
   EXPECT_EQ(std::system((env + bin + " pull hf://org/repo/model.gguf > " + out + " 2>&1").c_str()), 0);
   EXPECT_NE(read_all(out).find("already in the cache"), std::string::npos);
+  // Downloading again against a wrong checksum fails and leaves nothing behind.
+  EXPECT_NE(std::system((env + bin + " pull hf://org/repo/model.gguf --force --sha256 " + std::string(64, 'b') + " > " + out + " 2>&1").c_str()), 0);
+  EXPECT_NE(read_all(out).find("checksum mismatch"), std::string::npos) << read_all(out);
+  EXPECT_FALSE(fs::exists(cached));
+  EXPECT_FALSE(fs::exists(cached + ".part"));
+  // A bad reference is refused before any connection.
+  EXPECT_NE(std::system((env + bin + " pull hf://org/../etc/passwd > " + out + " 2>&1").c_str()), 0);
+  EXPECT_NE(read_all(out).find("bad model reference"), std::string::npos) << read_all(out);
 }
