@@ -1,8 +1,10 @@
 // `kvasir imatrix -m MODEL -f TEXT -o FILE [-c 512] [--chunks N] [--process-output]`: the
 // importance matrix of a calibration text, as llama-imatrix computes it and in its file format
-// (GGUF), for `llama-quantize --imatrix` and kvasir's own quantizer.
+// (GGUF), for `llama-quantize --imatrix` and kvasir's own quantizer. `kvasir imatrix --show FILE`
+// summarizes a file (kvasir's or llama-imatrix's, GGUF or the older .dat).
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -16,13 +18,36 @@ namespace kvasir::cli {
 namespace {
 
 struct ImatrixArgs {
-  std::string model, text_file, out = "imatrix.gguf";
+  std::string model, text_file, out = "imatrix.gguf", show;
   int64_t n_ctx = 512, chunks = -1;
   bool process_output = false;
   int threads = 0;
 };
 
+int show_imatrix(const std::string& path) {
+  auto m = calib::read_imatrix(path);
+  if (!m) return fail(m.error());
+  std::printf("%zu matrices, %u chunks of %u tokens, datasets:", m->entries.size(), m->chunk_count, m->chunk_size);
+  for (const auto& d : m->datasets) std::printf(" %s", d.c_str());
+  std::printf("\n%-40s %6s %10s %12s %12s\n", "tensor", "n_mat", "tokens", "mean act²", "max act²");
+  for (const auto& [name, e] : m->entries) {
+    double sum = 0, mx = 0, tokens = 0;
+    for (size_t k = 0; k < e.counts.size(); ++k) {
+      tokens += e.counts[k];
+      for (int64_t j = 0; j < e.n_in(); ++j) {
+        const double v = e.mean(int64_t(k), j);
+        sum += v;
+        mx = std::max(mx, v);
+      }
+    }
+    std::printf("%-40s %6zu %10.0f %12.5g %12.5g\n", name.c_str(), e.counts.size(), tokens, sum / double(e.sums.size()), mx);
+  }
+  return 0;
+}
+
 int run_imatrix(ImatrixArgs a) {
+  if (!a.show.empty()) return show_imatrix(a.show);
+  if (a.text_file.empty()) return fail("imatrix needs -f TEXT (or --show FILE)");
   a.model = model_path(a.model);
   std::ifstream in(a.text_file, std::ios::binary);
   if (!in) return fail("cannot read " + a.text_file);
@@ -59,7 +84,8 @@ void register_imatrix(CLI::App& app, Handler& handler) {
   auto a = std::make_shared<ImatrixArgs>();
   auto* cmd = app.add_subcommand("imatrix", "Importance matrix of a calibration text (llama-imatrix's statistics and GGUF format)");
   cmd->add_option("-m,--model", a->model, "GGUF model (default: the installed Gemma 3 270M)");
-  cmd->add_option("-f,--file", a->text_file, "Calibration text")->required();
+  cmd->add_option("-f,--file", a->text_file, "Calibration text");
+  cmd->add_option("--show", a->show, "Summarize an imatrix file (GGUF or legacy .dat) instead");
   cmd->add_option("-o,--output", a->out, "Output file (default imatrix.gguf)");
   cmd->add_option("-c,--ctx", a->n_ctx, "Chunk size in tokens (default 512)")->check(CLI::Range(int64_t(16), int64_t(1) << 16));
   cmd->add_option("--chunks", a->chunks, "Chunks at most (default: all)");

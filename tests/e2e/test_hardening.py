@@ -359,8 +359,10 @@ def test_echo_text_offsets_agree_between_stream_and_whole(server):
     body = {"prompt": PROMPT, "max_tokens": 6, "temperature": 0, "echo": True, "logprobs": 1}
     status, whole = server.json("POST", "/v1/completions", body)
     assert status == 200
+    # The prompt's tokens come first (OpenAI's echo + logprobs), then the answer's from the echo's end.
     offsets = whole["choices"][0]["logprobs"]["text_offset"]
-    assert offsets[0] == len(PROMPT)
+    n_prompt = whole["usage"]["prompt_tokens"]
+    assert offsets[0] == 0 and offsets[n_prompt] == len(PROMPT)
     status, _, raw = server.request("POST", "/v1/completions", {**body, "stream": True})
     streamed = []
     for line in raw.decode().splitlines():
