@@ -13,6 +13,7 @@
 
 #include "cli/common.h"
 #include "cli/commands.h"
+#include "calib/imatrix.h"
 #include "eval/perplexity.h"
 #include "quant/quantize_file.h"
 
@@ -20,7 +21,7 @@ namespace kvasir::cli {
 namespace {
 
 struct QuantizeArgs {
-  std::string in, out, type, output_type, embedding_type;
+  std::string in, out, type, output_type, embedding_type, imatrix;
   std::vector<std::string> tensor_types;
   bool pure = false, allow_requantize = false;
   int threads = 0;
@@ -91,6 +92,22 @@ int run_quantize(const QuantizeArgs& a) {
     if (!t) return fail("--tensor-type: " + t.error());
     o.rules.overrides.push_back({spec.substr(0, eq), *t});
   }
+  if (!a.imatrix.empty()) {  // llama-quantize's preparation: mean squared activations, 1 where none
+    auto m = calib::read_imatrix(a.imatrix);
+    if (!m) return fail("--imatrix: " + m.error());
+    quant::Importance imp{.file = a.imatrix, .dataset = m->datasets.empty() ? "" : m->datasets[0], .chunks = m->chunk_count};
+    for (const auto& [name, e] : m->entries) {
+      std::vector<float>& w = imp.weights[name];
+      w.resize(e.sums.size());
+      const int64_t n_in = e.n_in();
+      for (size_t k = 0; k < e.counts.size(); ++k)
+        for (int64_t j = 0; j < n_in; ++j)
+          w[k * size_t(n_in) + size_t(j)] = e.counts[k] > 0 ? e.sums[k * size_t(n_in) + size_t(j)] / e.counts[k] : 1.f;
+    }
+    std::fprintf(stderr, "quantize: %zu importance matrix entries from %s (%u chunks)\n", imp.weights.size(),
+                 a.imatrix.c_str(), imp.chunks);
+    o.importance = std::move(imp);
+  }
   const bool tty = isatty(fileno(stderr));
   o.progress = [tty](size_t i, size_t n, const std::string& name, DType from, DType to) {
     if (tty) std::fprintf(stderr, "\r[%zu/%zu] %-40s %s -> %s   ", i + 1, n, name.c_str(), std::string(dtype_name(from)).c_str(),
@@ -129,6 +146,7 @@ void register_quantize(CLI::App& app, Handler& handler) {
   cmd->add_option("--token-embedding-type", a->embedding_type, "Type of token_embd.weight");
   cmd->add_option("--tensor-type", a->tensor_types, "REGEX=TYPE for the tensors whose names match (repeatable)");
   cmd->add_option("-t,--threads", a->threads, "Threads (default: physical cores)");
+  cmd->add_option("--imatrix", a->imatrix, "Importance matrix (kvasir imatrix's or llama-imatrix's file): weighted quantization as llama-quantize --imatrix (Q4_0, Q4_1, Q5_0, Q5_1 so far)");
   auto* gate = cmd->add_option("--max-kld", a->max_kld, "Quality gate: refuse (write nothing, exit 1) when the mean KL divergence from the input on --eval-text exceeds this")
                    ->check(CLI::Range(0.0, 1e9));
   auto* text = cmd->add_option("--eval-text", a->eval_text, "Text for the quality gate (held out: not a calibration text)");

@@ -91,6 +91,9 @@ DType tensor_type(const TensorRules& r, const TensorShape& t) {
   else if (!r.pure && dtype_info(r.type.base).block_size > 1) {  // a quantized type: mixes apply
     if (output) type = r.type.base == DType::Q8_0 ? DType::Q8_0 : DType::Q6_K;
     else if (r.type.is_mix) type = mixed(r.type, t, type);
+    else if (r.has_imatrix && (r.type.base == DType::Q4_0 || r.type.base == DType::Q5_0) &&
+             ends_with(t.name, "ffn_down.weight") && t.layer < t.n_layers / 8)
+      type = r.type.base == DType::Q4_0 ? DType::Q4_1 : DType::Q5_1;  // llama.cpp's guard for early ffn_down
   }
   if (t.ne[0] % dtype_info(type).block_size != 0) {
     type = fallback(type);

@@ -8,8 +8,9 @@
 // With --pure every matrix gets the base type. Vectors (norms, biases) and the MoE router stay F32.
 // A matrix whose rows are not a whole number of the type's blocks falls back as llama.cpp does
 // (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0; Q2_K / Q3_K -> Q4_0, where llama.cpp uses IQ4_NL).
-// Not carried over: llama.cpp's special cases for Falcon, 70B models, 8-expert MoE and imatrix-only
-// upgrades.
+// With an importance matrix, Q4_0 / Q5_0 give the first eighth of the layers' ffn_down Q4_1 /
+// Q5_1, as llama.cpp does. Not carried over: llama.cpp's special cases for Falcon, 70B models,
+// 8-expert MoE and the IQ types' imatrix rules.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -36,8 +37,9 @@ std::vector<std::string> file_type_names();
 struct TensorRules {
   FileType type;
   bool pure = false;
-  std::vector<std::pair<std::string, DType>> overrides;  // --tensor-type REGEX=TYPE, first match wins
-  std::optional<DType> output_type, token_embedding_type;
+  std::vector<std::pair<std::string, DType>> overrides = {};  // --tensor-type REGEX=TYPE, first match wins
+  std::optional<DType> output_type = {}, token_embedding_type = {};
+  bool has_imatrix = false;  // quantizing with an importance matrix (changes llama.cpp's rules)
 };
 
 struct TensorShape {

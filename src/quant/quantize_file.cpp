@@ -36,6 +36,13 @@ Status quantize_file(const std::string& in_path, const std::string& out_path, co
       w.set(kv.key, kv.value);
   w.set("general.quantization_version", gguf::Value::of_u32(2));
   w.set("general.file_type", gguf::Value::of_u32(o.rules.type.ftype));
+  if (o.importance) {  // llama-quantize's keys, in its order (strings cut at 127 bytes)
+    w.set("quantize.imatrix.file", gguf::Value::of_string(o.importance->file.substr(0, 127)));
+    if (!o.importance->dataset.empty())
+      w.set("quantize.imatrix.dataset", gguf::Value::of_string(o.importance->dataset.substr(0, 127)));
+    w.set("quantize.imatrix.entries_count", gguf::Value::of_u32(uint32_t(o.importance->weights.size())));
+    if (o.importance->chunks > 0) w.set("quantize.imatrix.chunks_count", gguf::Value::of_u32(o.importance->chunks));
+  }
 
   int64_t n_layers = 1, n_gqa = 1;
   if (const auto* arch = in.find("general.architecture")) {
@@ -57,9 +64,29 @@ Status quantize_file(const std::string& in_path, const std::string& out_path, co
     const int64_t la = layer_of(a->name), lb = layer_of(b->name);
     return la != lb ? la < lb : a->name < b->name;
   });
+  TensorRules rules = o.rules;
+  rules.has_imatrix = o.importance.has_value();
   std::vector<DType> target;
+  std::vector<const float*> importance;  // per tensor: its weights, [n_mat][ne0], or null
   for (const gguf::TensorInfo* t : order) {
-    const DType to = tensor_type(o.rules, {t->name, shape_of(*t), layer_of(t->name), n_layers, has_output, n_gqa});
+    const DType to = tensor_type(rules, {t->name, shape_of(*t), layer_of(t->name), n_layers, has_output, n_gqa});
+    const float* imp = nullptr;
+    if (o.importance && to != t->type && dtype_info(to).block_size > 1) {
+      auto it = o.importance->weights.find(t->name);
+      if (it != o.importance->weights.end()) {
+        if (it->second.size() != size_t(t->ne[0] * t->ne[2]))
+          return Error{"the importance matrix has " + std::to_string(it->second.size()) + " weights for '" + t->name +
+                           "', which needs " + std::to_string(t->ne[0] * t->ne[2]),
+                       ErrorCode::invalid_argument};
+        if (!kernels::weighted_quantizer(to) && to != DType::Q8_0)
+          return Error{"tensor '" + t->name + "' gets " + std::string(dtype_name(to)) +
+                           ", which kvasir cannot quantize with an importance matrix yet (Q4_0, Q4_1, Q5_0, Q5_1 and "
+                           "Q8_0 can; or leave the imatrix out)",
+                       ErrorCode::invalid_argument};
+        imp = it->second.data();
+      }
+    }
+    importance.push_back(imp);
     const bool src_quantized = dtype_info(t->type).block_size > 1;
     if (src_quantized && to != t->type && !o.allow_requantize)
       return Error{"tensor '" + t->name + "' is already quantized (" + std::string(dtype_name(t->type)) +
@@ -86,12 +113,17 @@ Status quantize_file(const std::string& in_path, const std::string& out_path, co
     const auto* from = kernels::quant_traits(t.type);
     const auto* into = kernels::quant_traits(to);
     if (!from) return Error{"tensor '" + t.name + "': cannot read type " + std::string(dtype_name(t.type))};
+    const float* imp = importance[i];
+    const kernels::QuantizeWeightedFn weighted = imp ? kernels::weighted_quantizer(to) : nullptr;
+    const int64_t rows_per_matrix = t.n_dims >= 2 ? t.ne[1] : 1;  // experts: one weight row each
     pool.parallel_for(rows, 8, [&](int64_t b, int64_t e, int) {
       std::vector<float> row(static_cast<size_t>(n));
       for (int64_t r = b; r < e; ++r) {
         from->dequantize_row(src + size_t(r) * src_rb, row.data(), n);
-        if (to == DType::F32) std::memcpy(out.data() + size_t(r) * dst_rb, row.data(), size_t(n) * 4);
-        else into->quantize_row(row.data(), out.data() + size_t(r) * dst_rb, n);
+        uint8_t* y = out.data() + size_t(r) * dst_rb;
+        if (to == DType::F32) std::memcpy(y, row.data(), size_t(n) * 4);
+        else if (weighted) weighted(row.data(), y, n, imp + (r / rows_per_matrix) * n);
+        else into->quantize_row(row.data(), y, n);
       }
     });
     return out;

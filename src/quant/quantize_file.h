@@ -5,15 +5,31 @@
 #pragma once
 #include <cstddef>
 #include <functional>
+#include <map>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "quant/mix.h"
 
 namespace kvasir::quant {
 
+// An importance matrix as llama-quantize uses it: per tensor name, [n_mat][n_in] weights (the
+// mean squared activation of each input column; 1 for a matrix no token reached), and the facts
+// it writes into the output's quantize.imatrix.* keys.
+struct Importance {
+  std::map<std::string, std::vector<float>> weights = {};
+  std::string file = {}, dataset = {};
+  uint32_t chunks = 0;
+};
+
 struct QuantizeOptions {
   TensorRules rules;
+  // With an importance matrix, matrices it covers are quantized by the types' weighted
+  // quantizers (Q4_0, Q4_1, Q5_0, Q5_1 so far; a covered matrix of another quantized type is an
+  // error, since its bytes would not be llama-quantize's).
+  std::optional<Importance> importance;
   bool allow_requantize = false;  // refused by default when a tensor is already quantized
   int num_threads = 0;
   // Called before each tensor: (index, count, name, from type, to type).

@@ -29,7 +29,7 @@ int clamp_q(int l, int lo, int hi) { return std::max(lo, std::min(hi, l)); }
 
 }  // namespace
 
-float make_qx_quants(int n, int nmax, const float* x, int8_t* L) {
+float make_qx_quants(int n, int nmax, const float* x, int8_t* L, const float* weights) {
   float max, amax;
   signed_absmax(n, x, max, amax);
   if (amax < kGroupMaxEps) {
@@ -41,7 +41,7 @@ float make_qx_quants(int n, int nmax, const float* x, int8_t* L) {
   for (int i = 0; i < n; ++i) {
     const int l = clamp_q(nearest_int(iscale * x[i]), -nmax, nmax - 1);
     L[i] = int8_t(l + nmax);
-    const float w = x[i] * x[i];
+    const float w = weights ? weights[i] : x[i] * x[i];
     sumlx += w * x[i] * l;
     suml2 += w * l * l;
   }
@@ -53,7 +53,7 @@ float make_qx_quants(int n, int nmax, const float* x, int8_t* L) {
     sumlx = suml2 = 0;
     for (int i = 0; i < n; ++i) {
       const int l = clamp_q(nearest_int(iscale * x[i]), -nmax, nmax - 1);
-      const float w = x[i] * x[i];
+      const float w = weights ? weights[i] : x[i] * x[i];
       sumlx += w * x[i] * l;
       suml2 += w * l * l;
     }

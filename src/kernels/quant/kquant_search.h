@@ -7,8 +7,8 @@ namespace kvasir::kernels::ref {
 
 // Symmetric quants in [-nmax, nmax-1] (stored +nmax in L): start from the scale that maps the
 // signed extreme to -nmax, then try 18 nearby scales, keeping the least x^2-weighted error
-// (ggml's make_qx_quants with rmse_type 1 and no importance weights). Returns the scale.
-float make_qx_quants(int n, int nmax, const float* x, int8_t* L);
+// (ggml's make_qx_quants with rmse_type 1; `weights` replaces x^2 when given). Returns the scale.
+float make_qx_quants(int n, int nmax, const float* x, int8_t* L, const float* weights = nullptr);
 
 // Q3_K's variant: one start scale, then up to five rounds of moving single quants while that
 // lowers the x^2-weighted error (ggml's make_q3_quants with do_rmse). Returns the scale.

@@ -27,6 +27,12 @@ struct QuantTraits {
   QuantizeRowFn quantize_row_fast;
 };
 
+// A quantizer that weighs each element's error by an importance matrix row (n weights, the mean
+// squared activation of each input column), as llama-quantize --imatrix does.
+using QuantizeWeightedFn = void (*)(const float* src, void* dst, int64_t n, const float* importance);
+// The type's weighted quantizer; nullptr where there is none (the type is quantized without one).
+QuantizeWeightedFn weighted_quantizer(DType type);
+
 // Traits of a type; nullptr for a type without kernels. The activation-only types Q8_1 and Q8_K
 // have traits too, with null vec_dot / vec_dot_ref (nothing is multiplied in those types).
 const QuantTraits* quant_traits(DType type);

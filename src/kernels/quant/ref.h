@@ -26,6 +26,11 @@ void quantize_q5_0(const float* src, void* dst, int64_t n);
 void quantize_q5_1(const float* src, void* dst, int64_t n);
 void quantize_q8_0(const float* src, void* dst, int64_t n);
 void quantize_q8_1(const float* src, void* dst, int64_t n);
+// With an importance matrix row `imp` (n weights): ggml's quantize_row_*_impl with quant_weights.
+void quantize_q4_0_weighted(const float* src, void* dst, int64_t n, const float* imp);
+void quantize_q4_1_weighted(const float* src, void* dst, int64_t n, const float* imp);
+void quantize_q5_0_weighted(const float* src, void* dst, int64_t n, const float* imp);
+void quantize_q5_1_weighted(const float* src, void* dst, int64_t n, const float* imp);
 
 // k-quants.
 void dequantize_q2_k(const void* src, float* dst, int64_t n);

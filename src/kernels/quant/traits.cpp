@@ -60,4 +60,14 @@ const QuantTraits* quant_traits(DType type) {
 
 const char* kernel_isa() { return KVASIR_HAVE_AVX2 ? "avx2" : "scalar"; }
 
+QuantizeWeightedFn weighted_quantizer(DType type) {
+  switch (type) {
+    case DType::Q4_0: return ref::quantize_q4_0_weighted;
+    case DType::Q4_1: return ref::quantize_q4_1_weighted;
+    case DType::Q5_0: return ref::quantize_q5_0_weighted;
+    case DType::Q5_1: return ref::quantize_q5_1_weighted;
+    default: return nullptr;
+  }
+}
+
 }  // namespace kvasir::kernels
