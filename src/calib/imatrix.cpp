@@ -143,6 +143,14 @@ float ImatrixEntry::mean(int64_t m, int64_t j) const {
   return c > 0 ? sums[size_t(m * n_in() + j)] / c : 0.f;
 }
 
+std::vector<float> ImatrixEntry::quantize_weights() const {
+  std::vector<float> w(sums.size());
+  const int64_t n = n_in();
+  for (size_t m = 0; m < counts.size(); ++m)
+    for (int64_t j = 0; j < n; ++j) w[m * size_t(n) + size_t(j)] = counts[m] > 0 ? mean(int64_t(m), j) : 1.f;
+  return w;
+}
+
 Result<Imatrix> collect_imatrix(const Model& model, std::span<const int32_t> tokens, const ImatrixOptions& o) {
   if (o.n_ctx < 16) return Error{"the chunk size must be at least 16 tokens", ErrorCode::invalid_argument};
   if (int64_t(tokens.size()) < 2 * o.n_ctx)

@@ -25,6 +25,9 @@ struct ImatrixEntry {
   int64_t n_in() const { return counts.empty() ? 0 : int64_t(sums.size() / counts.size()); }
   // Mean squared activation of column j of matrix m: what quantizers weigh errors by.
   float mean(int64_t m, int64_t j) const;
+  // The weights a quantizer takes, [n_mat][n_in], as llama-quantize prepares them: the means, and
+  // 1 for a matrix no token reached (an expert never chosen).
+  std::vector<float> quantize_weights() const;
 };
 
 struct Imatrix {
@@ -39,7 +42,7 @@ struct ImatrixOptions {
   int num_threads = 0;
   int32_t bos = -1;             // replaces each chunk's first token when >= 0
   bool process_output = false;  // also output.weight (llama-imatrix --process-output)
-  std::string dataset;          // recorded in imatrix.datasets
+  std::string dataset = {};     // recorded in imatrix.datasets
   std::function<void(int64_t chunk, int64_t chunks)> on_chunk = {};
 };
 

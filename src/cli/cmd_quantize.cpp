@@ -92,18 +92,11 @@ int run_quantize(const QuantizeArgs& a) {
     if (!t) return fail("--tensor-type: " + t.error());
     o.rules.overrides.push_back({spec.substr(0, eq), *t});
   }
-  if (!a.imatrix.empty()) {  // llama-quantize's preparation: mean squared activations, 1 where none
+  if (!a.imatrix.empty()) {
     auto m = calib::read_imatrix(a.imatrix);
     if (!m) return fail("--imatrix: " + m.error());
     quant::Importance imp{.file = a.imatrix, .dataset = m->datasets.empty() ? "" : m->datasets[0], .chunks = m->chunk_count};
-    for (const auto& [name, e] : m->entries) {
-      std::vector<float>& w = imp.weights[name];
-      w.resize(e.sums.size());
-      const int64_t n_in = e.n_in();
-      for (size_t k = 0; k < e.counts.size(); ++k)
-        for (int64_t j = 0; j < n_in; ++j)
-          w[k * size_t(n_in) + size_t(j)] = e.counts[k] > 0 ? e.sums[k * size_t(n_in) + size_t(j)] / e.counts[k] : 1.f;
-    }
+    for (const auto& [name, e] : m->entries) imp.weights[name] = e.quantize_weights();
     std::fprintf(stderr, "quantize: %zu importance matrix entries from %s (%u chunks)\n", imp.weights.size(),
                  a.imatrix.c_str(), imp.chunks);
     o.importance = std::move(imp);

@@ -135,6 +135,8 @@ TEST(Imatrix, FileRoundTripAndLlamaCppsLegacyFormat) {
     EXPECT_EQ(back->entries[name].counts, e.counts) << name;
   }
   EXPECT_FLOAT_EQ(back->entries["blk.0.ffn_gate_exps.weight"].mean(1, 1), 6.f / 7.f);
+  // What a quantizer gets: the means, and 1 for the expert no token reached.
+  EXPECT_EQ(back->entries["blk.0.ffn_gate_exps.weight"].quantize_weights(), (std::vector<float>{1.f, 1.f, 5.f / 7.f, 6.f / 7.f}));
   // The file is llama.cpp's: general.type and [n_in, n_mat] / [1, n_mat] F32 tensors.
   std::ifstream in(path, std::ios::binary);
   const std::string bytes((std::istreambuf_iterator<char>(in)), {});
