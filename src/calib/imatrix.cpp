@@ -7,62 +7,42 @@
 
 #include "format/gguf.h"
 #include "format/mapped_file.h"
+#include "calib/tensor_index.h"
 #include "model/session.h"
 
 namespace kvasir::calib {
 
 namespace {
 
-// Which file tensor (and which 2-D slice of it, for expert tensors) a Matrix views: found by
-// address, so fused tensors cut into row views (Phi-3's attn_qkv) map to the one tensor.
-struct TensorRange {
-  const uint8_t* begin;
-  const uint8_t* end;
-  const std::string* name;
-  uint64_t slice_bytes;  // one 2-D matrix
-  int64_t n_mat, n_in;
-};
-
 class Collector {
  public:
-  Collector(const Model& model, bool process_output) {
-    for (const gguf::TensorInfo& t : model.gguf().tensors) {
-      if (t.n_dims < 2) continue;
-      if (!(t.name.starts_with("blk.") || (process_output && t.name == "output.weight"))) continue;
-      const int64_t n_mat = t.ne[2] * t.ne[3];
-      ranges_.push_back({t.data, t.data + t.nbytes, &t.name, t.nbytes / uint64_t(n_mat), n_mat, t.ne[0]});
-    }
-    std::sort(ranges_.begin(), ranges_.end(), [](const TensorRange& a, const TensorRange& b) { return a.begin < b.begin; });
-  }
+  Collector(const Model& model, bool process_output) : index_(model.gguf(), process_output) {}
 
   void observe(std::span<const Matrix* const> weights, const float* x, int64_t rows) {
-    std::array<std::pair<const TensorRange*, int64_t>, 3> seen{};
+    std::array<std::pair<const gguf::TensorInfo*, int64_t>, 3> seen{};
     size_t n_seen = 0;
     for (const Matrix* w : weights) {
-      const auto* p = static_cast<const uint8_t*>(w->data);
-      auto it = std::upper_bound(ranges_.begin(), ranges_.end(), p,
-                                 [](const uint8_t* v, const TensorRange& r) { return v < r.begin; });
-      if (it == ranges_.begin()) continue;
-      const TensorRange& r = *std::prev(it);
-      if (p >= r.end || r.n_in != w->n_in) continue;  // not a collected tensor (e.g. tied output)
-      const int64_t mat = int64_t(uint64_t(p - r.begin) / r.slice_bytes);
+      const auto slice = index_.find(*w);
+      if (!slice) continue;  // not a collected tensor (e.g. tied output)
+      const gguf::TensorInfo& t = *slice->tensor;
+      const int64_t mat = slice->mat, n_in = t.ne[0], n_mat = t.ne[2] * t.ne[3];
       // Views of one tensor in one call (q/k/v cut from attn_qkv) count once.
-      if (std::find(seen.begin(), seen.begin() + ptrdiff_t(n_seen), std::make_pair(&r, mat)) != seen.begin() + ptrdiff_t(n_seen))
+      if (std::find(seen.begin(), seen.begin() + ptrdiff_t(n_seen), std::make_pair(&t, mat)) != seen.begin() + ptrdiff_t(n_seen))
         continue;
-      seen[n_seen++] = {&r, mat};
-      ImatrixEntry& e = out.entries[*r.name];
+      seen[n_seen++] = {&t, mat};
+      ImatrixEntry& e = out.entries[t.name];
       if (e.counts.empty()) {
-        e.counts.assign(size_t(r.n_mat), 0.f);
-        e.sums.assign(size_t(r.n_mat * r.n_in), 0.f);
-        counts_[*r.name].assign(size_t(r.n_mat), 0);
+        e.counts.assign(size_t(n_mat), 0.f);
+        e.sums.assign(size_t(n_mat * n_in), 0.f);
+        counts_[t.name].assign(size_t(n_mat), 0);
       }
       // As llama-imatrix accumulates: in float, row by row.
-      float* acc = e.sums.data() + mat * r.n_in;
+      float* acc = e.sums.data() + mat * n_in;
       for (int64_t row = 0; row < rows; ++row) {
-        const float* v = x + row * r.n_in;
-        for (int64_t j = 0; j < r.n_in; ++j) acc[j] += v[j] * v[j];
+        const float* v = x + row * n_in;
+        for (int64_t j = 0; j < n_in; ++j) acc[j] += v[j] * v[j];
       }
-      counts_[*r.name][size_t(mat)] += rows;
+      counts_[t.name][size_t(mat)] += rows;
     }
   }
 
@@ -75,7 +55,7 @@ class Collector {
   Imatrix out;
 
  private:
-  std::vector<TensorRange> ranges_;
+  TensorIndex index_;
   std::map<std::string, std::vector<int64_t>> counts_;  // exact while summing; floats only in the file
 };
 

@@ -13,6 +13,7 @@
 
 #include "cli/common.h"
 #include "cli/commands.h"
+#include "calib/gptq_model.h"
 #include "calib/imatrix.h"
 #include "eval/perplexity.h"
 #include "quant/quantize_file.h"
@@ -26,6 +27,9 @@ struct QuantizeArgs {
   bool pure = false, allow_requantize = false;
   int threads = 0;
   double max_kld = -1;  // < 0: no gate
+  std::string method = "rtn", calib_text;
+  int64_t calib_ctx = 512, calib_chunks = -1;
+  quant::GptqOptions gptq;
   std::string eval_text;
   int64_t eval_ctx = 512;
 };
@@ -54,6 +58,55 @@ Status check_quality(const QuantizeArgs& a, const std::string& quantized) {
                (long long)r->ppl.count, pass ? "pass" : "REFUSED");
   if (!pass) return Error{"the quantization's mean KLD " + std::to_string(k.mean_kld()) + " exceeds --max-kld; nothing written"};
   return {};
+}
+
+Result<std::string> read_text(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Error{std::string(what) + ": cannot read " + path};
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// GPTQ: the block matrices quantized layer by layer on the calibration text (calib/gptq_model.h);
+// what it returns is written by quantize_file, with every other tensor quantized as RTN would.
+Result<std::map<std::string, std::vector<uint8_t>>> run_gptq(const QuantizeArgs& a, quant::QuantizeOptions& o) {
+  auto text = read_text(a.calib_text, "--calib-text");
+  if (!text) return Error{text.error()};
+  auto model = Model::load(a.in);
+  if (!model) return Error{model.error()};
+  quant::TensorRules rules = o.rules;
+  rules.has_imatrix = o.importance.has_value();
+  std::map<std::string, DType> target;
+  for (const quant::PlannedTensor& p : quant::plan_tensors((*model)->gguf(), rules)) {
+    if (dtype_info(p.tensor->type).block_size > 1 && p.type != p.tensor->type && !a.allow_requantize)
+      return Error{"tensor '" + p.tensor->name + "' is already quantized (" + std::string(dtype_name(p.tensor->type)) +
+                   "): requantizing loses quality; pass --allow-requantize to do it anyway"};
+    target[p.tensor->name] = p.type;
+  }
+  auto tok = Tokenizer::from_gguf((*model)->gguf());
+  if (!tok) return Error{a.in + ": " + tok.error()};
+  const auto tokens = tok->encode(*text);
+  const auto t0 = std::chrono::steady_clock::now();
+  calib::GptqModelOptions g{.n_ctx = a.calib_ctx, .max_chunks = a.calib_chunks, .num_threads = a.threads,
+                            .bos = tok->add_bos() ? tok->bos() : -1, .gptq = a.gptq,
+                            .target = [&target](const std::string& name) {
+                              auto it = target.find(name);
+                              return it == target.end() ? DType::F32 : it->second;
+                            }};
+  const bool tty = isatty(fileno(stderr));
+  g.on_layer = [tty, t0](int64_t done, int64_t layers) {
+    if (tty) std::fprintf(stderr, "\rgptq: layer %lld/%lld, %.0f s   ", (long long)done, (long long)layers,
+                          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  };
+  auto r = calib::gptq_quantize_model(**model, tokens, g);
+  if (!r) return Error{"gptq: " + r.error(), r.error_code()};
+  if (tty) std::fprintf(stderr, "\n");
+  std::fprintf(stderr, "gptq: %zu tensors from %lld chunks of %lld tokens in %.1f s\n", r->tensors.size(),
+               (long long)r->chunks, (long long)a.calib_ctx,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  o.extra_metadata.push_back({"quantize.method", gguf::Value::of_string("gptq")});
+  o.extra_metadata.push_back({"quantize.gptq.dataset", gguf::Value::of_string(a.calib_text.substr(0, 127))});
+  o.extra_metadata.push_back({"quantize.gptq.chunks_count", gguf::Value::of_u32(uint32_t(r->chunks))});
+  return std::move(r->tensors);
 }
 
 Result<DType> tensor_dtype(const std::string& name) {
@@ -107,6 +160,13 @@ int run_quantize(const QuantizeArgs& a) {
                           std::string(dtype_name(to)).c_str());
   };
   const auto t0 = std::chrono::steady_clock::now();
+  std::map<std::string, std::vector<uint8_t>> calibrated;
+  if (a.method == "gptq") {
+    auto r = run_gptq(a, o);
+    if (!r) return fail(r.error());
+    calibrated = std::move(*r);
+    o.precomputed = &calibrated;
+  }
   const std::string tmp = a.out + ".tmp";
   if (auto s = quant::quantize_file(a.in, tmp, o); !s) {
     std::remove(tmp.c_str());
@@ -147,7 +207,27 @@ void register_quantize(CLI::App& app, Handler& handler) {
       ->check(CLI::Range(int64_t(8), int64_t(1) << 16));
   gate->needs(text);
   text->needs(gate);
-  cmd->callback([&handler, a] { handler = [a] { return run_quantize(*a); }; });
+  cmd->add_option("--method", a->method, "rtn (round to nearest, the default) or gptq (needs --calib-text)")
+      ->check(CLI::IsMember({"rtn", "gptq"}));
+  cmd->add_option("--calib-text", a->calib_text, "Calibration text for --method gptq (not the evaluation text)");
+  cmd->add_option("--calib-ctx", a->calib_ctx, "Calibration chunk size in tokens (default 512)")
+      ->check(CLI::Range(int64_t(16), int64_t(1) << 16));
+  cmd->add_option("--calib-chunks", a->calib_chunks, "Calibration chunks to use (default: all whole chunks of the text)")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 30));
+  cmd->add_option("--gptq-damp", a->gptq.damp, "GPTQ dampening, a fraction of the Hessian's mean diagonal (default 0.01)")
+      ->check(CLI::Range(0.0, 10.0));
+  cmd->add_option("--gptq-block", a->gptq.block, "GPTQ lazy-update block in columns (default 128)")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+  cmd->add_flag("--act-order", a->gptq.act_order, "GPTQ: quantize columns in decreasing activation order (scales fixed up front)");
+  cmd->add_flag("!--gptq-plain-scales", a->gptq.weighted_scales,
+                "GPTQ: choose block scales by plain rounding, not weighted by the Hessian's diagonal");
+  cmd->callback([&handler, a] {
+    handler = [a] {
+      if ((a->method == "gptq") != !a->calib_text.empty())
+        return fail(a->method == "gptq" ? "--method gptq needs --calib-text FILE" : "--calib-text is for --method gptq");
+      return run_quantize(*a);
+    };
+  });
 }
 
 }  // namespace kvasir::cli

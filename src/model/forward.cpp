@@ -437,17 +437,36 @@ void Forward::output_logits(const Batch& b) {
   }
 }
 
-Result<const float*> Forward::forward(const Batch& batch, KvCache& kv) {
-  if (auto s = validate(batch, kv); !s) return Error{s.error()};
-  build_tiles(batch);
-  embed(batch);
-  for (int64_t il = 0; il < c_.n_layers; ++il) {
+void Forward::run_layers(const Batch& batch, KvCache& kv, int64_t begin, int64_t end) {
+  for (int64_t il = begin; il < end; ++il) {
     attention_block(il, batch, kv);
     if (c_.moe()) moe_block(il, batch.size());
     else ffn_block(il, batch.size());
   }
+}
+
+Result<const float*> Forward::forward(const Batch& batch, KvCache& kv) {
+  if (auto s = validate(batch, kv); !s) return Error{s.error()};
+  build_tiles(batch);
+  embed(batch);
+  run_layers(batch, kv, 0, c_.n_layers);
   output_logits(batch);
   return static_cast<const float*>(logits_.data());
+}
+
+Status Forward::forward_layers(const Batch& batch, KvCache& kv, int64_t begin, int64_t end, float* residual) {
+  if (auto s = validate(batch, kv); !s) return s;
+  if (begin < 0 || begin >= end || end > c_.n_layers)
+    return Error{"layer range [" + std::to_string(begin) + ", " + std::to_string(end) + ") outside the model's " +
+                     std::to_string(c_.n_layers) + " layers",
+                 ErrorCode::invalid_argument};
+  const size_t floats = size_t(batch.size() * c_.n_embd);
+  build_tiles(batch);
+  if (begin == 0) embed(batch);
+  else std::copy_n(residual, floats, x_.data());
+  run_layers(batch, kv, begin, end);
+  std::copy_n(x_.data(), floats, residual);
+  return {};
 }
 
 }  // namespace kvasir

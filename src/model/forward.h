@@ -43,6 +43,11 @@ class Forward {
   // The final hidden states (after the output norm) of the last forward's rows with want_hidden,
   // in row order: [n][n_embd], valid until the next call.
   const float* hidden() const { return hidden_.data(); }
+  // Runs only layers [begin, end) of the batch (calibration: GPTQ quantizes one block at a time
+  // over stored activations). The residual stream [T][n_embd] is read from `residual` (from the
+  // token embeddings instead when begin == 0) and written back to it after layer end - 1; no
+  // logits. Same preconditions as forward(), and 0 <= begin < end <= n_layers.
+  Status forward_layers(const Batch& batch, KvCache& kv, int64_t begin, int64_t end, float* residual);
   // Observes every matrix product's input from now on (empty: none). Costs nothing when unset.
   void set_activation_hook(ActivationHook hook) { hook_ = std::move(hook); }
 
@@ -79,6 +84,7 @@ class Forward {
 
   Status validate(const Batch& batch, const KvCache& kv) const;
   void embed(const Batch& batch);
+  void run_layers(const Batch& batch, KvCache& kv, int64_t begin, int64_t end);
   void attention_block(int64_t il, const Batch& batch, KvCache& kv);
   void ffn_block(int64_t il, int64_t T);
   // The mixture-of-experts FFN: route every row, group the (row, expert) slots by expert, apply

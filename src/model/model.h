@@ -17,6 +17,10 @@ class Model {
 
   const ModelConfig& config() const { return config_; }
   const Weights& weights() const { return weights_; }
+  // Calibration (GPTQ) swaps a layer's matrices for quantized copies between passes; a Forward
+  // reads its matrices through weights() at every call and so sees the swap. The swapped-in
+  // data must outlive the model's use.
+  Weights& mutable_weights() { return weights_; }
   const gguf::File& gguf() const { return gguf_; }
   const std::string& path() const { return file_.path(); }
 

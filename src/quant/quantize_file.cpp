@@ -22,6 +22,33 @@ std::vector<int64_t> shape_of(const gguf::TensorInfo& t) { return std::vector<in
 
 }  // namespace
 
+std::vector<PlannedTensor> plan_tensors(const gguf::File& in, const TensorRules& rules) {
+  int64_t n_layers = 1, n_gqa = 1;
+  if (const auto* arch = in.find("general.architecture")) {
+    auto number = [&](const std::string& key) -> int64_t {
+      const auto* v = in.find(arch->str + "." + key);
+      if (!v) return 0;
+      if (v->type == gguf::ValueType::ARRAY) return v->items.empty() || !v->items[0].is_integer() ? 0 : int64_t(v->items[0].as_f64());
+      return v->is_integer() ? int64_t(v->as_f64()) : 0;
+    };
+    n_layers = std::max<int64_t>(1, number("block_count"));
+    const int64_t heads = number("attention.head_count"), kv = number("attention.head_count_kv");
+    if (heads > 0 && kv > 0) n_gqa = heads / kv;
+  }
+  // llama.cpp's order: tensors outside the layers first, then by layer, each group by name.
+  std::vector<const gguf::TensorInfo*> order;
+  bool has_output = false;
+  for (const auto& t : in.tensors) order.push_back(&t), has_output = has_output || t.name == "output.weight";
+  std::stable_sort(order.begin(), order.end(), [](const gguf::TensorInfo* a, const gguf::TensorInfo* b) {
+    const int64_t la = layer_of(a->name), lb = layer_of(b->name);
+    return la != lb ? la < lb : a->name < b->name;
+  });
+  std::vector<PlannedTensor> plan;
+  for (const gguf::TensorInfo* t : order)
+    plan.push_back({t, tensor_type(rules, {t->name, shape_of(*t), layer_of(t->name), n_layers, has_output, n_gqa})});
+  return plan;
+}
+
 Status quantize_file(const std::string& in_path, const std::string& out_path, const QuantizeOptions& o) {
   if (in_path == out_path) return Error{"the output must be another file than the input", ErrorCode::invalid_argument};
   auto file = MappedFile::open(in_path);
@@ -43,35 +70,21 @@ Status quantize_file(const std::string& in_path, const std::string& out_path, co
     w.set("quantize.imatrix.entries_count", gguf::Value::of_u32(uint32_t(o.importance->weights.size())));
     if (o.importance->chunks > 0) w.set("quantize.imatrix.chunks_count", gguf::Value::of_u32(o.importance->chunks));
   }
+  for (const auto& [key, value] : o.extra_metadata) w.set(key, value);
 
-  int64_t n_layers = 1, n_gqa = 1;
-  if (const auto* arch = in.find("general.architecture")) {
-    auto number = [&](const std::string& key) -> int64_t {
-      const auto* v = in.find(arch->str + "." + key);
-      if (!v) return 0;
-      if (v->type == gguf::ValueType::ARRAY) return v->items.empty() || !v->items[0].is_integer() ? 0 : int64_t(v->items[0].as_f64());
-      return v->is_integer() ? int64_t(v->as_f64()) : 0;
-    };
-    n_layers = std::max<int64_t>(1, number("block_count"));
-    const int64_t heads = number("attention.head_count"), kv = number("attention.head_count_kv");
-    if (heads > 0 && kv > 0) n_gqa = heads / kv;
-  }
-  // llama.cpp's order: tensors outside the layers first, then by layer, each group by name.
-  std::vector<const gguf::TensorInfo*> order;
-  bool has_output = false;
-  for (const auto& t : in.tensors) order.push_back(&t), has_output = has_output || t.name == "output.weight";
-  std::stable_sort(order.begin(), order.end(), [](const gguf::TensorInfo* a, const gguf::TensorInfo* b) {
-    const int64_t la = layer_of(a->name), lb = layer_of(b->name);
-    return la != lb ? la < lb : a->name < b->name;
-  });
   TensorRules rules = o.rules;
   rules.has_imatrix = o.importance.has_value();
+  const std::vector<PlannedTensor> plan = plan_tensors(in, rules);
+  std::vector<const gguf::TensorInfo*> order;
+  for (const PlannedTensor& p : plan) order.push_back(p.tensor);
   std::vector<DType> target;
   std::vector<const float*> importance;  // per tensor: its weights, [n_mat][ne0], or null
-  for (const gguf::TensorInfo* t : order) {
-    const DType to = tensor_type(rules, {t->name, shape_of(*t), layer_of(t->name), n_layers, has_output, n_gqa});
+  for (const PlannedTensor& p : plan) {
+    const gguf::TensorInfo* t = p.tensor;
+    const DType to = p.type;
     const float* imp = nullptr;
-    if (o.importance && to != t->type && dtype_info(to).block_size > 1) {
+    const bool precomputed = o.precomputed && o.precomputed->count(t->name);
+    if (o.importance && to != t->type && dtype_info(to).block_size > 1 && !precomputed) {
       auto it = o.importance->weights.find(t->name);
       if (it != o.importance->weights.end()) {
         if (it->second.size() != size_t(t->ne[0] * t->ne[2]))
@@ -109,6 +122,14 @@ Status quantize_file(const std::string& in_path, const std::string& out_path, co
     const size_t src_rb = row_bytes(t.type, n), dst_rb = row_bytes(to, n);
     const uint8_t* src = t.data;
     if (to == t.type) return std::vector<uint8_t>(src, src + src_rb * size_t(rows));
+    if (o.precomputed) {
+      if (auto it = o.precomputed->find(t.name); it != o.precomputed->end()) {
+        if (it->second.size() != dst_rb * size_t(rows))
+          return Error{"tensor '" + t.name + "': the calibrated quantization has " + std::to_string(it->second.size()) +
+                       " bytes, " + std::string(dtype_name(to)) + " needs " + std::to_string(dst_rb * size_t(rows))};
+        return it->second;
+      }
+    }
     std::vector<uint8_t> out(dst_rb * size_t(rows));
     const auto* from = kernels::quant_traits(t.type);
     const auto* into = kernels::quant_traits(to);

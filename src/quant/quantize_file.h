@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "format/gguf.h"
 #include "quant/mix.h"
 
 namespace kvasir::quant {
@@ -30,11 +31,23 @@ struct QuantizeOptions {
   // quantizers (Q4_0, Q4_1, Q5_0, Q5_1 so far; a covered matrix of another quantized type is an
   // error, since its bytes would not be llama-quantize's).
   std::optional<Importance> importance;
+  // Tensors already quantized by a calibrated method (GPTQ), by name: their bytes in the planned
+  // type, written as they are (a wrong size is an error).
+  const std::map<std::string, std::vector<uint8_t>>* precomputed = nullptr;
+  // Written after the quantize.* keys (e.g. quantize.method).
+  std::vector<std::pair<std::string, gguf::Value>> extra_metadata = {};
   bool allow_requantize = false;  // refused by default when a tensor is already quantized
   int num_threads = 0;
   // Called before each tensor: (index, count, name, from type, to type).
   std::function<void(size_t, size_t, const std::string&, DType, DType)> progress;
 };
+
+// Every tensor of `in` with the type it gets, in llama.cpp's order (by layer, then name).
+struct PlannedTensor {
+  const gguf::TensorInfo* tensor;
+  DType type;
+};
+std::vector<PlannedTensor> plan_tensors(const gguf::File& in, const TensorRules& rules);
 
 Status quantize_file(const std::string& in_path, const std::string& out_path, const QuantizeOptions& options);
 

@@ -10,6 +10,7 @@
 #include "golden_util.h"
 #include "model/forward.h"
 #include "model/session.h"
+#include "kernels/ops.h"
 
 using namespace kvasir;
 
@@ -104,6 +105,40 @@ TEST_P(ForwardProperties, DecodeEqualsPrefill) {
     }
     EXPECT_LE(max_abs, 1e-5 * scale) << "position " << p;
   }
+}
+
+// forward_layers (calibration's block-at-a-time pass): running the layers in two ranges, the
+// residual handed from one to the next, gives bitwise the residual of one pass over all of them,
+// and that residual, normed, is forward()'s final hidden state.
+TEST_P(ForwardProperties, LayerRangesCompose) {
+  auto model = Model::load(shared_path("models/" + GetParam() + ".gguf"));
+  ASSERT_TRUE(model.ok()) << model.error();
+  const Model& m = **model;
+  const auto& c = m.config();
+  std::mt19937 rng(9);
+  const auto tokens = random_tokens(rng, 37, int32_t(c.n_vocab));
+  auto kv = KvCache::create(c, {.num_blocks = 8, .block_size = 16, .type = DType::F16});
+  ASSERT_TRUE(kv.ok());
+  std::vector<int32_t> table = {3, 1, 6};
+  Batch b;
+  b.block_tables.push_back(&table);
+  for (size_t i = 0; i < tokens.size(); ++i) b.add(tokens[i], int32_t(i), 0, false, true);
+  Forward fwd(m, {.max_batch_tokens = 64, .num_threads = 2});
+  const size_t floats = tokens.size() * size_t(c.n_embd);
+  std::vector<float> whole(floats), split(floats);
+  ASSERT_TRUE(fwd.forward_layers(b, *kv, 0, c.n_layers, whole.data()).ok());
+  const int64_t mid = c.n_layers / 2;
+  ASSERT_TRUE(fwd.forward_layers(b, *kv, 0, mid, split.data()).ok());
+  ASSERT_TRUE(fwd.forward_layers(b, *kv, mid, c.n_layers, split.data()).ok());
+  EXPECT_EQ(whole, split);
+  ASSERT_TRUE(fwd.forward(b, *kv).ok());
+  std::vector<float> normed(static_cast<size_t>(c.n_embd));
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    kernels::rms_norm(whole.data() + t * size_t(c.n_embd), m.weights().output_norm.data(), c.n_embd, c.norm_eps, normed.data());
+    ASSERT_EQ(std::vector<float>(fwd.hidden() + t * size_t(c.n_embd), fwd.hidden() + (t + 1) * size_t(c.n_embd)), normed) << t;
+  }
+  EXPECT_FALSE(fwd.forward_layers(b, *kv, mid, mid, split.data()).ok());
+  EXPECT_FALSE(fwd.forward_layers(b, *kv, 0, c.n_layers + 1, split.data()).ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ForwardProperties,
