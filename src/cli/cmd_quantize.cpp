@@ -3,7 +3,9 @@
 // llama-quantize's command line and output (RTN); the per-tensor rules are in quant/mix.h. With
 // the quality gate, the result is measured against its source (mean KL divergence of the
 // next-token distributions on the text, as `kvasir perplexity --kl-base`) before it is written,
-// and refused (non-zero exit, nothing written) when the KLD exceeds X.
+// and refused (non-zero exit, nothing written) when the KLD exceeds X. `--method gptq|awq|awq-gptq
+// --calib-text FILE` quantizes the block matrices with calibration (calib/calibrated_quantize.h).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -13,7 +15,7 @@
 
 #include "cli/common.h"
 #include "cli/commands.h"
-#include "calib/gptq_model.h"
+#include "calib/calibrated_quantize.h"
 #include "calib/imatrix.h"
 #include "eval/perplexity.h"
 #include "quant/quantize_file.h"
@@ -30,6 +32,7 @@ struct QuantizeArgs {
   std::string method = "rtn", calib_text;
   int64_t calib_ctx = 512, calib_chunks = -1;
   quant::GptqOptions gptq;
+  quant::AwqOptions awq;
   std::string eval_text;
   int64_t eval_ctx = 512;
 };
@@ -66,9 +69,10 @@ Result<std::string> read_text(const std::string& path, const char* what) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-// GPTQ: the block matrices quantized layer by layer on the calibration text (calib/gptq_model.h);
-// what it returns is written by quantize_file, with every other tensor quantized as RTN would.
-Result<std::map<std::string, std::vector<uint8_t>>> run_gptq(const QuantizeArgs& a, quant::QuantizeOptions& o) {
+// GPTQ / AWQ: the block matrices quantized layer by layer on the calibration text
+// (calib/calibrated_quantize.h); what it returns is written by quantize_file, with every other
+// tensor quantized as RTN would.
+Result<std::map<std::string, std::vector<uint8_t>>> run_calibrated(const QuantizeArgs& a, quant::QuantizeOptions& o) {
   auto text = read_text(a.calib_text, "--calib-text");
   if (!text) return Error{text.error()};
   auto model = Model::load(a.in);
@@ -86,26 +90,36 @@ Result<std::map<std::string, std::vector<uint8_t>>> run_gptq(const QuantizeArgs&
   if (!tok) return Error{a.in + ": " + tok.error()};
   const auto tokens = tok->encode(*text);
   const auto t0 = std::chrono::steady_clock::now();
-  calib::GptqModelOptions g{.n_ctx = a.calib_ctx, .max_chunks = a.calib_chunks, .num_threads = a.threads,
-                            .bos = tok->add_bos() ? tok->bos() : -1, .gptq = a.gptq,
-                            .target = [&target](const std::string& name) {
-                              auto it = target.find(name);
-                              return it == target.end() ? DType::F32 : it->second;
-                            }};
+  const calib::Method method = a.method == "gptq" ? calib::Method::gptq
+                              : a.method == "awq" ? calib::Method::awq
+                                                  : calib::Method::awq_gptq;
+  calib::CalibratedOptions g{.method = method, .n_ctx = a.calib_ctx, .max_chunks = a.calib_chunks,
+                             .num_threads = a.threads, .bos = tok->add_bos() ? tok->bos() : -1, .gptq = a.gptq,
+                             .awq = a.awq, .target = [&target](const std::string& name) {
+                               auto it = target.find(name);
+                               return it == target.end() ? DType::F32 : it->second;
+                             }};
   const bool tty = isatty(fileno(stderr));
   g.on_layer = [tty, t0](int64_t done, int64_t layers) {
-    if (tty) std::fprintf(stderr, "\rgptq: layer %lld/%lld, %.0f s   ", (long long)done, (long long)layers,
+    if (tty) std::fprintf(stderr, "\rcalibrating: layer %lld/%lld, %.0f s   ", (long long)done, (long long)layers,
                           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   };
-  auto r = calib::gptq_quantize_model(**model, tokens, g);
-  if (!r) return Error{"gptq: " + r.error(), r.error_code()};
+  auto r = calib::calibrated_quantize(**model, tokens, g);
+  if (!r) return Error{a.method + ": " + r.error(), r.error_code()};
   if (tty) std::fprintf(stderr, "\n");
-  std::fprintf(stderr, "gptq: %zu tensors from %lld chunks of %lld tokens in %.1f s\n", r->tensors.size(),
+  std::string alphas;
+  if (!r->awq_alphas.empty()) {
+    std::vector<double> sorted = r->awq_alphas;
+    std::sort(sorted.begin(), sorted.end());
+    alphas = ", AWQ: " + std::to_string(sorted.size()) + " inputs scaled, median alpha " +
+             std::to_string(sorted[sorted.size() / 2]).substr(0, 4);
+  }
+  std::fprintf(stderr, "%s: %zu tensors from %lld chunks of %lld tokens in %.1f s%s\n", a.method.c_str(), r->tensors.size(),
                (long long)r->chunks, (long long)a.calib_ctx,
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  o.extra_metadata.push_back({"quantize.method", gguf::Value::of_string("gptq")});
-  o.extra_metadata.push_back({"quantize.gptq.dataset", gguf::Value::of_string(a.calib_text.substr(0, 127))});
-  o.extra_metadata.push_back({"quantize.gptq.chunks_count", gguf::Value::of_u32(uint32_t(r->chunks))});
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), alphas.c_str());
+  o.extra_metadata.push_back({"quantize.method", gguf::Value::of_string(a.method)});
+  o.extra_metadata.push_back({"quantize.calibration.dataset", gguf::Value::of_string(a.calib_text.substr(0, 127))});
+  o.extra_metadata.push_back({"quantize.calibration.chunks_count", gguf::Value::of_u32(uint32_t(r->chunks))});
   return std::move(r->tensors);
 }
 
@@ -161,8 +175,8 @@ int run_quantize(const QuantizeArgs& a) {
   };
   const auto t0 = std::chrono::steady_clock::now();
   std::map<std::string, std::vector<uint8_t>> calibrated;
-  if (a.method == "gptq") {
-    auto r = run_gptq(a, o);
+  if (a.method != "rtn") {
+    auto r = run_calibrated(a, o);
     if (!r) return fail(r.error());
     calibrated = std::move(*r);
     o.precomputed = &calibrated;
@@ -207,9 +221,10 @@ void register_quantize(CLI::App& app, Handler& handler) {
       ->check(CLI::Range(int64_t(8), int64_t(1) << 16));
   gate->needs(text);
   text->needs(gate);
-  cmd->add_option("--method", a->method, "rtn (round to nearest, the default) or gptq (needs --calib-text)")
-      ->check(CLI::IsMember({"rtn", "gptq"}));
-  cmd->add_option("--calib-text", a->calib_text, "Calibration text for --method gptq (not the evaluation text)");
+  cmd->add_option("--method", a->method,
+                  "rtn (round to nearest, the default), gptq, awq or awq-gptq (AWQ's scaling, then GPTQ); the last three need --calib-text")
+      ->check(CLI::IsMember({"rtn", "gptq", "awq", "awq-gptq"}));
+  cmd->add_option("--calib-text", a->calib_text, "Calibration text for --method gptq/awq/awq-gptq (not the evaluation text)");
   cmd->add_option("--calib-ctx", a->calib_ctx, "Calibration chunk size in tokens (default 512)")
       ->check(CLI::Range(int64_t(16), int64_t(1) << 16));
   cmd->add_option("--calib-chunks", a->calib_chunks, "Calibration chunks to use (default: all whole chunks of the text)")
@@ -218,13 +233,16 @@ void register_quantize(CLI::App& app, Handler& handler) {
       ->check(CLI::Range(0.0, 10.0));
   cmd->add_option("--gptq-block", a->gptq.block, "GPTQ lazy-update block in columns (default 128)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+  cmd->add_option("--awq-grid", a->awq.grid, "AWQ: points of the scale exponent's grid over [0, 1) (default 20)")
+      ->check(CLI::Range(1, 1000));
   cmd->add_flag("--act-order", a->gptq.act_order, "GPTQ: quantize columns in decreasing activation order (scales fixed up front)");
   cmd->add_flag("!--gptq-plain-scales", a->gptq.weighted_scales,
                 "GPTQ: choose block scales by plain rounding, not weighted by the Hessian's diagonal");
   cmd->callback([&handler, a] {
     handler = [a] {
-      if ((a->method == "gptq") != !a->calib_text.empty())
-        return fail(a->method == "gptq" ? "--method gptq needs --calib-text FILE" : "--calib-text is for --method gptq");
+      if ((a->method != "rtn") != !a->calib_text.empty())
+        return fail(a->method != "rtn" ? "--method " + a->method + " needs --calib-text FILE"
+                                       : std::string("--calib-text is for --method gptq, awq or awq-gptq"));
       return run_quantize(*a);
     };
   });

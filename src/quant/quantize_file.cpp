@@ -121,7 +121,6 @@ Status quantize_file(const std::string& in_path, const std::string& out_path, co
     for (int d = 1; d < t.n_dims; ++d) rows *= t.ne[d];
     const size_t src_rb = row_bytes(t.type, n), dst_rb = row_bytes(to, n);
     const uint8_t* src = t.data;
-    if (to == t.type) return std::vector<uint8_t>(src, src + src_rb * size_t(rows));
     if (o.precomputed) {
       if (auto it = o.precomputed->find(t.name); it != o.precomputed->end()) {
         if (it->second.size() != dst_rb * size_t(rows))
@@ -130,6 +129,7 @@ Status quantize_file(const std::string& in_path, const std::string& out_path, co
         return it->second;
       }
     }
+    if (to == t.type) return std::vector<uint8_t>(src, src + src_rb * size_t(rows));
     std::vector<uint8_t> out(dst_rb * size_t(rows));
     const auto* from = kernels::quant_traits(t.type);
     const auto* into = kernels::quant_traits(to);

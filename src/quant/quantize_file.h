@@ -31,8 +31,8 @@ struct QuantizeOptions {
   // quantizers (Q4_0, Q4_1, Q5_0, Q5_1 so far; a covered matrix of another quantized type is an
   // error, since its bytes would not be llama-quantize's).
   std::optional<Importance> importance;
-  // Tensors already quantized by a calibrated method (GPTQ), by name: their bytes in the planned
-  // type, written as they are (a wrong size is an error).
+  // Tensors a calibrated method made (GPTQ, AWQ: matrices, and the norms AWQ folded scales
+  // into), by name: their bytes in the planned type, written as they are (a wrong size is an error).
   const std::map<std::string, std::vector<uint8_t>>* precomputed = nullptr;
   // Written after the quantize.* keys (e.g. quantize.method).
   std::vector<std::pair<std::string, gguf::Value>> extra_metadata = {};
