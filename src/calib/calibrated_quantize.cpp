@@ -26,14 +26,19 @@ std::vector<Matrix*> block_matrices(LayerWeights& l) {
 
 // What pass 1 gathers about one matrix input (shared by the matrices of one linear() call).
 struct InputStats {
-  explicit InputStats(int64_t n, bool hessian) : n(n), abs_sum(size_t(n), 0.0) {
+  explicit InputStats(int64_t n, bool hessian) : n(n), abs_sum(size_t(n), 0.0), sq_sum(size_t(n), 0.0) {
     if (hessian) h = std::make_unique<quant::HessianAccumulator>(n);
   }
   int64_t n;
   std::unique_ptr<quant::HessianAccumulator> h;
-  std::vector<double> abs_sum;
+  std::vector<double> abs_sum, sq_sum;
   std::vector<float> sample;  // [rows][n]
   int64_t count = 0;
+  std::vector<float> mean_sq() const {
+    std::vector<float> m(static_cast<size_t>(n));
+    for (int64_t k = 0; k < n; ++k) m[size_t(k)] = float(sq_sum[size_t(k)] / double(count));
+    return m;
+  }
 };
 
 // One matrix of the block: where its rows go, its float weights (scaled in place by AWQ's
@@ -126,7 +131,7 @@ Result<CalibratedModel> calibrated_quantize(Model& model, std::span<const int32_
       if (!use_awq || rows != o.n_ctx) return;  // experts' gathered rows: no AWQ
       for (int64_t r = 0; r < rows; ++r) {
         const float* v = x + r * st->n;
-        for (int64_t k = 0; k < st->n; ++k) st->abs_sum[size_t(k)] += std::fabs(v[k]);
+        for (int64_t k = 0; k < st->n; ++k) st->abs_sum[size_t(k)] += std::fabs(v[k]), st->sq_sum[size_t(k)] += double(v[k]) * v[k];
         if ((chunk_index * o.n_ctx + r) % stride == 0) st->sample.insert(st->sample.end(), v, v + st->n);
       }
       st->count += rows;
@@ -163,7 +168,8 @@ Result<CalibratedModel> calibrated_quantize(Model& model, std::span<const int32_
         if (tie) mean_abs = *tie;
         std::vector<quant::AwqMatrix> am;
         for (Job* j : mats) am.push_back({j->w.data(), j->matrix->n_out, j->to});
-        auto r = quant::awq_search(am, st.n, st.sample.data(), int64_t(st.sample.size()) / st.n, mean_abs, o.awq, pool);
+        auto r = quant::awq_search(am, st.n, st.sample.data(), int64_t(st.sample.size()) / st.n, mean_abs,
+                                   st.mean_sq(), o.awq, pool);
         if (!r) return Error{r.error()};
         out.awq_alphas.push_back(r->alpha);
         if (std::getenv("KVASIR_AWQ_DEBUG")) std::fprintf(stderr, "awq layer %lld n %lld alpha %.2f loss/rtn %.3f\n", (long long)il, (long long)st.n, r->alpha, r->loss / r->rtn_loss);
@@ -255,10 +261,16 @@ Result<CalibratedModel> calibrated_quantize(Model& model, std::span<const int32_
         q = std::move(*r);
       } else {  // round to nearest (after AWQ's scaling; an expert no token chose; a float type)
         q.resize(size_t(m.n_out) * rb);
-        const auto* into = kernels::quant_traits(j.to);
+        // AWQ's quantizer: weighted by E[(x / s)²] where the search used it.
+        const bool weighted = use_awq && o.awq.weighted && j.stats && j.stats->count > 0;
+        const std::vector<float> mean_sq = weighted ? j.stats->mean_sq() : std::vector<float>{};
+        const std::vector<float> ones(weighted && j.in_scale.empty() ? size_t(m.n_in) : 0, 1.f);
+        const std::span<const float> s = j.in_scale.empty() ? std::span<const float>(ones) : j.in_scale;
         for (int64_t r = 0; r < m.n_out; ++r) {
-          if (j.to == DType::F32) std::memcpy(q.data() + size_t(r) * rb, j.w.data() + r * m.n_in, rb);
-          else into->quantize_row(j.w.data() + r * m.n_in, q.data() + size_t(r) * rb, m.n_in);
+          uint8_t* y = q.data() + size_t(r) * rb;
+          if (j.to == DType::F32) std::memcpy(y, j.w.data() + r * m.n_in, rb);
+          else if (dtype_info(j.to).block_size > 1) quant::awq_quantize_row(j.to, j.w.data() + r * m.n_in, y, m.n_in, s, mean_sq);
+          else kernels::quant_traits(j.to)->quantize_row(j.w.data() + r * m.n_in, y, m.n_in);
         }
       }
       int64_t tensor_rows = 1;

@@ -16,8 +16,17 @@ void parallel(ThreadPool* pool, int64_t n, int64_t grain, const std::function<vo
 
 }  // namespace
 
+void awq_quantize_row(DType type, const float* scaled, void* dst, int64_t n, std::span<const float> s,
+                      std::span<const float> mean_sq) {
+  const auto weighted = mean_sq.empty() ? nullptr : kernels::weighted_quantizer(type);
+  if (!weighted) return kernels::quant_traits(type)->quantize_row(scaled, dst, n);
+  std::vector<float> imp(static_cast<size_t>(n));
+  for (int64_t j = 0; j < n; ++j) imp[size_t(j)] = mean_sq[size_t(j)] / (s[size_t(j)] * s[size_t(j)]);
+  weighted(scaled, dst, n, imp.data());
+}
+
 double awq_output_error(std::span<const AwqMatrix> mats, int64_t n, const float* x, int64_t rows,
-                        std::span<const float> s, ThreadPool* pool) {
+                        std::span<const float> s, std::span<const float> mean_sq, ThreadPool* pool) {
   const DType act_type = kernels::quant_traits(DType::F32)->vec_dot_type;
   std::vector<uint8_t> act(row_bytes(act_type, n) * size_t(rows));
   kernels::quantize_activations(act_type, x, rows, n, act.data());
@@ -33,7 +42,7 @@ double awq_output_error(std::span<const AwqMatrix> mats, int64_t n, const float*
         const float* w = m.w + r * n;
         float* dr = d.data() + r * n;
         for (int64_t j = 0; j < n; ++j) scaled[size_t(j)] = w[j] * s[size_t(j)];
-        tr->quantize_row(scaled.data(), q.data(), n);
+        awq_quantize_row(m.type, scaled.data(), q.data(), n, s, mean_sq);
         tr->dequantize_row(q.data(), dr, n);
         for (int64_t j = 0; j < n; ++j) dr[j] = dr[j] / s[size_t(j)] - w[j];
       }
@@ -50,8 +59,10 @@ double awq_output_error(std::span<const AwqMatrix> mats, int64_t n, const float*
 }
 
 Result<AwqScales> awq_search(std::span<const AwqMatrix> mats, int64_t n, const float* x, int64_t rows,
-                             std::span<const float> mean_abs, const AwqOptions& o, ThreadPool* pool) {
-  if (int64_t(mean_abs.size()) != n || rows < 1 || o.grid < 1)
+                             std::span<const float> mean_abs, std::span<const float> mean_sq,
+                             const AwqOptions& o, ThreadPool* pool) {
+  if (!o.weighted) mean_sq = {};
+  if (int64_t(mean_abs.size()) != n || rows < 1 || o.grid < 1 || (!mean_sq.empty() && int64_t(mean_sq.size()) != n))
     return Error{"AWQ: needs a magnitude per channel and sample rows", ErrorCode::invalid_argument};
   for (const AwqMatrix& m : mats) {
     const auto* tr = kernels::quant_traits(m.type);
@@ -70,7 +81,7 @@ Result<AwqScales> awq_search(std::span<const AwqMatrix> mats, int64_t n, const f
     }
     const float norm = std::sqrt(lo * hi);
     for (float& v : s) v /= norm;
-    const double loss = awq_output_error(mats, n, x, rows, s, pool);
+    const double loss = awq_output_error(mats, n, x, rows, s, mean_sq, pool);
     if (g == 0) best.rtn_loss = loss;
     if (g == 0 || loss < best.loss) best.s = s, best.alpha = alpha, best.loss = loss;
   }

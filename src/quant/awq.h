@@ -5,6 +5,9 @@
 // Σ_W ||(Q(W diag(s)) diag(s)⁻¹ − W) xᵀ||² over sample rows of x, Q the type's round-to-nearest.
 // α = 0 is plain RTN, so the search never does worse than RTN on its sample. diag(s)⁻¹ is then
 // folded, exactly, into whatever produces x (a norm's weight, the rows of a matrix before it).
+// Given the mean squared activations, Q is the type's weighted quantizer (Q4_0, Q4_1, Q5_0, Q5_1,
+// and the K-quants that have one) with importance E[(x / s)²], as an importance matrix weighs it:
+// AWQ's scaling and llama.cpp's imatrix rounding compose.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -24,6 +27,7 @@ struct AwqMatrix {
 
 struct AwqOptions {
   int grid = 20;  // α = 0, 1/grid, ..., (grid-1)/grid, as AutoAWQ searches
+  bool weighted = true;  // the weighted quantizer where the type has one and mean_sq is given
 };
 
 struct AwqScales {
@@ -31,13 +35,18 @@ struct AwqScales {
   double alpha = 0, loss = 0, rtn_loss = 0;  // the chosen α, its error, α = 0's error
 };
 
-// x: [rows][n] sample inputs; mean_abs: [n]. Channels with equal mean_abs get equal scales (what
-// a fold through grouped-query attention needs).
+// x: [rows][n] sample inputs; mean_abs, mean_sq: [n] (mean_sq may be empty: plain rounding).
+// Channels with equal mean_abs get equal scales (what a fold through grouped-query attention needs).
 Result<AwqScales> awq_search(std::span<const AwqMatrix> mats, int64_t n, const float* x, int64_t rows,
-                             std::span<const float> mean_abs, const AwqOptions& options, ThreadPool* pool);
+                             std::span<const float> mean_abs, std::span<const float> mean_sq,
+                             const AwqOptions& options, ThreadPool* pool);
 
 // Σ_W ||(Q(W diag(s)) diag(s)⁻¹ − W) xᵀ||²: the error awq_search minimizes, for given scales.
 double awq_output_error(std::span<const AwqMatrix> mats, int64_t n, const float* x, int64_t rows,
-                        std::span<const float> s, ThreadPool* pool);
+                        std::span<const float> s, std::span<const float> mean_sq, ThreadPool* pool);
+
+// One row of W diag(s) quantized as awq_search's Q does: importance mean_sq / s² when given.
+void awq_quantize_row(DType type, const float* scaled_row, void* dst, int64_t n, std::span<const float> s,
+                      std::span<const float> mean_sq);
 
 }  // namespace kvasir::quant

@@ -164,10 +164,10 @@ TEST(CalibratedQuantize, AwqFoldsLeaveTheFloatModelUnchanged) {
   EXPECT_GT(worst, 0.f);  // it did scale something
 }
 
-// On held-out text, AWQ + GPTQ beats RTN; AWQ alone (then round to nearest) gains nothing on this
-// 260K-parameter toy with rows of 64 (two Q4_0 blocks a row) and stays within 5% of RTN, while
-// every searched input's sampled output error drops (5-35%). Measured: RTN 0.0844, AWQ 0.0858,
-// AWQ + GPTQ 0.0643, GPTQ 0.0601. The real model's figures are in docs/PERFORMANCE.md.
+// On held-out text, AWQ + GPTQ beats RTN; AWQ alone (then weighted rounding) gains little on this
+// 260K-parameter toy with rows of 64 (two Q4_0 blocks a row), while every searched input's
+// sampled output error drops 5-35%. Measured: RTN 0.0844, AWQ 0.0812, AWQ + GPTQ 0.0620, GPTQ
+// 0.0601. The real model's figures are in docs/PERFORMANCE.md.
 TEST(CalibratedQuantize, AwqBeatsRoundToNearest) {
   Stories st;
   if (!st.load()) GTEST_SKIP() << "../shared is not available";
@@ -186,7 +186,7 @@ TEST(CalibratedQuantize, AwqBeatsRoundToNearest) {
     ASSERT_TRUE(quant::quantize_file(f32, file, o).ok());
     const double kld = mean_kld(**Model::load(file), *st.base, st.held_out());
     std::printf("%s: held-out mean KLD %.4f (RTN %.4f)\n", m == calib::Method::awq ? "AWQ" : "AWQ+GPTQ", kld, rtn);
-    EXPECT_LT(kld, (m == calib::Method::awq ? 1.05 : 0.8) * rtn);
+    EXPECT_LT(kld, (m == calib::Method::awq ? 0.99 : 0.8) * rtn);
   }
   std::remove(file.c_str());
 }

@@ -214,6 +214,44 @@ TEST(Cli, QuantizeQualityGate) {
   EXPECT_NE(kvasir({"quantize", f32, out, "q8_0", "--max-kld", "0.01"}).code, 0);  // the gate needs a text
 }
 
+// Calibrated methods from the command line: a GPTQ and an AWQ+GPTQ file that load and generate,
+// with the method recorded; the quality gate applies to them; bad calibration input is refused.
+TEST(Cli, QuantizeWithCalibration) {
+  const std::string f32 = shared_path("models/stories260K.gguf");
+  const std::string text = shared_path("golden/perplexity/stories-sampled.txt");
+  if (!std::ifstream(f32) || !std::ifstream(text)) GTEST_SKIP() << "../shared is not available";
+  const std::string out = ::testing::TempDir() + "/kvasir_cli_gptq.gguf";
+  for (const std::string method : {"gptq", "awq-gptq"}) {
+    const auto q = kvasir({"quantize", f32, out, "q4_0", "--method", method, "--calib-text", text, "--calib-ctx", "128",
+                           "--calib-chunks", "8", "-t", "2", "--max-kld", "0.5", "--eval-text", text, "--eval-ctx", "128"});
+    ASSERT_EQ(q.code, 0) << q.err;
+    EXPECT_NE(q.err.find(method + ": "), std::string::npos) << q.err;
+    EXPECT_NE(q.err.find("pass"), std::string::npos) << q.err;
+    const auto info = kvasir({"inspect", out});
+    EXPECT_NE(info.out.find(method), std::string::npos);  // quantize.method
+    const auto run = kvasir({"run", "-m", out, "-p", "Once upon a time", "-n", "8", "--temp", "0"});
+    EXPECT_EQ(run.code, 0) << run.err;
+    EXPECT_FALSE(run.out.empty());
+  }
+  const auto no_text = kvasir({"quantize", f32, out, "q4_0", "--method", "gptq"});
+  EXPECT_EQ(no_text.code, 1);
+  EXPECT_NE(no_text.err.find("--calib-text"), std::string::npos) << no_text.err;
+  const auto stray = kvasir({"quantize", f32, out, "q4_0", "--calib-text", text});
+  EXPECT_EQ(stray.code, 1);
+  const std::string tiny = ::testing::TempDir() + "/kvasir_cli_tiny.txt";
+  std::ofstream(tiny) << "Once upon a time.";
+  const auto short_text = kvasir({"quantize", f32, out, "q4_0", "--method", "awq", "--calib-text", tiny});
+  EXPECT_EQ(short_text.code, 1);
+  EXPECT_NE(short_text.err.find("at least one chunk"), std::string::npos) << short_text.err;
+  const auto missing = kvasir({"quantize", f32, out, "q4_0", "--method", "gptq", "--calib-text", tiny + ".absent"});
+  EXPECT_EQ(missing.code, 1);
+  EXPECT_NE(missing.err.find("cannot read"), std::string::npos) << missing.err;
+  const auto bad_method = kvasir({"quantize", f32, out, "q4_0", "--method", "spqr", "--calib-text", text});
+  EXPECT_NE(bad_method.code, 0);
+  std::remove(out.c_str());
+  std::remove(tiny.c_str());
+}
+
 // --quantize at load gives exactly what loading a `kvasir quantize` file gives.
 TEST(Cli, RuntimeQuantizeEqualsTheQuantizedFile) {
   const std::string f32 = shared_path("models/stories260K.gguf");

@@ -56,21 +56,21 @@ TEST(Awq, ScalesCutTheErrorOfRoundToNearest) {
   ThreadPool pool(2);
   for (DType t : {DType::Q4_0, DType::Q3_K, DType::Q2_K}) {
     const AwqMatrix m{p.w.data(), p.n_out, t};
-    auto r = awq_search({&m, 1}, p.n, p.x.data(), p.rows, p.mean_abs, {}, &pool);
+    auto r = awq_search({&m, 1}, p.n, p.x.data(), p.rows, p.mean_abs, {}, {}, &pool);
     ASSERT_TRUE(r.ok()) << r.error();
     EXPECT_NEAR(r->rtn_loss, direct_rtn_error(p, t), 1e-4 * r->rtn_loss) << dtype_name(t);
     const std::vector<float> ones(size_t(p.n), 1.f);
-    EXPECT_NEAR(awq_output_error({&m, 1}, p.n, p.x.data(), p.rows, ones, &pool), r->rtn_loss, 1e-9 * r->rtn_loss);
-    EXPECT_NEAR(awq_output_error({&m, 1}, p.n, p.x.data(), p.rows, r->s, &pool), r->loss, 1e-9 * r->loss);
+    EXPECT_NEAR(awq_output_error({&m, 1}, p.n, p.x.data(), p.rows, ones, {}, &pool), r->rtn_loss, 1e-9 * r->rtn_loss);
+    EXPECT_NEAR(awq_output_error({&m, 1}, p.n, p.x.data(), p.rows, r->s, {}, &pool), r->loss, 1e-9 * r->loss);
     std::printf("%s: alpha %.2f, error %.3f of RTN's\n", std::string(dtype_name(t)).c_str(), r->alpha, r->loss / r->rtn_loss);
     EXPECT_GT(r->alpha, 0);
     EXPECT_LT(r->loss, 0.7 * r->rtn_loss) << dtype_name(t);
     // Equal magnitudes: every α gives s = 1, nothing to gain.
     const std::vector<float> flat(size_t(p.n), 1.f);
-    auto none = awq_search({&m, 1}, p.n, p.x.data(), p.rows, flat, {}, &pool);
+    auto none = awq_search({&m, 1}, p.n, p.x.data(), p.rows, flat, {}, {}, &pool);
     ASSERT_TRUE(none.ok());
     EXPECT_EQ(none->loss, none->rtn_loss);
   }
   const AwqMatrix bad{p.w.data(), p.n_out, DType::Q4_0};
-  EXPECT_FALSE(awq_search({&bad, 1}, 100, p.x.data(), p.rows, std::vector<float>(100, 1.f), {}, nullptr).ok());
+  EXPECT_FALSE(awq_search({&bad, 1}, 100, p.x.data(), p.rows, std::vector<float>(100, 1.f), {}, {}, nullptr).ok());
 }
