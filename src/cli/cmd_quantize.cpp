@@ -213,7 +213,7 @@ void register_quantize(CLI::App& app, Handler& handler) {
   cmd->add_option("--token-embedding-type", a->embedding_type, "Type of token_embd.weight");
   cmd->add_option("--tensor-type", a->tensor_types, "REGEX=TYPE for the tensors whose names match (repeatable)");
   cmd->add_option("-t,--threads", a->threads, "Threads (default: physical cores)");
-  cmd->add_option("--imatrix", a->imatrix, "Importance matrix (kvasir imatrix's or llama-imatrix's file): weighted quantization as llama-quantize --imatrix (Q4_0, Q4_1, Q5_0, Q5_1 so far)");
+  cmd->add_option("--imatrix", a->imatrix, "Importance matrix (kvasir imatrix's or llama-imatrix's file): weighted quantization as llama-quantize --imatrix (Q4_0, Q4_1, Q5_0, Q5_1, Q2_K..Q6_K)");
   auto* gate = cmd->add_option("--max-kld", a->max_kld, "Quality gate: refuse (write nothing, exit 1) when the mean KL divergence from the input on --eval-text exceeds this")
                    ->check(CLI::Range(0.0, 1e9));
   auto* text = cmd->add_option("--eval-text", a->eval_text, "Text for the quality gate (held out: not a calibration text)");

@@ -93,8 +93,8 @@ Status quantize_file(const std::string& in_path, const std::string& out_path, co
                        ErrorCode::invalid_argument};
         if (!kernels::weighted_quantizer(to) && to != DType::Q8_0)
           return Error{"tensor '" + t->name + "' gets " + std::string(dtype_name(to)) +
-                           ", which kvasir cannot quantize with an importance matrix yet (Q4_0, Q4_1, Q5_0, Q5_1 and "
-                           "Q8_0 can; or leave the imatrix out)",
+                           ", which kvasir cannot quantize with an importance matrix yet (Q4_0, Q4_1, Q5_0, Q5_1, "
+                           "Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and Q8_0 can; or leave the imatrix out)",
                        ErrorCode::invalid_argument};
         imp = it->second.data();
       }

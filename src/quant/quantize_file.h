@@ -28,8 +28,9 @@ struct Importance {
 struct QuantizeOptions {
   TensorRules rules;
   // With an importance matrix, matrices it covers are quantized by the types' weighted
-  // quantizers (Q4_0, Q4_1, Q5_0, Q5_1 so far; a covered matrix of another quantized type is an
-  // error, since its bytes would not be llama-quantize's).
+  // quantizers (Q4_0, Q4_1, Q5_0, Q5_1, Q2_K..Q6_K; Q8_0 ignores the weights as ggml does; a
+  // covered matrix of another quantized type is an error, since its bytes would not be
+  // llama-quantize's).
   std::optional<Importance> importance;
   // Tensors a calibrated method made (GPTQ, AWQ: matrices, and the norms AWQ folded scales
   // into), by name: their bytes in the planned type, written as they are (a wrong size is an error).

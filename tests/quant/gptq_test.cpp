@@ -136,8 +136,8 @@ TEST(Gptq, CutsTheOutputErrorOfRoundToNearest) {
   const Problem p;
   ThreadPool pool(2);
   const std::pair<DType, double> figures[] = {{DType::Q4_0, 0.052}, {DType::Q4_1, 0.044}, {DType::Q5_0, 0.059},
-                                              {DType::Q8_0, 0.066}, {DType::Q2_K, 0.089}, {DType::Q3_K, 0.072},
-                                              {DType::Q4_K, 0.074}, {DType::Q5_K, 0.067}, {DType::Q6_K, 0.076}};
+                                              {DType::Q8_0, 0.066}, {DType::Q2_K, 0.058}, {DType::Q3_K, 0.057},
+                                              {DType::Q4_K, 0.059}, {DType::Q5_K, 0.054}, {DType::Q6_K, 0.063}};
   for (const auto& [t, figure] : figures) {
     const double base = output_error(t, p.w, rtn(t, p.w, p.n_out, p.n), p.n_out, p.n, p.h);
     auto q = gptq_quantize(t, p.w.data(), p.n_out, p.n, p.h, {}, &pool);

@@ -127,12 +127,10 @@ TEST(Quantize, ImportanceWeightedQuantizersCutTheWeightedError) {
     }
     EXPECT_LT(weighted_err, 0.9 * plain_err) << dtype_name(t);
   }
-  EXPECT_EQ(kernels::weighted_quantizer(DType::Q4_K), nullptr);
 }
 
 // With an importance matrix: llama.cpp's Q4_0 / Q5_0 guard on the first eighth of ffn_down, the
-// quantize.imatrix.* keys, weighted quantization of the covered matrices, and a clear refusal for
-// types kvasir cannot weight yet.
+// quantize.imatrix.* keys, weighted quantization of the covered matrices (k-quants included).
 TEST(Quantize, WithAnImportanceMatrix) {
   TensorRules r{.type = *file_type("q4_0"), .has_imatrix = true};
   EXPECT_EQ(tensor_type(r, {"blk.0.ffn_down.weight", {256, 256}, 0, 16, true}), DType::Q4_1);
@@ -173,12 +171,11 @@ TEST(Quantize, WithAnImportanceMatrix) {
   };
   EXPECT_NE(data_of(*fa, "blk.0.attn_q.weight"), data_of(*fb, "blk.0.attn_q.weight"));  // weighted
   EXPECT_EQ(data_of(*fa, "token_embd.weight"), data_of(*fb, "token_embd.weight"));      // not covered
-  // Q4_K has no weighted quantizer yet: refused rather than written unlike llama-quantize's.
+  // The k-quants have weighted quantizers too: a Q4_K_M mix with the imatrix is written.
   QuantizeOptions k = options("q4_k_m", false);
   k.importance = imp;
-  auto refused = quantize_file(f32, temp("imatrix_q4_k.gguf"), k);
-  ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.error().find("importance matrix"), std::string::npos) << refused.error();
+  auto k_quants = quantize_file(f32, temp("imatrix_q4_k.gguf"), k);
+  ASSERT_TRUE(k_quants.ok()) << k_quants.error();
   // A matrix of the wrong size is an error naming it.
   imp.weights["blk.0.attn_q.weight"].pop_back();
   o.importance = imp;

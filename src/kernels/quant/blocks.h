@@ -94,6 +94,29 @@ inline void unpack_scale_min_k4(int j, const uint8_t* q, uint8_t& sc, uint8_t& m
   }
 }
 
+// Inverse of unpack_scale_min_k4: eight 6-bit scales and mins into 12 bytes (as ggml packs them,
+// a code above 63 losing its high bits).
+inline void pack_scale_min_k4(const uint8_t ls[8], const uint8_t lm[8], uint8_t* s) {
+  for (int j = 0; j < 8; ++j) {
+    if (j < 4) {
+      s[j] = ls[j];
+      s[j + 4] = lm[j];
+    } else {
+      s[j + 4] = uint8_t((ls[j] & 0xF) | ((lm[j] & 0xF) << 4));
+      s[j - 4] |= uint8_t((ls[j] >> 4) << 6);
+      s[j] |= uint8_t((lm[j] >> 4) << 6);
+    }
+  }
+}
+
+// Q2_K / Q3_K: four 2-bit quants per byte; byte l of each 32-byte group holds elements l, l+32,
+// l+64, l+96 of its 128.
+inline void pack_2bit(const uint8_t* L, uint8_t* qs) {
+  for (int j = 0; j < kQK; j += 128)
+    for (int l = 0; l < 32; ++l)
+      qs[j / 4 + l] = uint8_t(L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) | (L[j + l + 96] << 6));
+}
+
 // Q3_K: the 16 six-bit scales (still offset by 32) from the 12 packed bytes.
 inline void unpack_scales_q3_k(const uint8_t* packed, int8_t out[16]) {
   for (int j = 0; j < 16; ++j) {

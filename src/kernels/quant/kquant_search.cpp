@@ -177,4 +177,73 @@ float make_qkx2_quants(int n, int nmax, const float* x, const float* weights, ui
   return scale;
 }
 
+float make_qp_quants(int n, int nmax, const float* x, uint8_t* L, const float* weights) {
+  // ggml's MAX / MIN macros (a > b ? a : b), kept for their NaN behaviour.
+  float max = 0;
+  for (int i = 0; i < n; ++i) max = max > x[i] ? max : x[i];
+  if (max < kGroupMaxEps) {
+    std::fill(L, L + n, uint8_t(0));
+    return 0.f;
+  }
+  // L is uint8_t as in ggml: a negative quant (from a negative x) wraps, and the wrapped value
+  // is what the error sums below see.
+  float iscale = nmax / max;
+  for (int i = 0; i < n; ++i) L[i] = uint8_t(nearest_int(iscale * x[i]));
+  const float scale = 1 / iscale;
+  float best_mse = 0;
+  for (int i = 0; i < n; ++i) {
+    const float diff = x[i] - scale * L[i];
+    best_mse += weights[i] * diff * diff;
+  }
+  for (int is = -4; is <= 4; ++is) {
+    if (is == 0) continue;
+    const float iscale_is = (0.1f * is + nmax) / max;
+    const float scale_is = 1 / iscale_is;
+    float mse = 0;
+    for (int i = 0; i < n; ++i) {
+      int l = nearest_int(iscale_is * x[i]);
+      l = nmax < l ? nmax : l;
+      const float diff = x[i] - scale_is * l;
+      mse += weights[i] * diff * diff;
+    }
+    if (mse < best_mse) {
+      best_mse = mse;
+      iscale = iscale_is;
+    }
+  }
+  float sumlx = 0, suml2 = 0;
+  for (int i = 0; i < n; ++i) {
+    int l = nearest_int(iscale * x[i]);
+    l = nmax < l ? nmax : l;
+    L[i] = uint8_t(l);
+    const float w = weights[i];
+    sumlx += w * x[i] * l;  // the unwrapped int, as ggml sums it
+    suml2 += w * l * l;
+  }
+  for (int itry = 0; itry < 5; ++itry) {
+    int n_changed = 0;
+    for (int i = 0; i < n; ++i) {
+      const float w = weights[i];
+      float slx = sumlx - w * x[i] * L[i];
+      float sl2 = suml2 - w * L[i] * L[i];
+      if (slx > 0 && sl2 > 0) {
+        int new_l = nearest_int(x[i] * sl2 / slx);
+        new_l = nmax < new_l ? nmax : new_l;
+        if (new_l != L[i]) {
+          slx += w * x[i] * new_l;
+          sl2 += w * new_l * new_l;
+          if (slx * slx * suml2 > sumlx * sumlx * sl2) {
+            L[i] = uint8_t(new_l);
+            sumlx = slx;
+            suml2 = sl2;
+            ++n_changed;
+          }
+        }
+      }
+    }
+    if (!n_changed) break;
+  }
+  return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
+}
+
 }  // namespace kvasir::kernels::ref

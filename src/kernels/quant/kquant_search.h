@@ -21,4 +21,10 @@ float make_qkx2_quants(int n, int nmax, const float* x, const float* weights, ui
                        float* neg_min, uint8_t* Laux, float rmin, float rdelta, int nstep,
                        bool use_mad);
 
+// Non-negative quants in [0, nmax] with no minimum, under explicit weights (the sub-block scales
+// and mins of the importance-weighted Q2_K, Q4_K, Q5_K against their super-block scale): the
+// scale with the least weighted error among nmax/max and 8 nearby ones, then up to five rounds of
+// moving single quants while that lowers the error (ggml's make_qp_quants). Returns the scale.
+float make_qp_quants(int n, int nmax, const float* x, uint8_t* L, const float* weights);
+
 }  // namespace kvasir::kernels::ref

@@ -31,6 +31,11 @@ void quantize_q4_0_weighted(const float* src, void* dst, int64_t n, const float*
 void quantize_q4_1_weighted(const float* src, void* dst, int64_t n, const float* imp);
 void quantize_q5_0_weighted(const float* src, void* dst, int64_t n, const float* imp);
 void quantize_q5_1_weighted(const float* src, void* dst, int64_t n, const float* imp);
+void quantize_q2_k_weighted(const float* src, void* dst, int64_t n, const float* imp);
+void quantize_q3_k_weighted(const float* src, void* dst, int64_t n, const float* imp);
+void quantize_q4_k_weighted(const float* src, void* dst, int64_t n, const float* imp);
+void quantize_q5_k_weighted(const float* src, void* dst, int64_t n, const float* imp);
+void quantize_q6_k_weighted(const float* src, void* dst, int64_t n, const float* imp);
 
 // k-quants.
 void dequantize_q2_k(const void* src, float* dst, int64_t n);

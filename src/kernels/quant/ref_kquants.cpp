@@ -17,28 +17,6 @@
 namespace kvasir::kernels::ref {
 namespace {
 
-// Four 2-bit quants per byte: byte l of each 32-byte group holds elements l, l+32, l+64, l+96.
-void pack_2bit(const uint8_t* L, uint8_t* qs) {
-  for (int j = 0; j < kQK; j += 128)
-    for (int l = 0; l < 32; ++l)
-      qs[j / 4 + l] = uint8_t(L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) |
-                              (L[j + l + 96] << 6));
-}
-
-// Q4_K / Q5_K: eight 6-bit scales and mins into 12 bytes (inverse of unpack_scale_min_k4).
-void pack_scale_min_k4(const uint8_t ls[8], const uint8_t lm[8], uint8_t* s) {
-  for (int j = 0; j < 8; ++j) {
-    if (j < 4) {
-      s[j] = ls[j];
-      s[j + 4] = lm[j];
-    } else {
-      s[j + 4] = uint8_t((ls[j] & 0xF) | ((lm[j] & 0xF) << 4));
-      s[j - 4] |= uint8_t((ls[j] >> 4) << 6);
-      s[j] |= uint8_t((lm[j] >> 4) << 6);
-    }
-  }
-}
-
 // Shared by Q4_K and Q5_K: per-32 (scale, min) search, 6-bit scale/min codes, requantized L.
 void quantize_scale_min_k4(const float* x, int nmax, float rmin, float rdelta, int nstep,
                            uint16_t& d_out, uint16_t& dmin_out, uint8_t* scales, uint8_t* L) {

@@ -66,6 +66,11 @@ QuantizeWeightedFn weighted_quantizer(DType type) {
     case DType::Q4_1: return ref::quantize_q4_1_weighted;
     case DType::Q5_0: return ref::quantize_q5_0_weighted;
     case DType::Q5_1: return ref::quantize_q5_1_weighted;
+    case DType::Q2_K: return ref::quantize_q2_k_weighted;
+    case DType::Q3_K: return ref::quantize_q3_k_weighted;
+    case DType::Q4_K: return ref::quantize_q4_k_weighted;
+    case DType::Q5_K: return ref::quantize_q5_k_weighted;
+    case DType::Q6_K: return ref::quantize_q6_k_weighted;
     default: return nullptr;
   }
 }
