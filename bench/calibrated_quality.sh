@@ -24,12 +24,18 @@ faq=/usr/share/doc/debian/FAQ/debian-faq.en.txt.gz
 zcat "$faq" > "$out/faq.txt"
 half=$(( $(wc -c < "$out/faq.txt") / 2 ))
 head -c "$half" "$out/faq.txt" > "$out/calibration.txt"
-tail -c +"$((half + 1))" "$out/faq.txt" | head -c "${EVAL_BYTES:-60000}" > "$out/eval.txt"
+# (no pipe: head ending first would kill tail with SIGPIPE, fatal under pipefail)
+tail -c +"$((half + 1))" "$out/faq.txt" > "$out/second-half.txt"
+head -c "${EVAL_BYTES:-60000}" "$out/second-half.txt" > "$out/eval.txt"
 llama=""
 if [[ " ${methods[*]} " == *" llama-imat "* ]]; then
   llama="$("$here/build_llamacpp.sh" llama-imatrix llama-quantize llama-perplexity)"
   [ -f "$out/llama-imatrix.gguf" ] || "$llama/llama-imatrix" -m "$f32" -f "$out/calibration.txt" -o "$out/llama-imatrix.gguf" \
     -c 512 --chunks 32 -b 512 --no-ppl -t 2 > "$out/llama-imatrix.log" 2>&1
+fi
+if [ -n "$llama" ]; then  # llama.cpp's PPL of the source over the chunks its load check reads
+  "$llama/llama-perplexity" -m "$f32" -f "$out/eval.txt" -c 256 --chunks 4 -t 2 > "$out/f32.llama-ppl.log" 2>&1
+  grep -o "Final estimate: PPL = [0-9.]*" "$out/f32.llama-ppl.log" | sed "s|^|  llama.cpp, the F32 source: |" >&2
 fi
 echo "| type | method | file MiB | PPL | mean KLD | same top-1 | quantize s |"
 echo "|---|---|---:|---:|---:|---:|---:|"

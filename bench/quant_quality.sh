@@ -15,7 +15,9 @@ work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
 zcat "$faq" > "$work/faq.txt"
 half=$(( $(wc -c < "$work/faq.txt") / 2 ))
 head -c "$half" "$work/faq.txt" > "$work/calibration.txt"
-tail -c +"$((half + 1))" "$work/faq.txt" | head -c "${EVAL_BYTES:-60000}" > "$work/eval.txt"
+# (no pipe: head ending first would kill tail with SIGPIPE, fatal under pipefail)
+tail -c +"$((half + 1))" "$work/faq.txt" > "$work/second-half.txt"
+head -c "${EVAL_BYTES:-60000}" "$work/second-half.txt" > "$work/eval.txt"
 echo "| type | method | file MiB | PPL | mean KLD | same top-1 |"
 echo "|---|---|---:|---:|---:|---:|"
 base=$("$bin" perplexity -m "$f32" -f "$work/eval.txt" -c 256 --json)

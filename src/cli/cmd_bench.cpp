@@ -233,7 +233,7 @@ void register_bench(CLI::App& app, Handler& handler) {
   cmd->add_option("-t,--threads", a->threads, "Thread counts, comma-separated");
   cmd->add_option("-r,--repetitions", a->reps, "Runs per test after a warm-up")->check(CLI::Range(1, 1000));
   cmd->add_option("-b,--batch", a->batch, "Prefill chunk in tokens")->check(CLI::Range(1, 1 << 16));
-  cmd->add_option("--kv-type", a->kv_type, "KV cache type: f16 or f32");
+  cmd->add_option("--kv-type", a->kv_type, "KV cache type: f16, f32, q8_0 or q4_0 (4-bit K is stored Hadamard-rotated)");
   cmd->add_flag("--json", a->json, "JSON output");
   cmd->add_flag("--csv", a->csv, "CSV output");
   cmd->callback([&handler, a] { handler = [a] { return run_bench(*a); }; });

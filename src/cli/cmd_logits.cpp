@@ -80,7 +80,7 @@ void register_logits(CLI::App& app, Handler& handler) {
   cmd->add_flag("--all", a->all, "Include every logit of every position");
   cmd->add_option("--greedy", a->greedy, "Continue N tokens by argmax")->check(CLI::Range(0, 1 << 20));
   cmd->add_option("-t,--threads", a->threads, "Threads (default: physical cores)");
-  cmd->add_option("--kv-type", a->kv_type, "KV cache type: f16 or f32");
+  cmd->add_option("--kv-type", a->kv_type, "KV cache type: f16, f32, q8_0 or q4_0 (4-bit K is stored Hadamard-rotated)");
   cmd->callback([&handler, a] { handler = [a] { return run_logits(*a); }; });
 }
 

@@ -24,6 +24,8 @@ struct PerplexityArgs {
   int64_t n_ctx = 512;
   int threads = 0;
   bool json = false;
+  std::string kv_type = "f16", base_kv_type = "f16";
+  bool kv_no_rotate = false;
 };
 
 int run_perplexity(PerplexityArgs a) {
@@ -45,6 +47,10 @@ int run_perplexity(PerplexityArgs a) {
       return fail("--kl-base tokenizes the text differently: the models must share a vocabulary");
     base = std::move(*b);
   }
+  auto kv_type = parse_kv_type(a.kv_type);
+  if (!kv_type) return fail(kv_type.error());
+  auto base_kv_type = parse_kv_type(a.base_kv_type);
+  if (!base_kv_type) return fail(base_kv_type.error());
   const std::vector<int32_t> tokens = tok->encode(text);
   const auto t0 = std::chrono::steady_clock::now();
   const bool bar = isatty(STDERR_FILENO);  // a progress line on a terminal only
@@ -55,6 +61,7 @@ int run_perplexity(PerplexityArgs a) {
   };
   auto r = eval::evaluate(**model, base.get(), tokens,
                           {.n_ctx = a.n_ctx, .num_threads = a.threads, .bos = tok->add_bos() ? tok->bos() : -1,
+                           .kv_type = *kv_type, .base_kv_type = *base_kv_type, .kv_rotate_k = !a.kv_no_rotate,
                            .on_chunk = bar ? std::function<void(int64_t, int64_t, double)>(progress) : nullptr});
   if (bar) std::fprintf(stderr, "\r\033[K");
   if (!r) return fail(r.error());
@@ -110,6 +117,10 @@ void register_perplexity(CLI::App& app, Handler& handler) {
   cmd->add_option("--kl-base", a->kl_base, "Reference model: report the KL divergence from it (same vocabulary)");
   cmd->add_option("-t,--threads", a->threads, "Threads (default: physical cores)");
   cmd->add_flag("--json", a->json, "Print one JSON object");
+  cmd->add_option("--kv-type", a->kv_type, "The model's KV cache type: f16, f32, q8_0 or q4_0 (with the same file as "
+                                          "--kl-base: the KV type's own KL divergence)");
+  cmd->add_option("--kl-base-kv-type", a->base_kv_type, "The base model's KV cache type (default f16)");
+  cmd->add_flag("--kv-no-rotate", a->kv_no_rotate, "Store 4-bit K unrotated");
   cmd->callback([&handler, a] { handler = [a] { return run_perplexity(*a); }; });
 }
 

@@ -180,7 +180,7 @@ void register_run(CLI::App& app, Handler& handler) {
   cmd->add_option("-t,--threads", a->threads, "Threads (default: physical cores)");
   cmd->add_option("--quantize", a->quantize, "Quantize an F32/F16/BF16 model in memory at load (q8_0, q4_0, q4_k_m, ...): the same bytes as `kvasir quantize`");
   cmd->add_option("-b,--batch", a->batch, "Prefill chunk in tokens")->check(CLI::Range(1, 1 << 16));
-  cmd->add_option("--kv-type", a->kv_type, "KV cache type: f16 or f32");
+  cmd->add_option("--kv-type", a->kv_type, "KV cache type: f16, f32, q8_0 or q4_0 (4-bit K is stored Hadamard-rotated)");
   a->spec.add_to(cmd);
   cmd->add_option("--json-schema", a->json_schema_file, "Constrain the output to JSON matching this JSON Schema file");
   cmd->add_option("--grammar", a->grammar_file, "Constrain the output to this GBNF grammar file");

@@ -33,7 +33,7 @@ struct ServeArgs {
   std::string chat_template;
   std::string pooling;
   std::string kv_mem;
-  std::string kv_type = "f16";
+  KvFlags kv;
   std::string max_body = "8M";
   int64_t kv_blocks = 0;
   int32_t max_seqs = 64;
@@ -158,7 +158,7 @@ Result<uint64_t> parse_size(const std::string& text, const std::string& flag) {
 
 int run_serve(ServeArgs a) {
   a.model = model_path(a.model);
-  auto kv_type = parse_kv_type(a.kv_type);
+  auto kv_type = parse_kv_type(a.kv.type);
   if (!kv_type) return fail(kv_type.error());
   auto spec = a.spec.to_options();
   if (!spec) return fail(spec.error());
@@ -203,6 +203,7 @@ int run_serve(ServeArgs a) {
   bo.engine.kv_blocks = a.kv_blocks;
   bo.engine.kv_mem_bytes = kv_mem;
   bo.engine.kv_type = *kv_type;
+  bo.prepare_engine = [a](const Model& m, const Tokenizer& t, engine::EngineOptions& o) { return a.kv.apply(m, t, a.threads, o); };
   bo.engine.max_model_len = a.max_model_len;
   bo.engine.num_threads = a.threads;
   if (!a.quantize.empty()) bo.load_model = [a] { return load_model(a.model, a.quantize, a.threads); };
@@ -268,7 +269,7 @@ void register_serve(CLI::App& app, Handler& handler) {
   cmd->add_option("--kv-mem", a->kv_mem, "KV-cache budget, e.g. 512M or 2G");
   cmd->add_option("--kv-blocks", a->kv_blocks, "Exact number of KV blocks (overrides --kv-mem)")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 32));
-  cmd->add_option("--kv-type", a->kv_type, "KV cache type: f16 or f32");
+  a->kv.add_to(cmd);
   cmd->add_flag("--no-prefix-cache", a->no_prefix_cache, "Disable prefix caching");
   cmd->add_option("--tpot-target", a->tpot_target_ms,
                   "Decode latency target, ms per output token: prefill joins running decodes only as far as "

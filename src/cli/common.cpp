@@ -1,5 +1,6 @@
 #include "cli/common.h"
 
+#include "eval/kv_guard.h"
 #include "hub/model_ref.h"
 #include "quant/quantize_file.h"
 
@@ -14,6 +15,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 namespace kvasir::cli {
 
@@ -46,7 +49,9 @@ Result<std::vector<int32_t>> parse_id_list(const std::string& text) {
 Result<DType> parse_kv_type(const std::string& name) {
   if (name == "f16") return DType::F16;
   if (name == "f32") return DType::F32;
-  return Error{"KV type must be f16 or f32, not '" + name + "'"};
+  if (name == "q8_0") return DType::Q8_0;
+  if (name == "q4_0") return DType::Q4_0;
+  return Error{"KV type must be f16, f32, q8_0 or q4_0, not '" + name + "'"};
 }
 
 std::string model_path(const std::string& arg) {
@@ -126,7 +131,7 @@ void EngineFlags::add_to(CLI::App* cmd) {
   cmd->add_option("--max-seqs", max_seqs, "Sequences running at once")->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--kv-mem", kv_mem, "KV cache memory, e.g. 512M (default: enough for max-seqs x 2048 tokens, <= 1G)");
   cmd->add_option("--kv-blocks", kv_blocks, "Exact number of 16-token KV blocks (overrides --kv-mem)");
-  cmd->add_option("--kv-type", kv_type, "KV cache type: f16 or f32");
+  kv.add_to(cmd);
   cmd->add_option("--max-model-len", max_model_len, "Prompt + generated tokens per request");
   cmd->add_option("-t,--threads", threads, "Threads (default: physical cores)");
   cmd->add_flag("--no-prefix-cache", no_prefix_cache, "Disable prefix caching");
@@ -153,6 +158,47 @@ Result<engine::SpecOptions> SpecFlags::to_options() const {
   return o;
 }
 
+void KvFlags::add_to(CLI::App* cmd) {
+  cmd->add_option("--kv-type", type, "KV cache type: f16, f32, q8_0 or q4_0 (4-bit K is stored Hadamard-rotated)");
+  cmd->add_option("--kv-guard", guard,
+                  "With a quantized --kv-type: measure its mean KL divergence against F16 KV at start-up and keep the "
+                  "most sensitive layers in F16 until it is at most this")
+      ->check(CLI::Range(0.0, 100.0));
+  cmd->add_option("--kv-guard-text", guard_text, "Text the KV guard measures on (default: a built-in English text)");
+  cmd->add_flag("--kv-no-rotate", no_rotate, "Store 4-bit K unrotated");
+}
+
+Status KvFlags::apply(const Model& model, const Tokenizer& tokenizer, int threads, engine::EngineOptions& o) const {
+  auto t = parse_kv_type(type);
+  if (!t) return Error{t.error(), ErrorCode::invalid_argument};
+  o.kv_type = *t;
+  o.kv_rotate_k = !no_rotate;
+  if (guard < 0) return {};
+  if (dtype_info(*t).block_size == 1) return Error{"--kv-guard prices a quantized --kv-type (q8_0 or q4_0)", ErrorCode::invalid_argument};
+  std::string text = eval::kKvGuardText;
+  if (!guard_text.empty()) {
+    std::ifstream in(guard_text, std::ios::binary);
+    if (!in) return Error{"--kv-guard-text: cannot read " + guard_text, ErrorCode::invalid_argument};
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const auto tokens = tokenizer.encode(text);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto g = eval::kv_guard(model, tokens,
+                          {.type = *t, .max_kld = guard, .rotate_k = !no_rotate, .n_ctx = std::min<int64_t>(256, int64_t(tokens.size())),
+                           .num_threads = threads, .bos = tokenizer.add_bos() ? tokenizer.bos() : -1});
+  if (!g) return Error{g.error(), g.error_code()};
+  o.kv_layer_types = g->layer_types;
+  o.kv_guard_kld = g->kld;
+  std::string kept;
+  for (size_t il = 0; il < g->layer_types.size(); ++il)
+    if (g->layer_types[il] != *t) kept += (kept.empty() ? "" : ",") + std::to_string(il);
+  std::fprintf(stderr, "kvasir: KV guard: %s everywhere costs mean KLD %.5f (budget %.5f); %lld of %zu layers %s, KLD %.5f%s%s (%.1f s)\n",
+               type.c_str(), g->kld_all, guard, (long long)g->quantized_layers, g->layer_types.size(), type.c_str(),
+               g->kld, kept.empty() ? "" : "; F16 in layers ", kept.c_str(),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return {};
+}
+
 Result<engine::EngineOptions> EngineFlags::to_options() const {
   engine::EngineOptions o;
   o.max_batch_tokens = max_batch_tokens;
@@ -163,9 +209,10 @@ Result<engine::EngineOptions> EngineFlags::to_options() const {
     if (!bytes) return Error{bytes.error()};
     o.kv_mem_bytes = *bytes;
   }
-  auto type = parse_kv_type(kv_type);
+  auto type = parse_kv_type(kv.type);
   if (!type) return Error{type.error()};
   o.kv_type = *type;
+  o.kv_rotate_k = !kv.no_rotate;
   o.max_model_len = max_model_len;
   o.num_threads = threads;
   o.prefix_cache = !no_prefix_cache;

@@ -32,6 +32,7 @@ Result<std::unique_ptr<Model>> load_model(const std::string& path, const std::st
 #include <CLI/CLI.hpp>
 
 #include "engine/engine.h"
+#include "tokenizer/tokenizer.h"
 
 namespace kvasir::cli {
 
@@ -52,13 +53,25 @@ struct SpecFlags {
   Result<engine::SpecOptions> to_options() const;
 };
 
+// The KV cache's type, and the guard that prices it at start-up (`batch`, `serve`).
+struct KvFlags {
+  std::string type = "f16";
+  double guard = -1;     // --kv-guard KLD: fall back layer by layer to F16 until the mean KLD is under it
+  std::string guard_text;  // what the guard measures on (default: a built-in English text)
+  bool no_rotate = false;
+
+  void add_to(CLI::App* cmd);
+  // Sets the options' KV fields; with --kv-guard, measures the model first (printing the choice).
+  Status apply(const Model& model, const Tokenizer& tokenizer, int threads, engine::EngineOptions& o) const;
+};
+
 // The engine flags shared by `batch` and `serve`.
 struct EngineFlags {
   int32_t max_batch_tokens = 512;
   int32_t max_seqs = 64;
   std::string kv_mem;
   int64_t kv_blocks = 0;
-  std::string kv_type = "f16";
+  KvFlags kv;
   int32_t max_model_len = 0;
   int threads = 0;
   double tpot_target_ms = 0;

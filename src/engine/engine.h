@@ -118,6 +118,9 @@ struct EngineOptions {
   int64_t kv_blocks = 0;       // exact number of KV blocks; 0: from kv_mem_bytes
   uint64_t kv_mem_bytes = 0;   // KV budget; 0 with kv_blocks 0: enough for max_seqs * 2048 tokens, capped at 1 GiB
   DType kv_type = DType::F16;
+  std::vector<DType> kv_layer_types = {};  // per layer (the KV guard's choice); empty: kv_type everywhere
+  bool kv_rotate_k = true;                 // Q4_0 layers store K Hadamard-rotated
+  double kv_guard_kld = -1;                // what the KV guard measured for these types (-1: no guard); for /metrics
   int32_t block_size = 16;
   int32_t max_model_len = 0;   // prompt + generated; 0: min(n_ctx_train, what the pool holds)
   int num_threads = 0;
@@ -137,6 +140,8 @@ struct EngineStats {
   std::vector<int64_t> spec_draft_tokens_at, spec_accepted_tokens_at;  // per draft position, up to --spec-k
   int64_t num_steps = 0;
   int32_t max_model_len = 0;
+  int64_t kv_layers = 0, kv_quantized_layers = 0;  // layers, and those whose KV is Q8_0 / Q4_0
+  double kv_guard_kld = -1;                       // the KV guard's measured mean KLD (-1: no guard)
 };
 
 class EngineCore {

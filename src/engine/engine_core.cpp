@@ -187,6 +187,8 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const Model& model, const
                                                    .kv_mem_bytes = o.kv_mem_bytes,
                                                    .default_kv_tokens = int64_t(o.max_seqs) * 2048,
                                                    .kv_type = o.kv_type,
+                                                   .kv_layer_types = o.kv_layer_types,
+                                                   .kv_rotate_k = o.kv_rotate_k,
                                                    .block_size = o.block_size});
   if (!runner) return Error{runner.error(), runner.error_code()};
   return create(std::move(*runner), tokenizer, o);
@@ -662,6 +664,12 @@ EngineStats EngineCore::stats() const {
   s.num_preemptions = m.scheduler.counters().num_preemptions;
   s.num_prefill_held = m.scheduler.counters().num_prefill_held;
   s.num_steps = m.scheduler.counters().num_steps;
+  s.kv_layers = m.runner->info().n_layers;
+  for (int64_t il = 0; il < s.kv_layers; ++il) {
+    const DType t = m.options.kv_layer_types.empty() ? m.options.kv_type : m.options.kv_layer_types[size_t(il)];
+    s.kv_quantized_layers += dtype_info(t).block_size > 1;
+  }
+  s.kv_guard_kld = m.options.kv_guard_kld;
   s.spec_drafts = m.scheduler.counters().num_drafts;
   s.spec_draft_tokens = m.scheduler.counters().num_draft_tokens;
   s.spec_accepted_tokens = m.scheduler.counters().num_accepted_tokens;

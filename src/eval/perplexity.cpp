@@ -96,11 +96,17 @@ Result<EvalResult> evaluate(const Model& model, const Model* base, std::span<con
     if (t < 0 || t >= n_vocab) return Error{"token id outside the vocabulary", ErrorCode::invalid_argument};
   const SessionOptions so{.n_ctx = o.n_ctx, .max_batch_tokens = o.n_ctx, .num_threads = o.num_threads,
                           .kv_type = DType::F16};
-  auto session = Session::create(model, so);
+  SessionOptions model_so = so;
+  model_so.kv_type = o.kv_type;
+  model_so.kv_layer_types = o.kv_layer_types;
+  model_so.kv_rotate_k = o.kv_rotate_k;
+  auto session = Session::create(model, model_so);
   if (!session) return Error{session.error()};
   std::unique_ptr<Session> base_session;
   if (base) {
-    auto bs = Session::create(*base, so);
+    SessionOptions base_so = so;
+    base_so.kv_type = o.base_kv_type;
+    auto bs = Session::create(*base, base_so);
     if (!bs) return Error{bs.error()};
     base_session = std::move(*bs);
     r.kl.emplace();

@@ -13,15 +13,13 @@
 namespace kvasir::kernels {
 namespace {
 
-size_t elem_bytes(DType t) { return t == DType::F32 ? 4 : 2; }
-
 // Pointer to head g's K or V row of logical position pos (pool = kv.k or kv.v): head-major inside
 // a block, so one head's rows of a block are one contiguous run.
 inline uint8_t* kv_row(void* pool, const KvLayerView& kv, const int32_t* block_table, int64_t pos, int64_t g) {
   const int64_t stride = kv.head_stride > 0 ? kv.head_stride : kv.block_size * kv.head_dim;
   const int64_t elem = (int64_t(block_table[pos / kv.block_size]) * kv.n_kv_heads + g) * stride +
                        pos % kv.block_size * kv.head_dim;
-  return static_cast<uint8_t*>(pool) + size_t(elem) * elem_bytes(kv.type);
+  return static_cast<uint8_t*>(pool) + row_bytes(kv.type, elem);  // elem starts a row: whole blocks
 }
 
 // Lines of a later head-block's K and V, fetched a few at a time while the current one is
@@ -42,6 +40,18 @@ inline void prefetch_next(const char*& p, const char* end, int lines) {
 
 // Head-blocks between the one computed and the one prefetched (1-3 measured alike).
 constexpr int64_t kPrefetchAhead = 2;
+
+// The orthonormal Walsh-Hadamard transform of n (a power of two) floats, in place.
+void hadamard_inplace(float* x, int64_t n) {
+  for (int64_t h = 1; h < n; h *= 2)
+    for (int64_t i = 0; i < n; i += 2 * h)
+      for (int64_t j = i; j < i + h; ++j) {
+        const float a = x[j], b = x[j + h];
+        x[j] = a + b, x[j + h] = a - b;
+      }
+  const float norm = 1.f / std::sqrt(float(n));
+  for (int64_t i = 0; i < n; ++i) x[i] *= norm;
+}
 
 inline int64_t window_start(int64_t pos, int64_t window) { return window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0; }
 
@@ -183,17 +193,27 @@ void attend_block(const float* q, const T* k, const T* v, int64_t n, int64_t hd,
 
 void kv_store(const KvLayerView& kv, const int32_t* block_table, int64_t pos, const float* k, const float* v) {
   const int64_t hd = kv.head_dim;
-  // Round to nearest even like f32_to_fp16 (vectorized where compiled in).
-  const auto to_f16 = quant_traits(DType::F16)->quantize_row_fast;
+  // F16: round to nearest even like f32_to_fp16 (vectorized where compiled in); Q8_0 / Q4_0: the
+  // types' reference rounding, a row of head_dim at a time.
+  const auto* t = quant_traits(kv.type);
+  const auto store = kv.type == DType::F32 ? nullptr : t->quantize_row_fast ? t->quantize_row_fast : t->quantize_row;
+  float rotated[kMaxHeadDim];
   for (int64_t g = 0; g < kv.n_kv_heads; ++g) {
     uint8_t* kr = kv_row(kv.k, kv, block_table, pos, g);
     uint8_t* vr = kv_row(kv.v, kv, block_table, pos, g);
-    if (kv.type == DType::F32) {
-      std::memcpy(kr, k + g * hd, size_t(hd) * 4);
-      std::memcpy(vr, v + g * hd, size_t(hd) * 4);
+    const float* kh = k + g * hd;
+    const float* vh = v + g * hd;
+    if (kv.rotate_k) {
+      std::copy_n(kh, hd, rotated);
+      hadamard_inplace(rotated, hd);
+      kh = rotated;
+    }
+    if (!store) {
+      std::memcpy(kr, kh, size_t(hd) * 4);
+      std::memcpy(vr, vh, size_t(hd) * 4);
     } else {
-      to_f16(k + g * hd, kr, hd);
-      to_f16(v + g * hd, vr, hd);
+      store(kh, kr, hd);
+      store(vh, vr, hd);
     }
   }
 }
@@ -202,7 +222,9 @@ int64_t attention_scratch_floats(const KvLayerView& kv, const AttentionParams& p
   const int64_t group = p.n_heads / kv.n_kv_heads;
   // K and V of one head's block, scores and weights of one block (padded to 8), the states of
   // every (row, query head) of a tile.
-  return 2 * kv.block_size * kv.head_dim + 2 * (kv.block_size + 8) + 2 * kAttentionTileRows * group * kv.n_kv_heads;
+  // every (row, query head) of a tile, and the rotated queries of a tile (kv.rotate_k).
+  return 2 * kv.block_size * kv.head_dim + 2 * (kv.block_size + 8) + 2 * kAttentionTileRows * group * kv.n_kv_heads +
+         kAttentionTileRows * p.n_heads * kv.head_dim;
 }
 
 void attention_rows(const float* q, int64_t n_rows, int64_t row_stride, const KvLayerView& kv,
@@ -211,11 +233,22 @@ void attention_rows(const float* q, int64_t n_rows, int64_t row_stride, const Kv
   const int64_t hd = kv.head_dim, bs = kv.block_size;
   const int64_t group = p.n_heads / kv.n_kv_heads, n_g = kv_end - kv_begin;
   const bool f16 = kv.type == DType::F16;
+  const auto* quantized = dtype_info(kv.type).block_size > 1 ? quant_traits(kv.type) : nullptr;
   float* kblk = scratch;           // [bs][hd]
   float* vblk = kblk + bs * hd;    // [bs][hd]
   float* s = vblk + bs * hd;       // [bs + 8]
   float* w = s + bs + 8;           // [bs + 8]
   auto* state = reinterpret_cast<HeadState*>(w + bs + 8);  // [n_rows][n_g * group]
+  // Rotated K (kv.rotate_k): each query head rotated the same way, so q·k is unchanged.
+  float* q_rot = reinterpret_cast<float*>(state + kAttentionTileRows * group * kv.n_kv_heads);  // [n_rows][n_heads][hd]
+  if (kv.rotate_k) {
+    for (int64_t m = 0; m < n_rows; ++m)
+      for (int64_t head = kv_begin * group; head < kv_end * group; ++head) {
+        float* r = q_rot + (m * p.n_heads + head) * hd;
+        std::copy_n(q + m * row_stride + head * hd, hd, r);
+        hadamard_inplace(r, hd);
+      }
+  }
   auto state_of = [&](int64_t m, int64_t g, int64_t h) -> HeadState& { return state[(m * n_g + g - kv_begin) * group + h]; };
   const int64_t last = pos0 + n_rows - 1;
   const int64_t lo_first = window_start(pos0, p.window);
@@ -229,7 +262,8 @@ void attention_rows(const float* q, int64_t n_rows, int64_t row_stride, const Kv
   // F16 K/V is read in place (widened in registers) when one query head uses it, and widened
   // once into scratch when several rows or heads share it; both give bitwise the same floats,
   // so the choice never shows in a result.
-  const bool widen = f16 && n_rows * group >= 2;
+  // Quantized K/V is always dequantized into scratch, once per head-block.
+  const bool widen = quantized || (f16 && n_rows * group >= 2);
   for (int64_t start = lo_first - lo_first % bs; start <= last; start += bs) {
     const int64_t first = std::max(start, lo_first), end = std::min(start + bs - 1, last);
     for (int64_t g = kv_begin; g < kv_end; ++g) {
@@ -241,14 +275,17 @@ void attention_rows(const float* q, int64_t n_rows, int64_t row_stride, const Kv
         int64_t ahead = g + kPrefetchAhead, block_start = start;
         for (; ahead >= kv_end; ahead -= n_g) block_start += bs;
         if (block_start <= last) {
-          const size_t bytes = size_t(bs * hd) * elem_bytes(kv.type);
+          const size_t bytes = row_bytes(kv.type, bs * hd);
           pf.k = reinterpret_cast<const char*>(kv_row(kv.k, kv, block_table, block_start, ahead));
           pf.v = reinterpret_cast<const char*>(kv_row(kv.v, kv, block_table, block_start, ahead));
           pf.k_end = pf.k + bytes;
           pf.v_end = pf.v + bytes;
         }
       }
-      if (widen) {
+      if (quantized) {
+        quantized->dequantize_row(k0, kblk, (end - first + 1) * hd);
+        quantized->dequantize_row(v0, vblk, (end - first + 1) * hd);
+      } else if (widen) {
         widen_row(k0, true, kblk, (end - first + 1) * hd);
         widen_row(v0, true, vblk, (end - first + 1) * hd);
       }
@@ -258,7 +295,7 @@ void attention_rows(const float* q, int64_t n_rows, int64_t row_stride, const Kv
         if (t0 > t1) continue;
         for (int64_t h = 0; h < group; ++h) {
           const int64_t head = g * group + h;
-          const float* qh = q + m * row_stride + head * hd;
+          const float* qh = kv.rotate_k ? q_rot + (m * p.n_heads + head) * hd : q + m * row_stride + head * hd;
           float* oh = out + m * row_stride + head * hd;
           HeadState& st = state_of(m, g, h);
           const int64_t skip = t0 - first, n = t1 - t0 + 1;

@@ -10,7 +10,7 @@
 
 namespace kvasir::kernels {
 
-// One layer's K and V, F16 or F32, head-major inside a block: head g's rows of block b start at
+// One layer's K and V, F16, F32, Q8_0 or Q4_0 (rows of head_dim, whole blocks), head-major inside a block: head g's rows of block b start at
 // element (b * n_kv_heads + g) * head_stride of k (keys) and of v (values), block_size rows of
 // head_dim each. head_stride = block_size * head_dim for separate K and V pools
 // ([num_blocks][n_kv_heads][block_size][head_dim] each); KvCache interleaves them instead
@@ -24,7 +24,13 @@ struct KvLayerView {
   int64_t n_kv_heads = 0;
   int64_t head_dim = 0;
   int64_t head_stride = 0;  // elements; 0 = block_size * head_dim (separate pools)
+  // K rows are stored Hadamard-rotated (spreading outlier channels before 4-bit rounding); the
+  // queries are rotated alike, so scores are unchanged up to rounding. Needs a power-of-two
+  // head_dim of at most kMaxHeadDim.
+  bool rotate_k = false;
 };
+
+inline constexpr int64_t kMaxHeadDim = 512;
 
 // Stores one token's K and V (each n_kv_heads * head_dim floats) at logical position pos.
 void kv_store(const KvLayerView& kv, const int32_t* block_table, int64_t pos, const float* k, const float* v);

@@ -8,9 +8,32 @@ size_t KvCache::bytes_per_token(const ModelConfig& c, DType type) {
   return row_bytes(type, 2 * c.n_layers * c.kv_dim());
 }
 
+size_t KvCache::bytes_per_token(const ModelConfig& c, const KvCacheOptions& o) {
+  size_t bytes = 0;
+  for (int64_t il = 0; il < c.n_layers; ++il) bytes += row_bytes(o.layer_type(il), 2 * c.kv_dim());
+  return bytes;
+}
+
 Result<KvCache> KvCache::create(const ModelConfig& c, const KvCacheOptions& o) {
-  if (o.type != DType::F16 && o.type != DType::F32) return Error{"KV cache type must be f16 or f32"};
   if (o.block_size <= 0 || o.num_blocks <= 0) return Error{"KV cache needs a positive block size and block count"};
+  if (!o.layer_types.empty() && int64_t(o.layer_types.size()) != c.n_layers)
+    return Error{"KV cache: " + std::to_string(o.layer_types.size()) + " layer types for " + std::to_string(c.n_layers) +
+                 " layers", ErrorCode::invalid_argument};
+  for (int64_t il = 0; il < c.n_layers; ++il) {
+    const DType t = o.layer_type(il);
+    if (t != DType::F16 && t != DType::F32 && t != DType::Q8_0 && t != DType::Q4_0)
+      return Error{"KV cache type must be f16, f32, q8_0 or q4_0", ErrorCode::invalid_argument};
+    if (dtype_info(t).block_size > 1 && c.head_dim % dtype_info(t).block_size != 0)
+      return Error{"KV cache type " + std::string(dtype_name(t)) + " needs a head size of whole " +
+                       std::to_string(dtype_info(t).block_size) + "-element blocks; this model's is " +
+                       std::to_string(c.head_dim),
+                   ErrorCode::invalid_argument};
+    const bool pow2 = c.head_dim > 0 && (c.head_dim & (c.head_dim - 1)) == 0 && c.head_dim <= kernels::kMaxHeadDim;
+    if (t == DType::Q4_0 && o.rotate_k && !pow2)
+      return Error{"the rotation of 4-bit K needs a power-of-two head size up to " + std::to_string(kernels::kMaxHeadDim) +
+                       "; this model's is " + std::to_string(c.head_dim),
+                   ErrorCode::invalid_argument};
+  }
   KvCache kv;
   kv.options_ = o;
   kv.n_kv_heads_ = c.n_kv_heads;
@@ -18,21 +41,25 @@ Result<KvCache> KvCache::create(const ModelConfig& c, const KvCacheOptions& o) {
   // K and V of a layer share one pool, alternating per (block, head): [block][kv head][K rows,
   // V rows], so that what attention reads of a block for one head is one contiguous run. Pools
   // start on 64-byte lines; one mapping (huge pages where the OS allows) holds them all.
-  const size_t bytes = row_bytes(o.type, 2 * o.num_blocks * o.block_size * c.kv_dim());
-  const size_t pool = (bytes + 63) & ~size_t(63);
-  kv.memory_ = HugeBuffer(pool * size_t(c.n_layers));
-  if (!kv.memory_.data()) return Error{"cannot allocate " + std::to_string(bytes * c.n_layers >> 20) + " MiB of KV cache"};
+  size_t total = 0;
+  for (int64_t il = 0; il < c.n_layers; ++il) {
+    kv.pool_offset_.push_back(total);
+    const size_t bytes = row_bytes(o.layer_type(il), 2 * o.num_blocks * o.block_size * c.kv_dim());
+    total += (bytes + 63) & ~size_t(63);
+  }
+  kv.memory_ = HugeBuffer(total);
+  if (!kv.memory_.data()) return Error{"cannot allocate " + std::to_string(total >> 20) + " MiB of KV cache"};
   // Committed at start-up, like a GPU engine's KV tensors: no request pays the page faults.
   kv.memory_.populate();
-  kv.pool_bytes_ = pool;
   return kv;
 }
 
 kernels::KvLayerView KvCache::layer(int64_t il) const {
-  uint8_t* k = memory_.data() + size_t(il) * pool_bytes_;
+  const DType t = options_.layer_type(il);
+  uint8_t* k = memory_.data() + pool_offset_[size_t(il)];
   const int64_t run = options_.block_size * head_dim_;  // elements of one head's K (or V) rows of a block
-  uint8_t* v = k + row_bytes(options_.type, run);
-  return {k, v, options_.type, options_.block_size, n_kv_heads_, head_dim_, 2 * run};
+  uint8_t* v = k + row_bytes(t, run);
+  return {k, v, t, options_.block_size, n_kv_heads_, head_dim_, 2 * run, t == DType::Q4_0 && options_.rotate_k};
 }
 
 }  // namespace kvasir

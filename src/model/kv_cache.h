@@ -2,6 +2,7 @@
 // belongs to which sequence is decided elsewhere (block tables); this class only owns the memory.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/huge_buffer.h"
@@ -14,7 +15,11 @@ namespace kvasir {
 struct KvCacheOptions {
   int64_t num_blocks = 0;
   int64_t block_size = 16;
-  DType type = DType::F16;  // F16 or F32
+  // F16, F32, Q8_0 or Q4_0 (the quantized types need a head_dim of whole 32-element blocks).
+  DType type = DType::F16;
+  std::vector<DType> layer_types = {};  // one per layer (empty: `type` in every layer)
+  bool rotate_k = true;  // Q4_0 layers store K Hadamard-rotated (a power-of-two head_dim)
+  DType layer_type(int64_t il) const { return layer_types.empty() ? type : layer_types[size_t(il)]; }
 };
 
 class KvCache {
@@ -25,13 +30,15 @@ class KvCache {
   int64_t num_blocks() const { return options_.num_blocks; }
   int64_t block_size() const { return options_.block_size; }
   DType type() const { return options_.type; }
+  const KvCacheOptions& options() const { return options_; }
   // Bytes of K+V for one token across all layers.
   static size_t bytes_per_token(const ModelConfig& config, DType type);
+  static size_t bytes_per_token(const ModelConfig& config, const KvCacheOptions& options);
 
  private:
   KvCacheOptions options_;
   HugeBuffer memory_;  // every layer's pool (K and V interleaved per block and head), one mapping
-  size_t pool_bytes_ = 0;
+  std::vector<size_t> pool_offset_;  // per layer
   int64_t n_kv_heads_ = 0, head_dim_ = 0;
 };
 

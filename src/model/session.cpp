@@ -8,7 +8,8 @@ namespace kvasir {
 Result<std::unique_ptr<Session>> Session::create(const Model& model, const SessionOptions& o) {
   if (o.n_ctx <= 0) return Error{"context size must be positive"};
   const int64_t num_blocks = (o.n_ctx + o.block_size - 1) / o.block_size;
-  auto kv = KvCache::create(model.config(), {num_blocks, o.block_size, o.kv_type});
+  auto kv = KvCache::create(model.config(), {.num_blocks = num_blocks, .block_size = o.block_size, .type = o.kv_type,
+                                             .layer_types = o.kv_layer_types, .rotate_k = o.kv_rotate_k});
   if (!kv) return Error{kv.error()};
   return std::unique_ptr<Session>(new Session(model, o, std::move(*kv)));
 }

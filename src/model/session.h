@@ -20,6 +20,8 @@ struct SessionOptions {
   int num_threads = 0;
   DType kv_type = DType::F16;
   int64_t block_size = 16;
+  std::vector<DType> kv_layer_types = {};  // per layer; empty: kv_type everywhere
+  bool kv_rotate_k = true;
 };
 
 class Session {

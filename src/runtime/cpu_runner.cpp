@@ -7,7 +7,8 @@ namespace kvasir::runtime {
 Result<std::unique_ptr<CpuRunner>> CpuRunner::create(const Model& model, const CpuRunnerOptions& o) {
   const ModelConfig& c = model.config();
   if (o.block_size < 1) return Error{"the KV block size must be >= 1", ErrorCode::invalid_argument};
-  const uint64_t per_token = KvCache::bytes_per_token(c, o.kv_type);
+  const KvCacheOptions kv_format{.type = o.kv_type, .layer_types = o.kv_layer_types, .rotate_k = o.kv_rotate_k};
+  const uint64_t per_token = KvCache::bytes_per_token(c, kv_format);
   int64_t blocks = o.kv_blocks;
   if (blocks <= 0) {
     uint64_t mem = o.kv_mem_bytes;
@@ -18,7 +19,10 @@ Result<std::unique_ptr<CpuRunner>> CpuRunner::create(const Model& model, const C
     return Error{"the KV cache budget holds fewer than 2 blocks of " + std::to_string(o.block_size) + " tokens",
                  ErrorCode::invalid_argument};
   if (blocks > (int64_t(1) << 30)) return Error{"too many KV blocks", ErrorCode::invalid_argument};
-  auto kv = KvCache::create(c, {.num_blocks = blocks, .block_size = o.block_size, .type = o.kv_type});
+  KvCacheOptions kvo = kv_format;
+  kvo.num_blocks = blocks;
+  kvo.block_size = o.block_size;
+  auto kv = KvCache::create(c, kvo);
   if (!kv) return Error{kv.error()};
   RunnerInfo info{.n_vocab = c.n_vocab,
                   .n_embd = c.n_embd,
@@ -26,6 +30,7 @@ Result<std::unique_ptr<CpuRunner>> CpuRunner::create(const Model& model, const C
                   .max_batch_tokens = o.max_batch_tokens,
                   .num_kv_blocks = blocks,
                   .block_size = o.block_size,
+                  .n_layers = c.n_layers,
                   .identity = model.path() + "#" + c.arch_name};
   return std::unique_ptr<CpuRunner>(new CpuRunner(model, o, std::move(*kv), std::move(info)));
 }

@@ -1,6 +1,7 @@
 // The CPU runner: the batched Forward over a KvCache in this process's memory.
 #pragma once
 #include <memory>
+#include <vector>
 
 #include "core/dtype.h"
 #include "model/forward.h"
@@ -17,6 +18,8 @@ struct CpuRunnerOptions {
   uint64_t kv_mem_bytes = 0;   // KV budget; 0 with kv_blocks 0: default_kv_tokens tokens, capped at 1 GiB
   int64_t default_kv_tokens = 64 * 2048;
   DType kv_type = DType::F16;
+  std::vector<DType> kv_layer_types = {};  // per layer; empty: kv_type everywhere
+  bool kv_rotate_k = true;
   int64_t block_size = 16;
 };
 

@@ -20,6 +20,7 @@ struct RunnerInfo {
   int64_t max_batch_tokens = 0;  // rows per forward at most
   int64_t num_kv_blocks = 0;     // physical blocks of the KV storage (ids 0..num_kv_blocks-1)
   int64_t block_size = 16;       // token positions per block
+  int64_t n_layers = 0;          // transformer layers (0: not said)
   // Same identity and same tokens give the same KV: what the prefix cache keys blocks on.
   std::string identity;
 };

@@ -22,7 +22,10 @@ Result<std::unique_ptr<Backend>> load_backend(const BackendOptions& options) {
   auto pooling = engine::choose_pooling(b->model->config(), options.pooling);
   if (!pooling) return Error{pooling.error()};
   b->pooling = std::move(*pooling);
-  auto core = engine::EngineCore::create(*b->model, *b->tokenizer, options.engine);
+  engine::EngineOptions engine_options = options.engine;
+  if (options.prepare_engine)
+    if (auto s = options.prepare_engine(*b->model, *b->tokenizer, engine_options); !s) return Error{s.error(), s.error_code()};
+  auto core = engine::EngineCore::create(*b->model, *b->tokenizer, engine_options);
   if (!core) return Error{core.error()};
   b->max_model_len = (*core)->stats().max_model_len;  // the Engine's copy fills in after its first step
   b->engine = std::make_unique<engine::Engine>(std::move(*core));

@@ -17,6 +17,9 @@ struct BackendOptions {
   engine::EngineOptions engine = {};
   // How the model is loaded (the CLI's --quantize quantizes in memory); empty: Model::load(model_path).
   std::function<Result<std::unique_ptr<Model>>()> load_model = {};
+  // Called once the model and tokenizer are loaded, before the engine is built: what needs the
+  // model to decide engine options (the KV guard's per-layer types).
+  std::function<Status(const Model&, const Tokenizer&, engine::EngineOptions&)> prepare_engine = {};
 };
 
 Result<std::unique_ptr<Backend>> load_backend(const BackendOptions& options);

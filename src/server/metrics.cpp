@@ -130,6 +130,12 @@ std::string Metrics::render(const EngineGauges* g, const HttpGauges* http) const
     const double usage = g->kv_blocks_total ? double(g->kv_blocks_used) / double(g->kv_blocks_total) : 0.0;
     w.scalar("kvasir:kv_cache_usage_perc", "gauge", "KV-cache usage as a fraction: 1 means 100 percent.", usage);
     w.scalar("kvasir:kv_cache_blocks_total", "gauge", "KV-cache blocks in the pool.", double(g->kv_blocks_total));
+    w.scalar("kvasir:kv_cache_quantized_layers", "gauge", "Layers whose KV cache is quantized (Q8_0 / Q4_0).",
+             double(g->kv_quantized_layers));
+    if (g->kv_guard_kld >= 0)
+      w.scalar("kvasir:kv_guard_kld", "gauge",
+               "Mean KL divergence of the quantized KV cache against F16, measured by --kv-guard at start-up.",
+               g->kv_guard_kld);
     w.scalar("kvasir:prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.",
              double(g->prefix_query_tokens));
     w.scalar("kvasir:prefix_cache_hits_total", "counter", "Prompt tokens served by the prefix cache.",

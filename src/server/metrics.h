@@ -55,6 +55,8 @@ struct EngineGauges {
   int64_t prompt_tokens_total = 0, generation_tokens_total = 0;
   int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
   std::vector<int64_t> spec_draft_tokens_at, spec_accepted_tokens_at;  // per draft position
+  int64_t kv_layers = 0, kv_quantized_layers = 0;
+  double kv_guard_kld = -1;  // -1: no KV guard ran
 };
 
 // The HTTP transport at scrape time.

@@ -49,7 +49,10 @@ EngineGauges gauges_of(const engine::EngineStats& s) {
                       .spec_draft_tokens = s.spec_draft_tokens,
                       .spec_accepted_tokens = s.spec_accepted_tokens,
                       .spec_draft_tokens_at = s.spec_draft_tokens_at,
-                      .spec_accepted_tokens_at = s.spec_accepted_tokens_at};
+                      .spec_accepted_tokens_at = s.spec_accepted_tokens_at,
+                      .kv_layers = s.kv_layers,
+                      .kv_quantized_layers = s.kv_quantized_layers,
+                      .kv_guard_kld = s.kv_guard_kld};
 }
 
 void handle_health(ServerState& st, http::Response& res) {

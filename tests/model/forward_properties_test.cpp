@@ -1,5 +1,6 @@
 // Properties of the batched forward pass on real fixture models:
-//  - a sequence run inside a ragged batch of several gets bitwise the same logits as run alone;
+//  - a sequence run inside a ragged batch of several gets bitwise the same logits as run alone
+//    (with an F16 KV cache, and Q8_0 / Q4_0 where the head size allows);
 //  - decoding token by token equals one prefill of the same tokens (within float noise);
 //  - bad batches are rejected with an error, not a crash.
 #include <gtest/gtest.h>
@@ -47,14 +48,19 @@ TEST_P(ForwardProperties, BatchedEqualsAloneBitwise) {
   std::vector<std::vector<int32_t>> seqs;
   for (size_t n : lengths) seqs.push_back(random_tokens(rng, n, int32_t(V)));
 
+  // Every KV type the model's head size allows: the quantized blocks too are per row.
+  std::vector<DType> kv_types = {DType::F16};
+  if (m.config().head_dim % 32 == 0) kv_types.insert(kv_types.end(), {DType::Q8_0, DType::Q4_0});
+  for (DType kv_type : kv_types) {
+  SCOPED_TRACE(std::string("KV ") + std::string(dtype_name(kv_type)));
   // Each sequence alone, in one prefill (chunk = its length).
   std::vector<std::vector<std::vector<float>>> alone;
-  for (const auto& s : seqs) alone.push_back(run_alone(m, s, int64_t(s.size())));
+  for (const auto& s : seqs) alone.push_back(run_alone(m, s, int64_t(s.size()), kv_type));
 
   // All of them at once in ragged steps: prefill chunks of different sizes interleaved with
   // other sequences' rows, over a shared KV pool with scattered blocks.
   const int64_t block = 16;
-  auto kv = KvCache::create(m.config(), {.num_blocks = 64, .block_size = block, .type = DType::F16});
+  auto kv = KvCache::create(m.config(), {.num_blocks = 64, .block_size = block, .type = kv_type});
   ASSERT_TRUE(kv.ok());
   std::vector<std::vector<int32_t>> tables(seqs.size());
   int32_t next_block = 63;
@@ -83,6 +89,7 @@ TEST_P(ForwardProperties, BatchedEqualsAloneBitwise) {
   for (size_t s = 0; s < seqs.size(); ++s) {
     ASSERT_EQ(batched[s].size(), alone[s].size());
     for (size_t p = 0; p < alone[s].size(); ++p) EXPECT_EQ(batched[s][p], alone[s][p]) << "seq " << s << " pos " << p;
+  }
   }
 }
 
@@ -198,4 +205,26 @@ TEST(Model, UnknownArchitectureListsSupportedOnes) {
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.error().find("unsupported architecture 'mamba'"), std::string::npos) << m.error();
   EXPECT_NE(m.error().find("llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3"), std::string::npos) << m.error();
+}
+
+// Quantized KV caches refuse what they cannot hold, with the reason.
+TEST(KvCache, QuantizedTypesNeedWholeBlocks) {
+  auto stories = Model::load(shared_path("models/stories260K.gguf"));  // head size 8
+  ASSERT_TRUE(stories.ok());
+  auto bad = KvCache::create((*stories)->config(), {.num_blocks = 4, .block_size = 16, .type = DType::Q8_0});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().find("head size"), std::string::npos) << bad.error();
+  auto gemma = Model::load(shared_path("models/fixture-gemma3-f32.gguf"));
+  ASSERT_TRUE(gemma.ok());
+  const auto& c = (*gemma)->config();
+  EXPECT_TRUE(KvCache::create(c, {.num_blocks = 4, .block_size = 16, .type = DType::Q4_0}).ok());
+  EXPECT_FALSE(KvCache::create(c, {.num_blocks = 4, .block_size = 16, .type = DType::Q5_0}).ok());
+  EXPECT_FALSE(KvCache::create(c, {.num_blocks = 4, .block_size = 16, .type = DType::Q8_0, .layer_types = {DType::F16}}).ok());
+  std::vector<DType> mixed(size_t(c.n_layers), DType::Q8_0);
+  mixed[0] = DType::F16;
+  auto kv = KvCache::create(c, {.num_blocks = 4, .block_size = 16, .type = DType::Q8_0, .layer_types = mixed});
+  ASSERT_TRUE(kv.ok()) << kv.error();
+  EXPECT_EQ(kv->layer(0).type, DType::F16);
+  EXPECT_EQ(kv->layer(1).type, DType::Q8_0);
+  EXPECT_LT(KvCache::bytes_per_token(c, kv->options()), KvCache::bytes_per_token(c, DType::F16));
 }

@@ -62,7 +62,8 @@ TEST(Metrics, RenderGaugesCountersAndHistograms) {
                  .prefix_query_tokens = 50, .prefix_hit_tokens = 32, .num_preemptions = 2,
                  .num_prefill_held = 9, .prompt_tokens_total = 1000, .generation_tokens_total = 77,
                  .spec_drafts = 5, .spec_draft_tokens = 9, .spec_accepted_tokens = 6,
-                 .spec_draft_tokens_at = {5, 4}, .spec_accepted_tokens_at = {4, 2}};
+                 .spec_draft_tokens_at = {5, 4}, .spec_accepted_tokens_at = {4, 2},
+                 .kv_layers = 18, .kv_quantized_layers = 16, .kv_guard_kld = 0.0125};
   const std::string text = m.render(&g);
   const std::string L = "model_name=\"m\\\"1\"";
   for (const std::string& line : std::vector<std::string>{
@@ -70,6 +71,8 @@ TEST(Metrics, RenderGaugesCountersAndHistograms) {
            "kvasir:num_requests_running{" + L + "} 3",
            "kvasir:num_requests_waiting{" + L + "} 1",
            "kvasir:kv_cache_usage_perc{" + L + "} 0.25",
+           "kvasir:kv_cache_quantized_layers{" + L + "} 16",
+           "kvasir:kv_guard_kld{" + L + "} 0.0125",
            "kvasir:prefix_cache_queries_total{" + L + "} 50",
            "kvasir:prefix_cache_hits_total{" + L + "} 32",
            "kvasir:prompt_tokens_total{" + L + "} 1000",
