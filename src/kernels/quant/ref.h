@@ -36,6 +36,8 @@ void quantize_q3_k_weighted(const float* src, void* dst, int64_t n, const float*
 void quantize_q4_k_weighted(const float* src, void* dst, int64_t n, const float* imp);
 void quantize_q5_k_weighted(const float* src, void* dst, int64_t n, const float* imp);
 void quantize_q6_k_weighted(const float* src, void* dst, int64_t n, const float* imp);
+// Q6_K's quantizer with its sub-block scale search weighted by imp (null: ggml's unweighted search).
+void quantize_q6_k_searched(const float* src, void* dst, int64_t n, const float* imp);
 
 // k-quants.
 void dequantize_q2_k(const void* src, float* dst, int64_t n);

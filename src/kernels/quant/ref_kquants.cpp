@@ -189,14 +189,16 @@ void quantize_q5_k(const float* x, void* dst, int64_t n) {
   }
 }
 
-void quantize_q6_k(const float* x, void* dst, int64_t n) {
+void quantize_q6_k(const float* x, void* dst, int64_t n) { quantize_q6_k_searched(x, dst, n, nullptr); }
+
+void quantize_q6_k_searched(const float* x, void* dst, int64_t n, const float* imp) {
   auto* y = static_cast<BlockQ6_K*>(dst);
   int8_t L[kQK];
   float scales[kQK / 16];
-  for (int64_t i = 0; i < n / kQK; ++i, x += kQK) {
+  for (int64_t i = 0; i < n / kQK; ++i, x += kQK, imp = imp ? imp + kQK : nullptr) {
     float max_scale = 0, max_abs_scale = 0;
     for (int ib = 0; ib < kQK / 16; ++ib) {
-      scales[ib] = make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib);
+      scales[ib] = make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib, imp ? imp + 16 * ib : nullptr);
       const float abs_scale = std::fabs(scales[ib]);
       if (abs_scale > max_abs_scale) {
         max_abs_scale = abs_scale;

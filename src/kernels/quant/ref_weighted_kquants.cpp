@@ -187,48 +187,7 @@ void quantize_q5_k_weighted(const float* x, void* dst, int64_t n, const float* i
 }
 
 void quantize_q6_k_weighted(const float* x, void* dst, int64_t n, const float* imp) {
-  auto* y = static_cast<BlockQ6_K*>(dst);
-  int8_t L[kQK];
-  float scales[kQK / 16];
-  for (int64_t i = 0; i < n / kQK; ++i, x += kQK, imp += kQK) {
-    float max_scale = 0, max_abs_scale = 0;
-    for (int ib = 0; ib < kQK / 16; ++ib) {
-      scales[ib] = make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib, imp + 16 * ib);
-      const float abs_scale = std::fabs(scales[ib]);
-      if (abs_scale > max_abs_scale) {
-        max_abs_scale = abs_scale;
-        max_scale = scales[ib];
-      }
-    }
-    if (max_abs_scale < 1e-15f) {  // ggml's GROUP_MAX_EPS: an all-zero super-block
-      std::memset(&y[i], 0, sizeof y[i]);
-      continue;
-    }
-    const float iscale = -128.f / max_scale;
-    y[i].d = f32_to_fp16(1 / iscale);
-    for (int ib = 0; ib < kQK / 16; ++ib)
-      y[i].scales[ib] = int8_t(std::min(127, nearest_int(iscale * scales[ib])));
-    for (int j = 0; j < kQK / 16; ++j) {
-      const float d = fp16_to_f32(y[i].d) * y[i].scales[j];
-      if (!d) continue;
-      for (int ii = 0; ii < 16; ++ii) {
-        const int l = nearest_int(x[16 * j + ii] / d);
-        L[16 * j + ii] = int8_t(std::max(-32, std::min(31, l)) + 32);
-      }
-    }
-    // Per 128: ql[l] = low nibbles of (l, l+64), ql[l+32] = of (l+32, l+96); qh[l] = the four
-    // high bit pairs of l, l+32, l+64, l+96.
-    uint8_t* ql = y[i].ql;
-    uint8_t* qh = y[i].qh;
-    for (int j = 0; j < kQK; j += 128, ql += 64, qh += 32) {
-      for (int l = 0; l < 32; ++l) {
-        const int a = L[j + l], b = L[j + l + 32], c = L[j + l + 64], e = L[j + l + 96];
-        ql[l] = uint8_t((a & 0xF) | ((c & 0xF) << 4));
-        ql[l + 32] = uint8_t((b & 0xF) | ((e & 0xF) << 4));
-        qh[l] = uint8_t((a >> 4) | ((b >> 4) << 2) | ((c >> 4) << 4) | ((e >> 4) << 6));
-      }
-    }
-  }
+  quantize_q6_k_searched(x, dst, n, imp);  // only the sub-block search takes the weights
 }
 
 }  // namespace kvasir::kernels::ref
