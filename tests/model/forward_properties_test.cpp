@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <random>
 
 #include "golden_util.h"
@@ -209,6 +210,7 @@ TEST(Model, UnknownArchitectureListsSupportedOnes) {
 
 // Quantized KV caches refuse what they cannot hold, with the reason.
 TEST(KvCache, QuantizedTypesNeedWholeBlocks) {
+  if (!std::ifstream(shared_path("models/fixture-gemma3-f32.gguf"))) GTEST_SKIP() << "../shared is not available";
   auto stories = Model::load(shared_path("models/stories260K.gguf"));  // head size 8
   ASSERT_TRUE(stories.ok());
   auto bad = KvCache::create((*stories)->config(), {.num_blocks = 4, .block_size = 16, .type = DType::Q8_0});
