@@ -3,6 +3,8 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/quant/blocks.h"
+
 namespace kvasir::kernels::ref {
 
 // Float types.
@@ -36,6 +38,9 @@ void quantize_q3_k_weighted(const float* src, void* dst, int64_t n, const float*
 void quantize_q4_k_weighted(const float* src, void* dst, int64_t n, const float* imp);
 void quantize_q5_k_weighted(const float* src, void* dst, int64_t n, const float* imp);
 void quantize_q6_k_weighted(const float* src, void* dst, int64_t n, const float* imp);
+// Q3_K's last step, shared by both quantizers: with the block's scales and d set, every element
+// rounded to its sub-block's scale (L: the search's codes + 4, kept where a scale is 0), packed.
+void quantize_q3_k_with_scales(const float* x, int8_t* L, BlockQ3_K& y);
 // Q6_K's quantizer with its sub-block scale search weighted by imp (null: ggml's unweighted search).
 void quantize_q6_k_searched(const float* src, void* dst, int64_t n, const float* imp);
 

@@ -131,28 +131,7 @@ void quantize_q3_k_weighted(const float* x, void* dst, int64_t n, const float* i
       y[i].scales[j % 4 + 8] |= uint8_t(l << (2 * (j / 4)));
     }
     y[i].d = f32_to_fp16(d_block);
-    int8_t sc[16];
-    unpack_scales_q3_k(y[i].scales, sc);
-    for (int j = 0; j < kSub; ++j) {
-      const float d = fp16_to_f32(y[i].d) * sc[j];
-      if (!d) continue;
-      for (int ii = 0; ii < 16; ++ii) {
-        const int l = nearest_int(x[16 * j + ii] / d);
-        L[16 * j + ii] = int8_t(std::max(-4, std::min(3, l)) + 4);
-      }
-    }
-    // High bit of element j goes to hmask[j % 32], bit j / 32.
-    std::memset(y[i].hmask, 0, sizeof y[i].hmask);
-    uint8_t low[kQK];
-    for (int j = 0; j < kQK; ++j) {
-      int l = L[j];
-      if (l > 3) {
-        y[i].hmask[j % 32] |= uint8_t(1 << (j / 32));
-        l -= 4;
-      }
-      low[j] = uint8_t(l);
-    }
-    pack_2bit(low, y[i].qs);
+    quantize_q3_k_with_scales(x, L, y[i]);
   }
 }
 
