@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 
@@ -172,7 +170,6 @@ Result<CalibratedModel> calibrated_quantize(Model& model, std::span<const int32_
                                    st.mean_sq(), o.awq, pool);
         if (!r) return Error{r.error()};
         out.awq_alphas.push_back(r->alpha);
-        if (std::getenv("KVASIR_AWQ_DEBUG")) std::fprintf(stderr, "awq layer %lld n %lld alpha %.2f loss/rtn %.3f\n", (long long)il, (long long)st.n, r->alpha, r->loss / r->rtn_loss);
         for (Job* j : mats) {
           for (int64_t row = 0; row < j->matrix->n_out; ++row)
             for (int64_t k = 0; k < st.n; ++k) j->w[size_t(row * st.n + k)] *= r->s[size_t(k)];

@@ -196,7 +196,7 @@ void kv_store(const KvLayerView& kv, const int32_t* block_table, int64_t pos, co
   // F16: round to nearest even like f32_to_fp16 (vectorized where compiled in); Q8_0 / Q4_0: the
   // types' reference rounding, a row of head_dim at a time.
   const auto* t = quant_traits(kv.type);
-  const auto store = kv.type == DType::F32 ? nullptr : t->quantize_row_fast ? t->quantize_row_fast : t->quantize_row;
+  const auto store = kv.type == DType::F32 ? nullptr : t->quantize_row_fast;
   float rotated[kMaxHeadDim];
   for (int64_t g = 0; g < kv.n_kv_heads; ++g) {
     uint8_t* kr = kv_row(kv.k, kv, block_table, pos, g);

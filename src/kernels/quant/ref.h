@@ -38,6 +38,10 @@ void quantize_q3_k_weighted(const float* src, void* dst, int64_t n, const float*
 void quantize_q4_k_weighted(const float* src, void* dst, int64_t n, const float* imp);
 void quantize_q5_k_weighted(const float* src, void* dst, int64_t n, const float* imp);
 void quantize_q6_k_weighted(const float* src, void* dst, int64_t n, const float* imp);
+// Q4_K / Q5_K's last step, shared by both quantizers: every element rounded (to 0..nmax) against
+// its sub-block's decoded scale and min (L kept where a scale is 0).
+void requantize_scale_min_k4(const float* x, int nmax, uint16_t d_out, uint16_t dmin_out, const uint8_t* scales,
+                             uint8_t* L);
 // Q3_K's last step, shared by both quantizers: with the block's scales and d set, every element
 // rounded to its sub-block's scale (L: the search's codes + 4, kept where a scale is 0), packed.
 void quantize_q3_k_with_scales(const float* x, int8_t* L, BlockQ3_K& y);

@@ -15,6 +15,22 @@
 #include "kernels/quant/round.h"
 
 namespace kvasir::kernels::ref {
+
+void requantize_scale_min_k4(const float* x, int nmax, uint16_t d_out, uint16_t dmin_out, const uint8_t* scales,
+                             uint8_t* L) {
+  for (int j = 0; j < kQK / 32; ++j) {
+    uint8_t sc, m;
+    unpack_scale_min_k4(j, scales, sc, m);
+    const float d = fp16_to_f32(d_out) * sc;
+    if (!d) continue;
+    const float dm = fp16_to_f32(dmin_out) * m;
+    for (int ii = 0; ii < 32; ++ii) {
+      const int l = nearest_int((x[32 * j + ii] + dm) / d);
+      L[32 * j + ii] = uint8_t(std::max(0, std::min(nmax, l)));
+    }
+  }
+}
+
 namespace {
 
 // Shared by Q4_K and Q5_K: per-32 (scale, min) search, 6-bit scale/min codes, requantized L.
@@ -45,17 +61,7 @@ void quantize_scale_min_k4(const float* x, int nmax, float rmin, float rdelta, i
   pack_scale_min_k4(ls, lm, scales);
   d_out = f32_to_fp16(max_scale / 63.f);
   dmin_out = f32_to_fp16(max_min / 63.f);
-  for (int j = 0; j < kQK / 32; ++j) {
-    uint8_t sc, m;
-    unpack_scale_min_k4(j, scales, sc, m);
-    const float d = fp16_to_f32(d_out) * sc;
-    if (!d) continue;
-    const float dm = fp16_to_f32(dmin_out) * m;
-    for (int ii = 0; ii < 32; ++ii) {
-      const int l = nearest_int((x[32 * j + ii] + dm) / d);
-      L[32 * j + ii] = uint8_t(std::max(0, std::min(nmax, l)));
-    }
-  }
+  requantize_scale_min_k4(x, nmax, d_out, dmin_out, scales, L);
 }
 
 }  // namespace

@@ -63,17 +63,7 @@ void scale_min_k4_weighted(const float* x, const float* imp, uint16_t& d_out, ui
   pack_scale_min_k4(Ls, Lm, scales);
   d_out = f32_to_fp16(d_block);
   dmin_out = f32_to_fp16(m_block);
-  for (int j = 0; j < kSub; ++j) {
-    uint8_t sc, m;
-    unpack_scale_min_k4(j, scales, sc, m);
-    const float d = fp16_to_f32(d_out) * sc;
-    if (!d) continue;
-    const float dm = fp16_to_f32(dmin_out) * m;
-    for (int ii = 0; ii < 32; ++ii) {
-      const int l = nearest_int((x[32 * j + ii] + dm) / d);
-      L[32 * j + ii] = uint8_t(std::max(0, std::min(nmax, l)));
-    }
-  }
+  requantize_scale_min_k4(x, nmax, d_out, dmin_out, scales, L);
 }
 
 }  // namespace
