@@ -127,6 +127,7 @@ struct EngineOptions {
   bool prefix_cache = true;
   double tpot_target_ms = 0;   // decode latency target per output token (sched::SchedulerConfig); 0: off
   SpecOptions spec;
+  sched::Clock clock = {};     // the scheduler's step timing (its cost model); empty: steady clock
 };
 
 struct EngineStats {

@@ -214,7 +214,8 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<runtime::
                                          .max_model_len = len,
                                          .enable_prefix_cache = o.prefix_cache,
                                          .tpot_slo_ns = int64_t(o.tpot_target_ms * 1e6),
-                                         .model_id = info.identity});
+                                         .model_id = info.identity,
+                                         .clock = o.clock});
   if (!sched) return Error{sched.error()};
   auto impl = std::make_unique<Impl>(std::move(runner), tokenizer, o, std::move(*sched), len);
   return std::unique_ptr<EngineCore>(new EngineCore(std::move(impl)));

@@ -61,6 +61,10 @@ class FakeRunner : public runtime::ModelRunner {
       logits_.insert(logits_.end(), row.begin(), row.end());
     }
     ++forwards;
+    // Virtual time: a fixed cost per step, a little per row and more per logits row (an output
+    // head each), so engine tests that read step timing (the speculation controller) are
+    // deterministic, whatever the machine's speed or a sanitizer's slowdown.
+    virtual_ns += 1'000'000 + 20'000 * batch.size() + 100'000 * int64_t(logits_.size() / size_t(info_.n_vocab));
     return logits_.data();
   }
 
@@ -96,6 +100,7 @@ class FakeRunner : public runtime::ModelRunner {
   }
 
   int64_t forwards = 0;
+  int64_t virtual_ns = 0;  // advanced by forward(); a clock for EngineOptions::clock
 
  private:
   FakeModel model_;

@@ -41,6 +41,7 @@ std::unique_ptr<EngineCore> fake_core(int64_t blocks, int32_t max_batch_tokens, 
                                       test::FakeModel model = {}, SpecOptions spec = {}) {
   auto runner = std::make_unique<FakeRunner>(tokenizer().n_vocab(), blocks, kBlock, max_batch_tokens, model);
   EngineOptions o;
+  o.clock = [r = runner.get()] { return r->virtual_ns; };  // the runner lives as long as the engine
   o.spec = spec;
   o.block_size = int32_t(kBlock);
   o.max_batch_tokens = max_batch_tokens;
