@@ -76,6 +76,7 @@ int run_batch(BatchArgs a) {
   auto options = a.engine.to_options();
   if (!options) return fail(options.error());
   if (auto s = a.engine.kv.apply(**model, *tok, a.engine.threads, *options); !s) return fail(s.error());
+  if (auto s = a.engine.spec.prepare(**model, *tok, a.engine.threads, options->spec); !s) return fail(s.error());
   auto core = engine::EngineCore::create(**model, *tok, *options);
   if (!core) return fail(core.error());
 

@@ -124,6 +124,7 @@ int run_generate(RunArgs a) {
   if (!spec) return fail(spec.error());
   auto grammar = cli_grammar(a, *tokenizer);
   if (!grammar) return fail(grammar.error());
+  if (auto st = a.spec.prepare(**model, *tokenizer, a.threads, *spec); !st) return fail(st.error());
   if (spec->method != engine::SpecMethod::none || *grammar)
     return run_engine(a, **model, *tokenizer, std::move(tokens), *kv_type, *spec, *grammar);
   auto session = Session::create(**model, {.n_ctx = a.n_ctx, .max_batch_tokens = a.batch, .num_threads = a.threads,

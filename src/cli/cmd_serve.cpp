@@ -203,7 +203,10 @@ int run_serve(ServeArgs a) {
   bo.engine.kv_blocks = a.kv_blocks;
   bo.engine.kv_mem_bytes = kv_mem;
   bo.engine.kv_type = *kv_type;
-  bo.prepare_engine = [a](const Model& m, const Tokenizer& t, engine::EngineOptions& o) { return a.kv.apply(m, t, a.threads, o); };
+  bo.prepare_engine = [a](const Model& m, const Tokenizer& t, engine::EngineOptions& o) -> Status {
+    if (auto s = a.kv.apply(m, t, a.threads, o); !s) return s;
+    return a.spec.prepare(m, t, a.threads, o.spec);
+  };
   bo.engine.max_model_len = a.max_model_len;
   bo.engine.num_threads = a.threads;
   if (!a.quantize.empty()) bo.load_model = [a] { return load_model(a.model, a.quantize, a.threads); };

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   register_perplexity(app, handler);
   register_quantize(app, handler);
   register_embed(app, handler);
+  register_spec_sweep(app, handler);
   register_imatrix(app, handler);
   register_pull(app, handler);
   register_serve(app, handler);

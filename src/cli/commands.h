@@ -23,6 +23,7 @@ void register_loadgen(CLI::App& app, Handler& handler);
 void register_perplexity(CLI::App& app, Handler& handler);
 void register_quantize(CLI::App& app, Handler& handler);
 void register_embed(CLI::App& app, Handler& handler);
+void register_spec_sweep(CLI::App& app, Handler& handler);
 void register_imatrix(CLI::App& app, Handler& handler);
 void register_pull(CLI::App& app, Handler& handler);  // pull, list
 

@@ -3,6 +3,7 @@
 #include "eval/kv_guard.h"
 #include "hub/model_ref.h"
 #include "quant/quantize_file.h"
+#include "spec/draft_head.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 
 namespace kvasir::cli {
 
@@ -144,18 +146,100 @@ void EngineFlags::add_to(CLI::App* cmd) {
 }
 
 void SpecFlags::add_to(CLI::App* cmd) {
-  cmd->add_option("--spec", method, "Speculative decoding: none or ngram (drafts from the prompt and text so far)");
+  cmd->add_option("--spec", method,
+                  "Speculative decoding: none, ngram (drafts from the prompt and text so far), draft (--draft-model), "
+                  "early-exit (the model's first --exit-layer layers) or layer-skip (all but --skip-layers)");
   cmd->add_option("--spec-k", max_k, "Draft tokens per step at most")->check(CLI::Range(1, 16));
   cmd->add_flag("--no-spec-auto", no_auto, "Always draft --spec-k tokens (no controller)");
+  cmd->add_option("--draft-model", draft_model, "Draft model for --spec draft (implies it): a GGUF with the target's vocabulary");
+  cmd->add_option("--exit-layer", exit_layer, "--spec early-exit: the draft runs layers [0, L)")->check(CLI::Range(1, 4096));
+  cmd->add_option("--skip-layers", skip_layers, "--spec layer-skip: the layers the draft skips, e.g. 3,5,7-9");
+  cmd->add_option("--draft-head", draft_head,
+                  "Self-speculative drafts project onto the N most frequent tokens only (0: the whole vocabulary)")
+      ->check(CLI::Range(0, 1 << 24));
+  cmd->add_option("--draft-head-text", draft_head_text, "Text the --draft-head tokens are counted on (default: built in)");
+}
+
+Result<std::vector<int32_t>> parse_layer_list(const std::string& text) {
+  std::vector<int32_t> out;
+  std::stringstream ss(text);
+  for (std::string item; std::getline(ss, item, ',');) {
+    int a = 0, b = 0;
+    char dash = 0, extra = 0;
+    const int n = std::sscanf(item.c_str(), " %d %c %d %c", &a, &dash, &b, &extra);
+    if (n == 1) b = a;
+    else if (!(n == 3 && dash == '-')) return Error{"--skip-layers: cannot read '" + item + "' (use e.g. 3,5,7-9)"};
+    if (a < 0 || b < a || b > 4095) return Error{"--skip-layers: bad range '" + item + "'"};
+    for (int i = a; i <= b; ++i) out.push_back(i);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  if (out.empty()) return Error{"no layers given"};
+  return out;
 }
 
 Result<engine::SpecOptions> SpecFlags::to_options() const {
   engine::SpecOptions o;
-  if (method == "ngram") o.method = engine::SpecMethod::ngram;
-  else if (method != "none") return Error{"--spec: unknown method '" + method + "' (none, ngram)"};
+  const std::string m = method == "none" && !draft_model.empty() ? "draft" : method;
+  if (m == "ngram") o.method = engine::SpecMethod::ngram;
+  else if (m == "draft") o.method = engine::SpecMethod::draft;
+  else if (m == "early-exit") o.method = engine::SpecMethod::early_exit;
+  else if (m == "layer-skip") o.method = engine::SpecMethod::layer_skip;
+  else if (m != "none") return Error{"--spec: unknown method '" + method + "' (none, ngram, draft, early-exit, layer-skip)"};
+  if (o.method == engine::SpecMethod::draft && draft_model.empty()) return Error{"--spec draft needs --draft-model PATH"};
+  if (o.method != engine::SpecMethod::draft && !draft_model.empty()) return Error{"--draft-model goes with --spec draft"};
+  if (o.method == engine::SpecMethod::early_exit && exit_layer < 1) return Error{"--spec early-exit needs --exit-layer L"};
+  if (o.method != engine::SpecMethod::early_exit && exit_layer > 0) return Error{"--exit-layer goes with --spec early-exit"};
+  if (o.method == engine::SpecMethod::layer_skip) {
+    if (skip_layers.empty()) return Error{"--spec layer-skip needs --skip-layers LIST"};
+    auto layers = parse_layer_list(skip_layers);
+    if (!layers) return Error{"--skip-layers: " + layers.error()};
+    o.skip_layers = std::move(*layers);
+  } else if (!skip_layers.empty()) {
+    return Error{"--skip-layers goes with --spec layer-skip"};
+  }
+  const bool self = o.method == engine::SpecMethod::early_exit || o.method == engine::SpecMethod::layer_skip;
+  if (!self && (draft_head > 0 || !draft_head_text.empty()))
+    return Error{"--draft-head goes with a self-speculative --spec (early-exit, layer-skip)"};
+  o.exit_layer = exit_layer;
   o.max_k = max_k;
   o.adaptive = !no_auto;
   return o;
+}
+
+Status SpecFlags::prepare(const Model& target, const Tokenizer& tokenizer, int threads, engine::SpecOptions& o) const {
+  if (o.method == engine::SpecMethod::draft) {
+    auto draft = load_model(model_path(draft_model), "", threads);
+    if (!draft) return Error{"--draft-model: " + draft.error(), ErrorCode::invalid_argument};
+    auto dtok = Tokenizer::from_gguf((*draft)->gguf());
+    if (!dtok) return Error{"--draft-model: " + dtok.error(), ErrorCode::invalid_argument};
+    if (auto s = check_draft_vocabulary(tokenizer, *dtok); !s) return s;
+    o.draft_model = std::move(*draft);
+  }
+  if (draft_head > 0) {
+    std::string text = eval::kKvGuardText;
+    if (!draft_head_text.empty()) {
+      std::ifstream in(draft_head_text, std::ios::binary);
+      if (!in) return Error{"--draft-head-text: cannot read " + draft_head_text, ErrorCode::invalid_argument};
+      text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    o.head_tokens = spec::frequent_tokens(tokenizer.encode(text), draft_head, tokenizer.eog_ids(),
+                                          std::min<int64_t>(tokenizer.n_vocab(), target.config().n_vocab));
+  }
+  return {};
+}
+
+Status check_draft_vocabulary(const Tokenizer& target, const Tokenizer& draft) {
+  if (draft.n_vocab() < target.n_vocab())
+    return Error{"--draft-model: its vocabulary has " + std::to_string(draft.n_vocab()) + " tokens, the target's " +
+                     std::to_string(target.n_vocab()) + ": a draft must share the target's tokens",
+                 ErrorCode::invalid_argument};
+  for (int32_t id = 0; id < target.n_vocab(); ++id)
+    if (draft.piece(id) != target.piece(id))
+      return Error{"--draft-model: token " + std::to_string(id) + " is '" + draft.piece(id) + "' in the draft but '" +
+                       target.piece(id) + "' in the target: a draft must share the target's tokens, in the same order",
+                   ErrorCode::invalid_argument};
+  return {};
 }
 
 void KvFlags::add_to(CLI::App* cmd) {

@@ -43,15 +43,32 @@ Result<uint64_t> parse_size(const std::string& text);
 // --seed (`run`, `chat`).
 void add_sampling_flags(CLI::App* cmd, SamplingParams& sampling);
 
-// Speculative decoding flags (`batch`, `serve`): --spec ngram, --spec-k N, --no-spec-auto.
+// Speculative decoding flags (`run`, `batch`, `serve`): --spec ngram|draft|early-exit|layer-skip,
+// --draft-model PATH, --exit-layer L, --skip-layers LIST, --draft-head N, --spec-k N, --no-spec-auto.
 struct SpecFlags {
   std::string method = "none";
   int32_t max_k = 4;
   bool no_auto = false;
+  std::string draft_model;
+  int32_t exit_layer = 0;
+  std::string skip_layers;
+  int32_t draft_head = 0;        // self-speculative drafts: project onto the N most frequent tokens
+  std::string draft_head_text;   // where they are counted (default: a built-in English text)
 
   void add_to(CLI::App* cmd);
+  // The flags alone (no files read).
   Result<engine::SpecOptions> to_options() const;
+  // What needs the target: loads --draft-model and checks that its vocabulary is the target's,
+  // and counts the drafting head's tokens.
+  Status prepare(const Model& target, const Tokenizer& tokenizer, int threads, engine::SpecOptions& o) const;
 };
+
+// "3,5,7-9" -> {3, 5, 7, 8, 9}, ascending and distinct.
+Result<std::vector<int32_t>> parse_layer_list(const std::string& text);
+
+// A draft model's tokenizer must give every target token id the same piece (extra draft tokens
+// are never proposed).
+Status check_draft_vocabulary(const Tokenizer& target, const Tokenizer& draft);
 
 // The KV cache's type, and the guard that prices it at start-up (`batch`, `serve`).
 struct KvFlags {

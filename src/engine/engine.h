@@ -44,12 +44,22 @@ struct StopConditions {
 // verifies them all (lossless: sampler distributions and rejection sampling, greedy = the longest
 // matching prefix), and with `adaptive` a controller picks K per request and step from its
 // acceptance so far and the step cost the scheduler has measured (K = 0: not this step).
-enum class SpecMethod { none, ngram };
+// Proposers: n-gram lookup in the request's own text; a draft model of the same vocabulary; the
+// target's own first layers (early exit) or all but a few (layer skipping).
+enum class SpecMethod { none, ngram, draft, early_exit, layer_skip };
 
 struct SpecOptions {
   SpecMethod method = SpecMethod::none;
   int32_t max_k = 4;
   bool adaptive = true;  // false: always max_k (when the proposer has that many)
+  // draft: the draft model, kept alive by the engine (its vocabulary must be the target's: the
+  // caller checks the tokens).
+  std::shared_ptr<const Model> draft_model;
+  int32_t exit_layer = 0;            // early_exit: the draft runs layers [0, exit_layer)
+  std::vector<int32_t> skip_layers;  // layer_skip: the draft runs every layer but these
+  // Self-speculative drafts project onto these tokens only (the most frequent ones); empty: all.
+  std::vector<int32_t> head_tokens;
+  uint64_t draft_kv_mem_bytes = 0;  // the draft's own KV; 0: as many tokens as the target's holds, capped at 512 MiB
 };
 
 // How an embedding request pools its prompt's final hidden states (engine/embedding's result is
@@ -140,6 +150,7 @@ struct EngineStats {
   int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;  // speculative decoding
   std::vector<int64_t> spec_draft_tokens_at, spec_accepted_tokens_at;  // per draft position, up to --spec-k
   int64_t num_steps = 0;
+  int64_t draft_kv_blocks_total = 0, draft_kv_blocks_used = 0;  // a draft model's own KV pool
   int32_t max_model_len = 0;
   int64_t kv_layers = 0, kv_quantized_layers = 0;  // layers, and those whose KV is Q8_0 / Q4_0
   double kv_guard_kld = -1;                       // the KV guard's measured mean KLD (-1: no guard)
@@ -151,8 +162,11 @@ class EngineCore {
   static Result<std::unique_ptr<EngineCore>> create(const Model& model, const Tokenizer& tokenizer,
                                                     const EngineOptions& options);
   // On any runner (a fake one in tests, another backend); its block size must be the options'.
+  // A model-drafting method (draft, early_exit, layer_skip) takes its draft runner here.
   static Result<std::unique_ptr<EngineCore>> create(std::unique_ptr<runtime::ModelRunner> runner,
-                                                    const Tokenizer& tokenizer, const EngineOptions& options);
+                                                    const Tokenizer& tokenizer, const EngineOptions& options,
+                                                    std::unique_ptr<runtime::ModelRunner> draft_runner = nullptr,
+                                                    std::vector<int32_t> draft_token_of_logit = {});
   ~EngineCore();
 
   // Checks a request without queueing it (non-empty prompt, ids in the vocabulary, prompt

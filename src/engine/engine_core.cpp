@@ -11,6 +11,7 @@
 #include "engine/stop_matcher.h"
 #include "runtime/cpu_runner.h"
 #include "sched/scheduler.h"
+#include "spec/model_drafter.h"
 #include "spec/ngram.h"
 
 namespace kvasir::engine {
@@ -151,6 +152,13 @@ struct EngineCore::Impl {
   std::vector<ScoreJob> to_score;
   EngineStats totals;
   int64_t spec_steps = 0;
+  // Model drafting (draft model, early exit, layer skip); destroyed before the runner it may share.
+  std::unique_ptr<spec::ModelDrafter> drafter;
+  std::vector<spec::DraftJob> draft_jobs;
+  // What one draft token costs, relative to a decode step's time (a moving average of measured
+  // draft forwards; a prior until measured).
+  double draft_token_cost = 0.05;
+  sched::Clock clock;
 
   Impl(std::unique_ptr<runtime::ModelRunner> r, const Tokenizer& t, const EngineOptions& o, sched::Scheduler s,
        int32_t len)
@@ -159,7 +167,8 @@ struct EngineCore::Impl {
         options(o),
         n_vocab(runner->info().n_vocab),
         scheduler(std::move(s)),
-        max_model_len(len) {}
+        max_model_len(len),
+        clock(o.clock ? o.clock : sched::Clock(sched::steady_now_ns)) {}
 
   void pick_token(const sched::ScheduledSeq& seq, const float* logits);
   bool is_stop_token(const Live& l, int32_t t) const {
@@ -174,6 +183,14 @@ struct EngineCore::Impl {
   static void pool_rows(Live& l, const float* rows, int32_t n, int64_t n_embd);
   static std::vector<float> pooled_embedding(const Live& l);
   void propose_drafts();
+  // A decoding request the speculation controller may give draft rows.
+  struct SpecCandidate {
+    RequestId id;
+    Live* live;
+    std::vector<int32_t> draft;
+    int32_t k = 0, most = 0;  // rows chosen; rows the proposer can fill
+  };
+  void draft_with_model(std::vector<SpecCandidate>& cands, int32_t decodes);
   Delta& delta_for(std::vector<Delta>& out, std::unordered_map<RequestId, size_t>& index, RequestId id);
 };
 
@@ -191,11 +208,54 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const Model& model, const
                                                    .kv_rotate_k = o.kv_rotate_k,
                                                    .block_size = o.block_size});
   if (!runner) return Error{runner.error(), runner.error_code()};
-  return create(std::move(*runner), tokenizer, o);
+  const runtime::RunnerInfo& info = (*runner)->info();
+  const SpecOptions& spec = o.spec;
+  // The draft's KV holds as many tokens as the target's (self-drafts store only their layers).
+  auto draft_blocks = [&](uint64_t per_token) {
+    const uint64_t cap = spec.draft_kv_mem_bytes > 0 ? spec.draft_kv_mem_bytes : 512ull << 20;
+    const uint64_t tokens = std::min<uint64_t>(uint64_t(info.num_kv_blocks * info.block_size), cap / std::max<uint64_t>(per_token, 1));
+    return std::max<int64_t>(2, int64_t(tokens / uint64_t(info.block_size)));
+  };
+  std::unique_ptr<runtime::ModelRunner> draft;
+  if (spec.method == SpecMethod::draft) {
+    if (!spec.draft_model) return Error{"speculation with a draft model needs the draft model", ErrorCode::invalid_argument};
+    const ModelConfig& dc = spec.draft_model->config();
+    auto d = runtime::CpuRunner::create(*spec.draft_model, {.max_batch_tokens = o.max_batch_tokens,
+                                                            .num_threads = o.num_threads,
+                                                            .kv_blocks = draft_blocks(KvCache::bytes_per_token(dc, DType::F16)),
+                                                            .block_size = o.block_size});
+    if (!d) return Error{"draft model: " + d.error(), d.error_code()};
+    draft = std::move(*d);
+  } else if (spec.method == SpecMethod::early_exit || spec.method == SpecMethod::layer_skip) {
+    const ModelConfig& c = model.config();
+    std::vector<int32_t> layers;
+    for (int32_t il = 0; il < int32_t(c.n_layers); ++il) {
+      const bool skip = spec.method == SpecMethod::early_exit
+                            ? il >= spec.exit_layer
+                            : std::find(spec.skip_layers.begin(), spec.skip_layers.end(), il) != spec.skip_layers.end();
+      if (!skip) layers.push_back(il);
+    }
+    if (spec.method == SpecMethod::early_exit && (spec.exit_layer < 1 || spec.exit_layer >= c.n_layers))
+      return Error{"the exit layer must be in [1, " + std::to_string(c.n_layers - 1) + "]", ErrorCode::invalid_argument};
+    for (int32_t il : spec.skip_layers)
+      if (il < 0 || il >= c.n_layers)
+        return Error{"skipped layer " + std::to_string(il) + " is outside the model's " + std::to_string(c.n_layers) + " layers",
+                     ErrorCode::invalid_argument};
+    if (spec.method == SpecMethod::layer_skip && (spec.skip_layers.empty() || layers.empty()))
+      return Error{"layer skipping needs a non-empty set of layers to skip that leaves at least one", ErrorCode::invalid_argument};
+    const uint64_t per_token = KvCache::bytes_per_token(c, DType::F16) / uint64_t(c.n_layers) * layers.size();
+    auto d = (*runner)->self_draft({.layers = layers, .head_tokens = spec.head_tokens,
+                                    .kv_blocks = draft_blocks(per_token), .block_size = o.block_size});
+    if (!d) return Error{d.error(), d.error_code()};
+    draft = std::move(*d);
+  }
+  return create(std::move(*runner), tokenizer, o, std::move(draft), spec.head_tokens);
 }
 
 Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<runtime::ModelRunner> runner,
-                                                       const Tokenizer& tokenizer, const EngineOptions& o) {
+                                                       const Tokenizer& tokenizer, const EngineOptions& o,
+                                                       std::unique_ptr<runtime::ModelRunner> draft_runner,
+                                                       std::vector<int32_t> draft_token_of_logit) {
   const runtime::RunnerInfo& info = runner->info();
   if (!(o.tpot_target_ms >= 0 && o.tpot_target_ms <= 1e6)) return Error{"tpot target must be in [0, 1e6] ms"};
   if (o.max_batch_tokens < 1 || o.max_seqs < 1 || o.max_seqs > o.max_batch_tokens)
@@ -217,7 +277,21 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<runtime::
                                          .model_id = info.identity,
                                          .clock = o.clock});
   if (!sched) return Error{sched.error()};
+  const bool model_drafts = o.spec.method == SpecMethod::draft || o.spec.method == SpecMethod::early_exit ||
+                            o.spec.method == SpecMethod::layer_skip;
+  if (model_drafts != bool(draft_runner))
+    return Error{model_drafts ? "this speculation method needs a draft runner" : "a draft runner without a method that uses it",
+                 ErrorCode::invalid_argument};
+  std::unique_ptr<spec::ModelDrafter> drafter;
+  if (draft_runner) {
+    if (draft_runner->info().block_size != o.block_size) return Error{"the draft runner's KV block size differs from the engine's"};
+    if (draft_runner->info().max_batch_tokens < 1) return Error{"the draft runner takes no rows"};
+    auto d = spec::ModelDrafter::create(std::move(draft_runner), std::move(draft_token_of_logit), tokenizer.n_vocab());
+    if (!d) return Error{d.error(), d.error_code()};
+    drafter = std::move(*d);
+  }
   auto impl = std::make_unique<Impl>(std::move(runner), tokenizer, o, std::move(*sched), len);
+  impl->drafter = std::move(drafter);
   return std::unique_ptr<EngineCore>(new EngineCore(std::move(impl)));
 }
 
@@ -422,29 +496,31 @@ void EngineCore::Impl::propose_drafts() {
   const SpecOptions& o = options.spec;
   if (o.method == SpecMethod::none) return;
   if (o.adaptive && ++spec_steps % 8 == 0) return;
-  struct Candidate {
-    RequestId id;
-    Live* live;
-    std::vector<int32_t> draft;
-    int32_t k = 0;
-  };
-  std::vector<Candidate> cands;
+  std::vector<SpecCandidate> cands;
   int32_t decodes = 0;
   for (auto& [id, l] : live) {
     const sched::Request* r = scheduler.find(id);
     if (!r || r->state != sched::RequestState::Running || r->num_tokens() - r->num_computed_tokens != 1) continue;
     ++decodes;
     if (!l->params.speculative || l->params.stop.max_tokens == 0) continue;
+    const int32_t left = l->params.stop.max_tokens - r->num_generated() - 1;  // beyond the step's own token
+    if (left <= 0) continue;
+    if (drafter) {  // drafted after the controller chose K: model drafts cost time
+      cands.push_back({id, l.get(), {}, 0, std::min(o.max_k, left)});
+      continue;
+    }
     std::vector<int32_t> draft = spec::propose_ngram(r->tokens, o.max_k);
-    if (!draft.empty()) cands.push_back({id, l.get(), std::move(draft)});
+    const int32_t most = std::min(int32_t(draft.size()), left);
+    if (most > 0) cands.push_back({id, l.get(), std::move(draft), 0, most});
   }
   if (!o.adaptive) {
-    for (auto& c : cands) c.k = int32_t(c.draft.size());
+    for (auto& c : cands) c.k = c.most;
   } else {
     const sched::StepCostModel& cost = scheduler.step_cost();
     const double step = cost.decode_time(std::max(decodes, 1));
-    const double row = step > 0 && cost.draft_row_ns() > 0 ? cost.draft_row_ns() / step : 0.1;  // a prior until measured
-    auto rate = [](const Candidate& c, int32_t j) { return std::clamp(c.live->accept_rate(size_t(j)), 0.0, 0.999); };
+    double row = step > 0 && cost.draft_row_ns() > 0 ? cost.draft_row_ns() / step : 0.1;  // a prior until measured
+    if (drafter) row += draft_token_cost;
+    auto rate = [](const SpecCandidate& c, int32_t j) { return std::clamp(c.live->accept_rate(size_t(j)), 0.0, 0.999); };
     std::vector<std::pair<double, size_t>> heap;  // (gain of the candidate's next row, candidate)
     for (size_t i = 0; i < cands.size(); ++i) heap.push_back({rate(cands[i], 0), i});
     std::make_heap(heap.begin(), heap.end());
@@ -454,11 +530,11 @@ void EngineCore::Impl::propose_drafts() {
       const auto [gain, i] = heap.back();
       heap.pop_back();
       if (gain * time <= 1.02 * row * tokens) break;  // a margin: no rows that barely pay
-      Candidate& c = cands[i];
+      SpecCandidate& c = cands[i];
       ++c.k;
       tokens += gain;
       time += row;
-      if (c.k < int32_t(c.draft.size())) {
+      if (c.k < c.most) {
         heap.push_back({gain * rate(c, c.k), i});
         std::push_heap(heap.begin(), heap.end());
       }
@@ -470,11 +546,35 @@ void EngineCore::Impl::propose_drafts() {
       else if (sure_row_pays && ++c.live->spec_idle_steps >= 16) c.k = 1, c.live->spec_idle_steps = 0;
     }
   }
+  if (drafter) draft_with_model(cands, decodes);
   for (auto& c : cands) {
+    c.k = std::min(c.k, int32_t(c.draft.size()));
     if (c.k == 0) continue;
     c.draft.resize(size_t(c.k));
     (void)scheduler.set_draft(c.id, c.draft);
   }
+}
+
+// Runs the draft model for the candidates the controller gave rows, batched, and learns what a
+// draft token costs relative to a decode step (what the controller weighs against acceptance).
+void EngineCore::Impl::draft_with_model(std::vector<SpecCandidate>& cands, int32_t decodes) {
+  draft_jobs.clear();
+  for (const SpecCandidate& c : cands)
+    if (c.k > 0) draft_jobs.push_back({.id = c.id, .context = scheduler.find(c.id)->tokens, .k = c.k});
+  if (draft_jobs.empty()) return;
+  const int64_t t0 = clock();
+  const Status s = drafter->propose(draft_jobs);
+  const int64_t elapsed = clock() - t0;
+  if (!s) return;  // no drafts this step; the drafter has forgotten these requests
+  int64_t drafted = 0;
+  size_t j = 0;
+  for (SpecCandidate& c : cands) {
+    if (c.k <= 0) continue;
+    drafted += int64_t(draft_jobs[j].draft.size());
+    c.draft = std::move(draft_jobs[j++].draft);
+  }
+  const double step = scheduler.step_cost().decode_time(std::max(decodes, 1));
+  if (drafted > 0 && step > 0) draft_token_cost = 0.8 * draft_token_cost + 0.2 * (double(elapsed) / double(drafted)) / step;
 }
 
 // Stop rules, detokenization and the scheduler's output for the tokens pick_token chose, in
@@ -634,6 +734,7 @@ Status EngineCore::step(std::vector<Delta>& out) {
     l->new_logprobs.clear();
   }
   for (sched::Request& r : m.scheduler.take_finished()) {
+    if (m.drafter) m.drafter->release(r.id);
     auto it = m.live.find(r.id);
     if (it == m.live.end()) continue;
     Delta& d = m.delta_for(out, index, r.id);
@@ -679,6 +780,10 @@ EngineStats EngineCore::stats() const {
     const size_t k = std::min(size_t(std::max(m.options.spec.max_k, 0)), c.draft_tokens_at.size());
     s.spec_draft_tokens_at.assign(c.draft_tokens_at.begin(), c.draft_tokens_at.begin() + k);
     s.spec_accepted_tokens_at.assign(c.accepted_tokens_at.begin(), c.accepted_tokens_at.begin() + k);
+  }
+  if (m.drafter) {
+    s.draft_kv_blocks_total = m.drafter->num_blocks();
+    s.draft_kv_blocks_used = m.drafter->num_blocks() - m.drafter->num_free_blocks();
   }
   s.max_model_len = m.max_model_len;
   return s;

@@ -406,7 +406,7 @@ void Forward::moe_block(int64_t il, int64_t T) {
   });
 }
 
-void Forward::output_logits(const Batch& b) {
+void Forward::output_logits(const Batch& b, const Matrix& head) {
   if (!b.want_hidden.empty()) {  // embeddings: the normed rows themselves
     std::vector<int64_t> rows;
     for (int64_t t = 0; t < b.size(); ++t)
@@ -429,9 +429,9 @@ void Forward::output_logits(const Batch& b) {
       kernels::rms_norm(x_.data() + logit_rows_[size_t(i)] * c_.n_embd, model_.weights().output_norm.data(), c_.n_embd,
                         c_.norm_eps, xn_.data() + i * c_.n_embd);
   });
-  linear({{&model_.weights().output, logits_.data()}}, xn_.data(), n);
+  linear({{&head, logits_.data()}}, xn_.data(), n);
   if (c_.final_logit_softcap > 0) {
-    pool_.parallel_for(n * c_.n_vocab, 4096, [&](int64_t begin, int64_t end, int) {
+    pool_.parallel_for(n * head.n_out, 4096, [&](int64_t begin, int64_t end, int) {
       kernels::softcap_inplace(logits_.data() + begin, end - begin, c_.final_logit_softcap);
     });
   }
@@ -445,12 +445,26 @@ void Forward::run_layers(const Batch& batch, KvCache& kv, int64_t begin, int64_t
   }
 }
 
-Result<const float*> Forward::forward(const Batch& batch, KvCache& kv) {
+Result<const float*> Forward::forward(const Batch& batch, KvCache& kv) { return forward(batch, kv, ForwardPlan{}); }
+
+Result<const float*> Forward::forward(const Batch& batch, KvCache& kv, const ForwardPlan& plan) {
   if (auto s = validate(batch, kv); !s) return Error{s.error()};
+  for (size_t i = 0; i < plan.layers.size(); ++i)
+    if (plan.layers[i] < 0 || plan.layers[i] >= c_.n_layers || (i > 0 && plan.layers[i] <= plan.layers[i - 1]))
+      return Error{"a forward plan's layers must be ascending indices below " + std::to_string(c_.n_layers),
+                   ErrorCode::invalid_argument};
+  for (int64_t il = 0; il < c_.n_layers; ++il)
+    if ((plan.layers.empty() || std::binary_search(plan.layers.begin(), plan.layers.end(), int32_t(il))) &&
+        !kv.options().stores(il))
+      return Error{"the KV cache has no storage for layer " + std::to_string(il), ErrorCode::invalid_argument};
+  const Matrix& head = plan.head ? *plan.head : model_.weights().output;
+  if (head.n_in != c_.n_embd || head.n_out < 1 || head.n_out > c_.n_vocab)
+    return Error{"a forward plan's head must map n_embd to at most n_vocab rows", ErrorCode::invalid_argument};
   build_tiles(batch);
   embed(batch);
-  run_layers(batch, kv, 0, c_.n_layers);
-  output_logits(batch);
+  if (plan.layers.empty()) run_layers(batch, kv, 0, c_.n_layers);
+  for (int32_t il : plan.layers) run_layers(batch, kv, il, il + 1);
+  output_logits(batch, head);
   return static_cast<const float*>(logits_.data());
 }
 

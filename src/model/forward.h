@@ -31,6 +31,15 @@ struct ForwardOptions {
 // that share them (q/k/v; gate/up), and once per expert with that expert's rows.
 using ActivationHook = std::function<void(std::span<const Matrix* const> weights, const float* x, int64_t rows)>;
 
+// What one forward runs: every layer and the whole output head by default. A self-speculative
+// draft runs a subset of the layers (early exit, layer skipping) and may project onto a few of
+// the vocabulary's rows (a head of the most frequent tokens: on a large vocabulary the head is
+// most of a token's cost).
+struct ForwardPlan {
+  std::span<const int32_t> layers = {};  // strictly ascending layer indices; empty: all
+  const Matrix* head = nullptr;          // null: the model's output matrix; else logits [head->n_out]
+};
+
 class Forward {
  public:
   Forward(const Model& model, const ForwardOptions& options);
@@ -40,6 +49,9 @@ class Forward {
   // Writes the K/V of every row into the cache, then returns the logits of rows with
   // want_logits, in row order: [num_logit_rows][n_vocab], valid until the next call.
   Result<const float*> forward(const Batch& batch, KvCache& kv);
+  // The same through a plan: only its layers write K/V (the others' cache is left as it was),
+  // and logits rows are [plan.head->n_out] wide when the plan names a head.
+  Result<const float*> forward(const Batch& batch, KvCache& kv, const ForwardPlan& plan);
   // The final hidden states (after the output norm) of the last forward's rows with want_hidden,
   // in row order: [n][n_embd], valid until the next call.
   const float* hidden() const { return hidden_.data(); }
@@ -90,7 +102,7 @@ class Forward {
   // The mixture-of-experts FFN: route every row, group the (row, expert) slots by expert, apply
   // each chosen expert once to all of its rows, then sum each row's experts in rank order.
   void moe_block(int64_t il, int64_t T);
-  void output_logits(const Batch& batch);
+  void output_logits(const Batch& batch, const Matrix& head);
   // For each job: y[T][w.n_out] = x[T][w.n_in] · Wᵀ. All matrices share x (same n_in): the
   // activations are converted once per vec_dot_type and one parallel pass covers every output.
   void linear(std::initializer_list<LinearJob> jobs, const float* x, int64_t T);

@@ -1,6 +1,7 @@
 // Paged KV storage: per layer, a pool of num_blocks fixed-size blocks holding K and V. Which block
 // belongs to which sequence is decided elsewhere (block tables); this class only owns the memory.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -19,14 +20,19 @@ struct KvCacheOptions {
   DType type = DType::F16;
   std::vector<DType> layer_types = {};  // one per layer (empty: `type` in every layer)
   bool rotate_k = true;  // Q4_0 layers store K Hadamard-rotated (a power-of-two head_dim)
+  // The layers that get storage (a self-speculative draft runs a few); empty: every layer.
+  std::vector<int32_t> stored_layers = {};
   DType layer_type(int64_t il) const { return layer_types.empty() ? type : layer_types[size_t(il)]; }
+  bool stores(int64_t il) const {
+    return stored_layers.empty() || std::find(stored_layers.begin(), stored_layers.end(), il) != stored_layers.end();
+  }
 };
 
 class KvCache {
  public:
   static Result<KvCache> create(const ModelConfig& config, const KvCacheOptions& options);
 
-  kernels::KvLayerView layer(int64_t il) const;
+  kernels::KvLayerView layer(int64_t il) const;  // a stored layer's
   int64_t num_blocks() const { return options_.num_blocks; }
   int64_t block_size() const { return options_.block_size; }
   DType type() const { return options_.type; }

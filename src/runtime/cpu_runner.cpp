@@ -3,6 +3,38 @@
 #include <algorithm>
 
 namespace kvasir::runtime {
+namespace {
+
+class SelfDraftRunner : public ModelRunner {
+ public:
+  SelfDraftRunner(Forward& forward, KvCache kv, std::vector<int32_t> layers, std::vector<uint8_t> head_bytes,
+                  Matrix head, RunnerInfo info)
+      : forward_(forward),
+        kv_(std::move(kv)),
+        layers_(std::move(layers)),
+        head_bytes_(std::move(head_bytes)),
+        head_(head),
+        info_(std::move(info)) {
+    if (!head_bytes_.empty()) head_.data = head_bytes_.data();
+  }
+  const RunnerInfo& info() const override { return info_; }
+  Result<const float*> forward(const Batch& batch) override {
+    return forward_.forward(batch, kv_, {.layers = layers_, .head = head_bytes_.empty() ? nullptr : &head_});
+  }
+  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) override {
+    forward_.pool().parallel_for(n, 1, [&](int64_t b, int64_t e, int) { fn(b, e); });
+  }
+
+ private:
+  Forward& forward_;
+  KvCache kv_;
+  std::vector<int32_t> layers_;
+  std::vector<uint8_t> head_bytes_;  // the chosen rows of the output matrix, in head order
+  Matrix head_;
+  RunnerInfo info_;
+};
+
+}  // namespace
 
 Result<std::unique_ptr<CpuRunner>> CpuRunner::create(const Model& model, const CpuRunnerOptions& o) {
   const ModelConfig& c = model.config();
@@ -36,9 +68,45 @@ Result<std::unique_ptr<CpuRunner>> CpuRunner::create(const Model& model, const C
 }
 
 CpuRunner::CpuRunner(const Model& model, const CpuRunnerOptions& o, KvCache kv, RunnerInfo info)
-    : kv_(std::move(kv)),
+    : model_(model),
+      kv_(std::move(kv)),
       forward_(model, {.max_batch_tokens = o.max_batch_tokens, .num_threads = o.num_threads}),
       info_(std::move(info)) {}
+
+Result<std::unique_ptr<ModelRunner>> CpuRunner::self_draft(const SelfDraftOptions& o) {
+  const ModelConfig& c = model_.config();
+  if (o.layers.empty()) return Error{"a self-speculative draft needs at least one layer", ErrorCode::invalid_argument};
+  for (size_t i = 0; i < o.layers.size(); ++i)
+    if (o.layers[i] < 0 || o.layers[i] >= c.n_layers || (i > 0 && o.layers[i] <= o.layers[i - 1]))
+      return Error{"draft layers must be ascending indices below " + std::to_string(c.n_layers),
+                   ErrorCode::invalid_argument};
+  if (o.kv_blocks < 2) return Error{"the draft's KV needs at least 2 blocks", ErrorCode::invalid_argument};
+  const Matrix& out = model_.weights().output;
+  std::vector<uint8_t> head_bytes;
+  Matrix head = out;
+  if (!o.head_tokens.empty()) {
+    const size_t rb = row_bytes(out.type, out.n_in);
+    head_bytes.resize(rb * o.head_tokens.size());
+    for (size_t i = 0; i < o.head_tokens.size(); ++i) {
+      const int32_t t = o.head_tokens[i];
+      if (t < 0 || t >= out.n_out) return Error{"draft head token " + std::to_string(t) + " is outside the vocabulary"};
+      std::copy_n(static_cast<const uint8_t*>(out.data) + size_t(t) * rb, rb, head_bytes.data() + i * rb);
+    }
+    head.n_out = int64_t(o.head_tokens.size());
+  }
+  KvCacheOptions kvo{.num_blocks = o.kv_blocks, .block_size = o.block_size, .type = o.kv_type, .stored_layers = o.layers};
+  auto kv = KvCache::create(c, kvo);
+  if (!kv) return Error{kv.error()};
+  RunnerInfo info = info_;
+  info.n_vocab = head.n_out;
+  info.n_embd = 0;
+  info.num_kv_blocks = o.kv_blocks;
+  info.block_size = o.block_size;
+  info.n_layers = int64_t(o.layers.size());
+  info.identity += "#draft";
+  return std::unique_ptr<ModelRunner>(
+      new SelfDraftRunner(forward_, std::move(*kv), o.layers, std::move(head_bytes), head, std::move(info)));
+}
 
 void CpuRunner::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
   forward_.pool().parallel_for(n, 1, [&](int64_t b, int64_t e, int) { fn(b, e); });

@@ -274,3 +274,39 @@ TEST(Cli, RuntimeQuantizeEqualsTheQuantizedFile) {
   EXPECT_NE(requant.err.find("F32, F16 or BF16"), std::string::npos) << requant.err;
   std::remove(file.c_str());
 }
+
+// Model drafting from the command line: the same greedy text with a draft model, early exit and
+// layer skipping as without; bad combinations and a draft of another vocabulary are refused
+// with a message naming the problem.
+TEST(Cli, ModelDraftsKeepTheTextAndBadDraftsAreRefused) {
+  const std::string target = shared_path("models/stories260K.gguf");
+  const std::vector<std::string> base = {"run", "-m", target, "-p", "Once upon a time", "-n", "40", "--temp", "0"};
+  const auto plain = kvasir(base);
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  for (const std::vector<std::string> extra :
+       {std::vector<std::string>{"--draft-model", shared_path("models/stories260K-q4_0.gguf")},
+        {"--spec", "early-exit", "--exit-layer", "3", "--no-spec-auto"},
+        {"--spec", "layer-skip", "--skip-layers", "1,3", "--draft-head", "100"}}) {
+    auto args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto o = kvasir(args);
+    EXPECT_EQ(o.code, 0) << o.err;
+    EXPECT_EQ(o.out, plain.out) << extra[1];
+    EXPECT_NE(o.err.find("speculation:"), std::string::npos) << o.err;
+  }
+  auto refused = [&](std::vector<std::string> extra, const std::string& says) {
+    auto args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto o = kvasir(args);
+    EXPECT_EQ(o.code, 1) << extra[0];
+    EXPECT_NE(o.err.find(says), std::string::npos) << o.err;
+  };
+  refused({"--spec", "draft"}, "--draft-model");
+  refused({"--spec", "early-exit"}, "--exit-layer");
+  refused({"--spec", "early-exit", "--exit-layer", "5"}, "exit layer must be in [1, 4]");
+  refused({"--spec", "layer-skip", "--skip-layers", "2-x"}, "--skip-layers");
+  refused({"--spec", "layer-skip", "--skip-layers", "0-4"}, "leaves at least one");
+  refused({"--spec", "ngram", "--draft-head", "10"}, "--draft-head goes with");
+  refused({"--draft-model", shared_path("models/next/fixture-phi3-f16.gguf")}, "a draft must share the target's tokens");
+  refused({"--draft-model", "/nonexistent.gguf"}, "--draft-model");
+}

@@ -18,10 +18,12 @@ namespace kvasir::test {
 // How the fake model behaves: by default the favourite is a hash of the context; with
 // copy_period the favourite repeats the token copy_period back (text that copies its context, where
 // n-gram drafts pay); with support > 0 only the favourite and support - 1 fixed other tokens are
-// possible (small joint distributions for statistical tests).
+// possible (small joint distributions for statistical tests); with err_every > 0 the favourite
+// moves to another token on about 1 context in err_every (a draft model that is often right).
 struct FakeModel {
   int32_t copy_period = 0;
   int32_t support = 0;
+  int32_t err_every = 0;
 };
 
 class FakeRunner : public runtime::ModelRunner {
@@ -64,7 +66,8 @@ class FakeRunner : public runtime::ModelRunner {
     // Virtual time: a fixed cost per step, a little per row and more per logits row (an output
     // head each), so engine tests that read step timing (the speculation controller) are
     // deterministic, whatever the machine's speed or a sanitizer's slowdown.
-    virtual_ns += 1'000'000 + 20'000 * batch.size() + 100'000 * int64_t(logits_.size() / size_t(info_.n_vocab));
+    *clock_ns += int64_t(cost_scale * double(1'000'000 + 20'000 * batch.size() +
+                                             100'000 * int64_t(logits_.size() / size_t(info_.n_vocab))));
     return logits_.data();
   }
 
@@ -83,6 +86,7 @@ class FakeRunner : public runtime::ModelRunner {
       int32_t fav = m.copy_period > 0 && int64_t(context.size()) >= m.copy_period
                         ? context[context.size() - size_t(m.copy_period)]
                         : int32_t(3 + (h >> 7) % uint64_t(m.support));
+      if (wrong(h, m)) fav = 3 + (fav - 3 + 1) % m.support;
       for (int32_t i = 0; i < m.support; ++i) out[size_t(3 + i)] = i == 0 ? 1.0f : 1.0f / float(1 << i) - 0.5f;
       out[size_t(fav)] = 2.0f;
       return out;
@@ -95,12 +99,17 @@ class FakeRunner : public runtime::ModelRunner {
       out[size_t(i)] = float(int64_t(x % 4001) - 2000) / 1000.0f;
     }
     const bool copy = m.copy_period > 0 && int64_t(context.size()) >= m.copy_period;
-    out[copy ? size_t(context[context.size() - size_t(m.copy_period)]) : size_t((h >> 7) % uint64_t(n_vocab))] = 6.0f;
+    size_t fav = copy ? size_t(context[context.size() - size_t(m.copy_period)]) : size_t((h >> 7) % uint64_t(n_vocab));
+    if (wrong(h, m)) fav = 3 + (fav + 1) % size_t(n_vocab - 3);
+    out[fav] = 6.0f;
     return out;
   }
+  static bool wrong(uint64_t h, const FakeModel& m) { return m.err_every > 0 && (h >> 17) % uint64_t(m.err_every) == 0; }
 
   int64_t forwards = 0;
   int64_t virtual_ns = 0;  // advanced by forward(); a clock for EngineOptions::clock
+  int64_t* clock_ns = &virtual_ns;  // a draft runner advances its target's clock
+  double cost_scale = 1.0;          // a draft model is cheaper
 
  private:
   FakeModel model_;

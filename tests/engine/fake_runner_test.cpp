@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <map>
+#include <optional>
 #include <random>
 
 #include "engine/engine.h"
@@ -37,8 +38,15 @@ const Tokenizer& tokenizer() {
 
 constexpr int64_t kBlock = 4;
 
+// A draft runner for SpecMethod::draft: its own model (often right) and KV pool.
+struct FakeDraft {
+  test::FakeModel model;
+  int64_t blocks = 64;
+};
+
 std::unique_ptr<EngineCore> fake_core(int64_t blocks, int32_t max_batch_tokens, int32_t max_seqs,
-                                      test::FakeModel model = {}, SpecOptions spec = {}) {
+                                      test::FakeModel model = {}, SpecOptions spec = {},
+                                      std::optional<FakeDraft> draft = std::nullopt) {
   auto runner = std::make_unique<FakeRunner>(tokenizer().n_vocab(), blocks, kBlock, max_batch_tokens, model);
   EngineOptions o;
   o.clock = [r = runner.get()] { return r->virtual_ns; };  // the runner lives as long as the engine
@@ -46,7 +54,13 @@ std::unique_ptr<EngineCore> fake_core(int64_t blocks, int32_t max_batch_tokens, 
   o.block_size = int32_t(kBlock);
   o.max_batch_tokens = max_batch_tokens;
   o.max_seqs = max_seqs;
-  auto c = EngineCore::create(std::move(runner), tokenizer(), o);
+  std::unique_ptr<FakeRunner> draft_runner;
+  if (draft) {
+    draft_runner = std::make_unique<FakeRunner>(tokenizer().n_vocab(), draft->blocks, kBlock, max_batch_tokens, draft->model);
+    draft_runner->clock_ns = &runner->virtual_ns;
+    draft_runner->cost_scale = 0.1;
+  }
+  auto c = EngineCore::create(std::move(runner), tokenizer(), o, std::move(draft_runner));
   EXPECT_TRUE(c.ok()) << c.error();
   return std::move(*c);
 }
@@ -169,15 +183,63 @@ TEST(FakeRunnerEngine, SpeculationKeepsGreedyOutputsExact) {
   }
 }
 
+// A draft model that is right about 3 times in 4: greedy outputs stay exactly the reference
+// model's in a crowd with chunked prefill, prefix hits and preemption of the target, and with a
+// draft KV pool too small for every request (its least recently drafted sequences are evicted);
+// drafts are accepted and rejected; every block of both pools comes back.
+TEST(FakeRunnerEngine, DraftModelKeepsGreedyOutputsExact) {
+  const test::FakeModel target{.copy_period = 5};
+  auto reqs = workload(17, 24, 0.0f);
+  for (auto& r : reqs) r.stop.max_tokens = 8 + r.stop.max_tokens;
+  for (bool adaptive : {true, false}) {
+    auto c = fake_core(16, 8, 8, target, {.method = SpecMethod::draft, .max_k = 4, .adaptive = adaptive},
+                       FakeDraft{.model = {.copy_period = 5, .err_every = 4}, .blocks = 12});
+    const auto got = run(*c, reqs);
+    for (size_t i = 0; i < reqs.size(); ++i)
+      EXPECT_EQ(got.at(RequestId(i)), greedy_reference(reqs[i].prompt, reqs[i].stop.max_tokens, target))
+          << "request " << i << " adaptive " << adaptive;
+    const EngineStats s = c->stats();
+    EXPECT_GT(s.spec_draft_tokens, 100) << "adaptive " << adaptive;
+    EXPECT_GT(double(s.spec_accepted_tokens), 0.4 * double(s.spec_draft_tokens));
+    EXPECT_LT(s.spec_accepted_tokens, s.spec_draft_tokens);  // the draft is wrong now and then
+    EXPECT_GT(s.num_preemptions, 0);
+    EXPECT_EQ(s.kv_blocks_used, 0);
+    EXPECT_EQ(s.draft_kv_blocks_used, 0);
+    EXPECT_GT(s.generation_tokens_total, s.num_steps);
+  }
+}
+
+// A draft that is always wrong costs rows but never changes a token; the controller learns to
+// stop drafting (most steps draft nothing) while a fixed K keeps paying for rejected rows.
+TEST(FakeRunnerEngine, AWrongDraftModelIsHarmlessAndTheControllerStopsIt) {
+  const test::FakeModel target{};
+  auto reqs = workload(19, 16, 0.0f);
+  for (auto& r : reqs) r.stop.max_tokens = 40;
+  int64_t drafted[2] = {0, 0};
+  for (bool adaptive : {true, false}) {
+    auto c = fake_core(64, 16, 4, target, {.method = SpecMethod::draft, .max_k = 3, .adaptive = adaptive},
+                       FakeDraft{.model = {.err_every = 1}});
+    const auto got = run(*c, reqs);
+    for (size_t i = 0; i < reqs.size(); ++i)
+      EXPECT_EQ(got.at(RequestId(i)), greedy_reference(reqs[i].prompt, reqs[i].stop.max_tokens, target)) << "request " << i;
+    const EngineStats s = c->stats();
+    EXPECT_EQ(s.spec_accepted_tokens, 0);
+    drafted[adaptive] = s.spec_draft_tokens;
+    EXPECT_EQ(s.draft_kv_blocks_used, 0);
+  }
+  EXPECT_GT(drafted[0], 600);                // fixed K: 3 rows for nearly every token
+  EXPECT_LT(drafted[1] * 10, drafted[0]);    // the controller: probes only
+}
+
 // Sampling at temperature 1 keeps its distribution under speculation: the joint distribution of
-// the first 3 tokens over 20,000 seeded requests with n-gram drafts (K = 3 always) and without
-// agree under a two-sample chi-square test at p = 1e-4 (64 cells: 4 possible tokens per position).
+// the first 3 tokens over 20,000 seeded requests without drafts and with n-gram drafts, then with
+// a draft model's (K = 3 always), agree under a two-sample chi-square test at p = 1e-4 (64 cells: 4 possible tokens per position).
 TEST(FakeRunnerEngine, SpeculationKeepsTheSampledDistribution) {
   const test::FakeModel model{.copy_period = 3, .support = 4};
   const int kSamples = 20000;
-  auto histogram = [&](SpecOptions spec) {
+  auto histogram = [&](SpecOptions spec, std::optional<FakeDraft> draft = std::nullopt) {
     std::map<std::vector<int32_t>, int> h;
-    auto c = fake_core(4096, 256, 64, model, spec);
+    auto c = fake_core(4096, 256, 64, model, spec, draft);
     std::vector<GenerationParams> reqs;
     for (int i = 0; i < kSamples; ++i) {
       GenerationParams p;
@@ -194,23 +256,29 @@ TEST(FakeRunnerEngine, SpeculationKeepsTheSampledDistribution) {
     return std::make_pair(h, c->stats());
   };
   const auto [plain, plain_stats] = histogram({});
-  const auto [spec, spec_stats] = histogram({.method = SpecMethod::ngram, .max_k = 3, .adaptive = false});
   EXPECT_EQ(plain_stats.spec_draft_tokens, 0);
-  EXPECT_GT(spec_stats.spec_draft_tokens, kSamples / 2);  // it did speculate
-  EXPECT_GT(spec_stats.spec_accepted_tokens, 0);
-  EXPECT_LT(spec_stats.spec_accepted_tokens, spec_stats.spec_draft_tokens);  // and it did reject
-  std::map<std::vector<int32_t>, std::pair<int, int>> cells;
-  for (const auto& [k, n] : plain) cells[k].first = n;
-  for (const auto& [k, n] : spec) cells[k].second = n;
-  double chi2 = 0;
-  for (const auto& [k, n] : cells) {
-    const double a = n.first, b = n.second, e = (a + b) / 2;  // equal sample sizes
-    chi2 += (a - e) * (a - e) / e + (b - e) * (b - e) / e;
+  const std::pair<SpecOptions, std::optional<FakeDraft>> variants[] = {
+      {{.method = SpecMethod::ngram, .max_k = 3, .adaptive = false}, std::nullopt},
+      {{.method = SpecMethod::draft, .max_k = 3, .adaptive = false}, FakeDraft{.model = {.copy_period = 3, .support = 4, .err_every = 3}, .blocks = 1024}},
+  };
+  for (const auto& [options, draft] : variants) {
+    const auto [spec, spec_stats] = histogram(options, draft);
+    EXPECT_GT(spec_stats.spec_draft_tokens, kSamples / 2);  // it did speculate
+    EXPECT_GT(spec_stats.spec_accepted_tokens, 0);
+    EXPECT_LT(spec_stats.spec_accepted_tokens, spec_stats.spec_draft_tokens);  // and it did reject
+    std::map<std::vector<int32_t>, std::pair<int, int>> cells;
+    for (const auto& [k, n] : plain) cells[k].first = n;
+    for (const auto& [k, n] : spec) cells[k].second = n;
+    double chi2 = 0;
+    for (const auto& [k, n] : cells) {
+      const double a = n.first, b = n.second, e = (a + b) / 2;  // equal sample sizes
+      chi2 += (a - e) * (a - e) / e + (b - e) * (b - e) / e;
+    }
+    const double dof = double(cells.size()) - 1;
+    const double critical = dof * std::pow(1 - 2 / (9 * dof) + 3.719 * std::sqrt(2 / (9 * dof)), 3);  // p = 1e-4
+    EXPECT_GE(cells.size(), 40u);
+    EXPECT_LT(chi2, critical) << "cells " << cells.size() << " method " << int(options.method);
   }
-  const double dof = double(cells.size()) - 1;
-  const double critical = dof * std::pow(1 - 2 / (9 * dof) + 3.719 * std::sqrt(2 / (9 * dof)), 3);  // p = 1e-4
-  EXPECT_GE(cells.size(), 40u);
-  EXPECT_LT(chi2, critical) << "cells " << cells.size();
 }
 
 }  // namespace

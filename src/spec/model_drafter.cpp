@@ -1,0 +1,141 @@
+#include "spec/model_drafter.h"
+
+#include <algorithm>
+#include <unordered_set>
+
+namespace kvasir::spec {
+
+Result<std::unique_ptr<ModelDrafter>> ModelDrafter::create(std::unique_ptr<runtime::ModelRunner> runner,
+                                                           std::vector<int32_t> token_of_logit,
+                                                           int64_t n_vocab_target) {
+  if (!runner) return Error{"no draft runner", ErrorCode::invalid_argument};
+  const runtime::RunnerInfo& info = runner->info();
+  if (!token_of_logit.empty() && int64_t(token_of_logit.size()) != info.n_vocab)
+    return Error{"the draft head's token map does not match its logits", ErrorCode::invalid_argument};
+  if (info.max_batch_tokens < 1 || info.num_kv_blocks < 2 || info.num_kv_blocks > (int64_t(1) << 30))
+    return Error{"the draft runner needs a batch size and at least 2 KV blocks", ErrorCode::invalid_argument};
+  auto kv = kv::KvManager::create({.num_blocks = int32_t(info.num_kv_blocks),
+                                   .block_size = int32_t(info.block_size),
+                                   .enable_prefix_cache = false,
+                                   .model_id = info.identity});
+  if (!kv) return Error{kv.error()};
+  return std::unique_ptr<ModelDrafter>(
+      new ModelDrafter(std::move(runner), std::move(*kv), std::move(token_of_logit), n_vocab_target));
+}
+
+ModelDrafter::ModelDrafter(std::unique_ptr<runtime::ModelRunner> runner, kv::KvManager kv,
+                           std::vector<int32_t> token_of_logit, int64_t n_vocab_target)
+    : runner_(std::move(runner)),
+      kv_(std::move(kv)),
+      token_of_logit_(std::move(token_of_logit)),
+      n_vocab_target_(n_vocab_target) {}
+
+void ModelDrafter::release(int64_t id) {
+  if (held_.erase(id)) kv_.seq_free(id);
+  last_used_.erase(id);
+}
+
+int32_t ModelDrafter::pick(const float* row) const {
+  const int64_t n = runner_->info().n_vocab;
+  int32_t best = -1;
+  float best_v = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t t = token_of_logit_.empty() ? int32_t(i) : token_of_logit_[size_t(i)];
+    if (t >= n_vocab_target_) continue;
+    if (best < 0 || row[i] > best_v || (row[i] == best_v && t < best)) best = t, best_v = row[i];
+  }
+  return best;
+}
+
+// Makes room for `tokens` positions of request `id`, evicting the draft KV of the requests that
+// drafted least recently (never one of this call's).
+bool ModelDrafter::reserve(int64_t id, int32_t tokens, const std::unordered_set<int64_t>& busy) {
+  while (!kv_.seq_allocate(id, tokens)) {
+    int64_t victim = -1;
+    uint64_t oldest = UINT64_MAX;
+    for (const auto& [other, used] : last_used_)
+      if (!busy.count(other) && used < oldest) victim = other, oldest = used;
+    if (victim < 0) return false;
+    release(victim);
+  }
+  return true;
+}
+
+Status ModelDrafter::propose(std::span<DraftJob> jobs) {
+  const runtime::RunnerInfo& info = runner_->info();
+  std::unordered_set<int64_t> busy;
+  for (const DraftJob& j : jobs) busy.insert(j.id);
+  ++clock_;
+  pending_.clear();
+  int32_t max_k = 0;
+  for (DraftJob& j : jobs) {
+    j.draft.clear();
+    const int32_t n = int32_t(j.context.size());
+    if (j.k <= 0 || n == 0) continue;
+    const int32_t k = int32_t(std::min<int64_t>(j.k, info.n_ctx_train - n + 1));  // positions up to n + k - 2
+    if (k <= 0) continue;
+    auto [it, fresh] = held_.try_emplace(j.id);
+    std::vector<int32_t>& held = it->second;
+    if (fresh && !kv_.seq_admit(j.id, {}, 0, {}, 0)) {
+      held_.erase(it);
+      continue;
+    }
+    last_used_[j.id] = clock_;
+    // Positions whose KV still holds this context's tokens; the last token is fed again for logits.
+    const size_t keep = std::min<size_t>(
+        size_t(std::mismatch(held.begin(), held.end(), j.context.begin(), j.context.end()).first - held.begin()),
+        size_t(n - 1));
+    kv_.seq_truncate(j.id, int32_t(keep));
+    held.resize(keep);
+    if (!reserve(j.id, n - 1 + k, busy)) continue;
+    j.draft.assign(size_t(k), -1);
+    for (int32_t p = int32_t(keep); p < n; ++p)
+      pending_.push_back({j.context[size_t(p)], p, j.id, p + 1 == n ? &j.draft[0] : nullptr});
+    held.assign(j.context.begin(), j.context.end());
+    max_k = std::max(max_k, k);
+  }
+  Status s = flush();
+  for (int32_t d = 1; s && d < max_k; ++d) {
+    pending_.clear();
+    for (DraftJob& j : jobs) {
+      if (int32_t(j.draft.size()) <= d || j.draft[size_t(d - 1)] < 0) continue;
+      const int32_t n = int32_t(j.context.size());
+      pending_.push_back({j.draft[size_t(d - 1)], n - 1 + d, j.id, &j.draft[size_t(d)]});
+      held_.at(j.id).push_back(j.draft[size_t(d - 1)]);
+    }
+    if (!pending_.empty()) s = flush();
+  }
+  for (DraftJob& j : jobs) {
+    const auto end = std::find(j.draft.begin(), j.draft.end(), -1);
+    j.draft.erase(end, j.draft.end());
+    if (!s) release(j.id);  // a failed forward leaves the draft KV undefined
+  }
+  return s;
+}
+
+Status ModelDrafter::flush() {
+  const int64_t max_rows = runner_->info().max_batch_tokens;
+  const int64_t n_logits = runner_->info().n_vocab;
+  for (size_t begin = 0; begin < pending_.size();) {
+    const size_t end = std::min(pending_.size(), begin + size_t(max_rows));
+    batch_.clear();
+    int64_t last_id = -1;
+    for (size_t r = begin; r < end; ++r) {
+      const Row& row = pending_[r];
+      if (row.id != last_id) {  // a request's rows are contiguous
+        batch_.block_tables.push_back(&kv_.seq_blocks(row.id));
+        last_id = row.id;
+      }
+      batch_.add(row.token, row.pos, int32_t(batch_.block_tables.size() - 1), row.out != nullptr);
+    }
+    auto logits = runner_->forward(batch_);
+    if (!logits) return Error{"draft forward failed: " + logits.error()};
+    int64_t i = 0;
+    for (size_t r = begin; r < end; ++r)
+      if (pending_[r].out) *pending_[r].out = pick(*logits + (i++) * n_logits);
+    begin = end;
+  }
+  return {};
+}
+
+}  // namespace kvasir::spec

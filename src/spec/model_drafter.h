@@ -1,0 +1,72 @@
+// Drafting with a model: a second runner (a smaller GGUF of the same vocabulary, or the target's
+// own early layers, runtime::CpuRunner::self_draft) proposes each sequence's next K tokens
+// greedily. Every sequence keeps its own paged KV in the draft runner's storage, holding the
+// tokens it last saw; a new proposal computes only what changed since (the tokens verification
+// kept, usually one or two) and then one batched forward per draft position for all sequences.
+// Greedy drafts are point masses, so the engine's verification (keep x with probability p(x))
+// stays exactly lossless at any temperature.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "core/status.h"
+#include "kv/kv_manager.h"
+#include "runtime/model_runner.h"
+
+namespace kvasir::spec {
+
+struct DraftJob {
+  int64_t id = 0;                       // the request; its draft KV lives until release(id)
+  std::span<const int32_t> context;     // every token so far (prompt and generated)
+  int32_t k = 0;                        // draft tokens wanted
+  std::vector<int32_t> draft = {};      // out: up to k tokens (fewer when the draft KV is full)
+};
+
+class ModelDrafter {
+ public:
+  // token_of_logit maps the runner's logit columns to token ids (a restricted head); empty: the
+  // identity. Tokens at or above n_vocab_target are never proposed.
+  static Result<std::unique_ptr<ModelDrafter>> create(std::unique_ptr<runtime::ModelRunner> runner,
+                                                      std::vector<int32_t> token_of_logit, int64_t n_vocab_target);
+
+  // Fills every job's draft. Jobs must name distinct requests.
+  Status propose(std::span<DraftJob> jobs);
+  // Forgets a request (finished, aborted or preempted): its draft blocks go back to the pool.
+  void release(int64_t id);
+  // Requests whose draft KV is held, and the pool's free blocks (tests: nothing leaks).
+  size_t num_sequences() const { return held_.size(); }
+  int32_t num_free_blocks() const { return kv_.num_free_blocks(); }
+  int32_t num_blocks() const { return kv_.num_blocks(); }
+  const runtime::ModelRunner& runner() const { return *runner_; }
+
+ private:
+  ModelDrafter(std::unique_ptr<runtime::ModelRunner> runner, kv::KvManager kv, std::vector<int32_t> token_of_logit,
+               int64_t n_vocab_target);
+  // The best proposable token of one logits row.
+  int32_t pick(const float* row) const;
+  // Runs the pending rows in forwards of at most max_batch_tokens; a row that wants logits gets
+  // its pick written to *out.
+  Status flush();
+  bool reserve(int64_t id, int32_t tokens, const std::unordered_set<int64_t>& busy);
+
+  std::unique_ptr<runtime::ModelRunner> runner_;
+  kv::KvManager kv_;
+  std::vector<int32_t> token_of_logit_;
+  int64_t n_vocab_target_ = 0;
+  std::unordered_map<int64_t, std::vector<int32_t>> held_;  // per request: the tokens its draft KV holds
+  std::unordered_map<int64_t, uint64_t> last_used_;         // per request: the propose() call that last drafted
+  uint64_t clock_ = 0;
+  struct Row {
+    int32_t token, pos;
+    int64_t id;
+    int32_t* out;  // null: no logits wanted
+  };
+  std::vector<Row> pending_;
+  Batch batch_;
+};
+
+}  // namespace kvasir::spec
