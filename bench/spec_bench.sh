@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Speculative decoding at batch 1 and under concurrency: `kvasir batch` with and without
-# `--spec ngram`, alternating rounds, on copy-heavy prompts (a passage to repeat verbatim) and
+# speculation (`-s` flags, default `--spec ngram`), alternating rounds, on copy-heavy prompts (a passage to repeat verbatim) and
 # free-form ones. Concurrency c: 4c prompts through `--max-seqs c` (c in flight, the rest queued,
 # as a busy server sees them), so a request that finishes early lets the next one in. Prints
 # tokens/s per round, medians and acceptance.
-#   bench/spec_bench.sh [-r ROUNDS] [-t THREADS] [-n MAX_TOKENS] [-c CONCURRENCY] [MODEL]
+#   bench/spec_bench.sh [-r ROUNDS] [-t THREADS] [-n MAX_TOKENS] [-c CONCURRENCY] [-s "SPEC FLAGS"]
+#                       [-w "copy free mixed"] [MODEL]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 bin="$here/../build/bin/kvasir"
-rounds=3 threads=2 max_tokens=160 conc=1
-while getopts "r:t:n:c:" o; do case $o in r) rounds=$OPTARG;; t) threads=$OPTARG;; n) max_tokens=$OPTARG;; c) conc=$OPTARG;; *) exit 2;; esac; done
+rounds=3 threads=2 max_tokens=160 conc=1 spec_flags="--spec ngram" workloads="copy free mixed"
+while getopts "r:t:n:c:s:w:" o; do case $o in r) rounds=$OPTARG;; t) threads=$OPTARG;; n) max_tokens=$OPTARG;; c) conc=$OPTARG;;
+  s) spec_flags=$OPTARG;; w) workloads=$OPTARG;; *) exit 2;; esac; done
 shift $((OPTIND - 1))
 model="${1:-$here/../models/gemma-3-270m-q4_k_m.gguf}"
 work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
@@ -29,23 +31,25 @@ write("copy", [copy] * total)
 write("free", (free * total)[:total])
 write("mixed", (([copy] + free) * total)[:total])
 PY
-run() {  # kind spec -> "tok/s accepted%"
-  local kind=$1 spec=$2
-  "$bin" batch -m "$model" -t "$threads" --input "$work/$kind.jsonl" --output "$work/out-$spec.jsonl" --kv-mem 256M \
-      --max-seqs "$conc" --max-batch-tokens "$(( conc > 512 ? conc : 512 ))" --spec "$spec" 2> "$work/log" > /dev/null
+run() {  # kind none|spec -> "tok/s accepted%"
+  local kind=$1 label=$2 flags=()
+  [ "$label" = spec ] && read -r -a flags <<< "$spec_flags"
+  "$bin" batch -m "$model" -t "$threads" --input "$work/$kind.jsonl" --output "$work/out-$label.jsonl" --kv-mem 256M \
+      --max-seqs "$conc" --max-batch-tokens "$(( conc > 512 ? conc : 512 ))" "${flags[@]}" 2> "$work/log" > /dev/null
   local tps acc
   tps=$(grep -o "[0-9.]* tok/s aggregate" "$work/log" | awk '{print $1}')
   acc=$(grep -o "accepted ([0-9.]*%)" "$work/log" | grep -o "[0-9.]*" || echo "-")
   echo "$tps $acc"
 }
-for kind in copy free mixed; do
+echo "speculation: $spec_flags"
+for kind in $workloads; do
   base=() spec=()
   for r in $(seq "$rounds"); do
     read -r b _ <<< "$(run "$kind" none)"
-    read -r s acc <<< "$(run "$kind" ngram)"
+    read -r s acc <<< "$(run "$kind" spec)"
     base+=("$b"); spec+=("$s")
-    same=$(python3 -c "import json,sys; t=lambda f:[json.loads(l)['text'] for l in open(f)]; print('identical' if t(sys.argv[1])==t(sys.argv[2]) else 'DIFFERENT')" "$work/out-none.jsonl" "$work/out-ngram.jsonl")
-    echo "$kind round $r: none $b tok/s, ngram $s tok/s (accepted $acc%, texts $same)"
+    same=$(python3 -c "import json,sys; t=lambda f:[json.loads(l)['text'] for l in open(f)]; print('identical' if t(sys.argv[1])==t(sys.argv[2]) else 'DIFFERENT')" "$work/out-none.jsonl" "$work/out-spec.jsonl")
+    echo "$kind round $r: none $b tok/s, spec $s tok/s (accepted $acc%, texts $same)"
   done
-  python3 -c "import statistics,sys; b=[float(x) for x in sys.argv[1].split()]; s=[float(x) for x in sys.argv[2].split()]; print(f'$kind c=$conc: median none {statistics.median(b):.1f} tok/s, ngram {statistics.median(s):.1f} tok/s, ratio {statistics.median(s)/statistics.median(b):.2f}x')" "${base[*]}" "${spec[*]}"
+  python3 -c "import statistics,sys; b=[float(x) for x in sys.argv[1].split()]; s=[float(x) for x in sys.argv[2].split()]; print(f'$kind c=$conc: median none {statistics.median(b):.1f} tok/s, spec {statistics.median(s):.1f} tok/s, ratio {statistics.median(s)/statistics.median(b):.2f}x')" "${base[*]}" "${spec[*]}"
 done

@@ -158,6 +158,7 @@ struct EngineCore::Impl {
   // What one draft token costs, relative to a decode step's time (a moving average of measured
   // draft forwards; a prior until measured).
   double draft_token_cost = 0.05;
+  bool draft_cost_measured = false;  // the first measurement replaces the prior
   sched::Clock clock;
 
   Impl(std::unique_ptr<runtime::ModelRunner> r, const Tokenizer& t, const EngineOptions& o, sched::Scheduler s,
@@ -286,7 +287,8 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<runtime::
   if (draft_runner) {
     if (draft_runner->info().block_size != o.block_size) return Error{"the draft runner's KV block size differs from the engine's"};
     if (draft_runner->info().max_batch_tokens < 1) return Error{"the draft runner takes no rows"};
-    auto d = spec::ModelDrafter::create(std::move(draft_runner), std::move(draft_token_of_logit), tokenizer.n_vocab());
+    auto d = spec::ModelDrafter::create(std::move(draft_runner), std::move(draft_token_of_logit), tokenizer.n_vocab(),
+                                        o.clock ? o.clock : sched::Clock(sched::steady_now_ns));
     if (!d) return Error{d.error(), d.error_code()};
     drafter = std::move(*d);
   }
@@ -565,16 +567,19 @@ void EngineCore::Impl::draft_with_model(std::vector<SpecCandidate>& cands, int32
   const int64_t t0 = clock();
   const Status s = drafter->propose(draft_jobs);
   const int64_t elapsed = clock() - t0;
+  scheduler.exclude_time(elapsed);  // the step-cost model prices target forwards only
   if (!s) return;  // no drafts this step; the drafter has forgotten these requests
-  int64_t drafted = 0;
   size_t j = 0;
-  for (SpecCandidate& c : cands) {
-    if (c.k <= 0) continue;
-    drafted += int64_t(draft_jobs[j].draft.size());
-    c.draft = std::move(draft_jobs[j++].draft);
-  }
+  for (SpecCandidate& c : cands)
+    if (c.k > 0) c.draft = std::move(draft_jobs[j++].draft);
+  // A draft token's cost relative to a decode step, from the positions that cost like decode
+  // steps (the first also catches up on the verified tokens: a whole prompt the first time).
   const double step = scheduler.step_cost().decode_time(std::max(decodes, 1));
-  if (drafted > 0 && step > 0) draft_token_cost = 0.8 * draft_token_cost + 0.2 * (double(elapsed) / double(drafted)) / step;
+  const double per_token = drafter->ns_per_draft_token();
+  if (per_token >= 0 && step > 0) {
+    draft_token_cost = draft_cost_measured ? 0.8 * draft_token_cost + 0.2 * per_token / step : per_token / step;
+    draft_cost_measured = true;
+  }
 }
 
 // Stop rules, detokenization and the scheduler's output for the tokens pick_token chose, in

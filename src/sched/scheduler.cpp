@@ -91,7 +91,8 @@ const SchedulerOutput& Scheduler::step() {
   // Intervals that may hold idle time (nothing was running) are not observed.
   const int64_t t0 = now();
   if (last_step_busy_ && !running_.empty())
-    cost_.observe(t0 - step_start_ns_, step_decodes_, step_prefill_tokens_, step_draft_rows_);
+    cost_.observe(t0 - step_start_ns_ - excluded_ns_, step_decodes_, step_prefill_tokens_, step_draft_rows_);
+  excluded_ns_ = 0;
   out_.seqs.clear();
   out_.preempted.clear();
   out_.num_tokens = 0;

@@ -37,6 +37,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <algorithm>
 #include <unordered_map>
 #include <vector>
 
@@ -153,6 +154,9 @@ class Scheduler {
   const kv::KvManager& kv() const { return kv_; }
   const SchedulerCounters& counters() const { return counters_; }
   const StepCostModel& step_cost() const { return cost_; }
+  // Time the caller spent since the last step on work that is not a step's (a draft model
+  // proposing for the next step, priced on its own): left out of the step being measured.
+  void exclude_time(int64_t ns) { excluded_ns_ += std::max<int64_t>(ns, 0); }
 
   // Prefill tokens one chunk needs at least before the TPOT target lets it into a step (smaller
   // chunks would pay a step's fixed costs for a few tokens), and how many steps in a row prefill
@@ -199,6 +203,7 @@ class Scheduler {
   SchedulerCounters counters_;
   StepCostModel cost_;
   int64_t step_start_ns_ = 0;
+  int64_t excluded_ns_ = 0;  // exclude_time() since the last step
   int32_t step_decodes_ = 0, step_prefill_tokens_ = 0, step_draft_rows_ = 0, held_steps_ = 0;
   bool last_step_busy_ = false, force_progress_ = false;
 };

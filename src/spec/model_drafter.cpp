@@ -7,7 +7,7 @@ namespace kvasir::spec {
 
 Result<std::unique_ptr<ModelDrafter>> ModelDrafter::create(std::unique_ptr<runtime::ModelRunner> runner,
                                                            std::vector<int32_t> token_of_logit,
-                                                           int64_t n_vocab_target) {
+                                                           int64_t n_vocab_target, std::function<int64_t()> clock) {
   if (!runner) return Error{"no draft runner", ErrorCode::invalid_argument};
   const runtime::RunnerInfo& info = runner->info();
   if (!token_of_logit.empty() && int64_t(token_of_logit.size()) != info.n_vocab)
@@ -20,15 +20,16 @@ Result<std::unique_ptr<ModelDrafter>> ModelDrafter::create(std::unique_ptr<runti
                                    .model_id = info.identity});
   if (!kv) return Error{kv.error()};
   return std::unique_ptr<ModelDrafter>(
-      new ModelDrafter(std::move(runner), std::move(*kv), std::move(token_of_logit), n_vocab_target));
+      new ModelDrafter(std::move(runner), std::move(*kv), std::move(token_of_logit), n_vocab_target, std::move(clock)));
 }
 
 ModelDrafter::ModelDrafter(std::unique_ptr<runtime::ModelRunner> runner, kv::KvManager kv,
-                           std::vector<int32_t> token_of_logit, int64_t n_vocab_target)
+                           std::vector<int32_t> token_of_logit, int64_t n_vocab_target, std::function<int64_t()> clock)
     : runner_(std::move(runner)),
       kv_(std::move(kv)),
       token_of_logit_(std::move(token_of_logit)),
-      n_vocab_target_(n_vocab_target) {}
+      n_vocab_target_(n_vocab_target),
+      clock_(std::move(clock)) {}
 
 void ModelDrafter::release(int64_t id) {
   if (held_.erase(id)) kv_.seq_free(id);
@@ -65,7 +66,8 @@ Status ModelDrafter::propose(std::span<DraftJob> jobs) {
   const runtime::RunnerInfo& info = runner_->info();
   std::unordered_set<int64_t> busy;
   for (const DraftJob& j : jobs) busy.insert(j.id);
-  ++clock_;
+  ++calls_;
+  ns_per_token_ = -1;
   pending_.clear();
   int32_t max_k = 0;
   for (DraftJob& j : jobs) {
@@ -80,7 +82,7 @@ Status ModelDrafter::propose(std::span<DraftJob> jobs) {
       held_.erase(it);
       continue;
     }
-    last_used_[j.id] = clock_;
+    last_used_[j.id] = calls_;
     // Positions whose KV still holds this context's tokens; the last token is fed again for logits.
     const size_t keep = std::min<size_t>(
         size_t(std::mismatch(held.begin(), held.end(), j.context.begin(), j.context.end()).first - held.begin()),
@@ -95,6 +97,8 @@ Status ModelDrafter::propose(std::span<DraftJob> jobs) {
     max_k = std::max(max_k, k);
   }
   Status s = flush();
+  const int64_t t0 = clock_ ? clock_() : 0;
+  int64_t later_tokens = 0;
   for (int32_t d = 1; s && d < max_k; ++d) {
     pending_.clear();
     for (DraftJob& j : jobs) {
@@ -103,8 +107,10 @@ Status ModelDrafter::propose(std::span<DraftJob> jobs) {
       pending_.push_back({j.draft[size_t(d - 1)], n - 1 + d, j.id, &j.draft[size_t(d)]});
       held_.at(j.id).push_back(j.draft[size_t(d - 1)]);
     }
+    later_tokens += int64_t(pending_.size());
     if (!pending_.empty()) s = flush();
   }
+  if (s && clock_ && later_tokens > 0) ns_per_token_ = double(clock_() - t0) / double(later_tokens);
   for (DraftJob& j : jobs) {
     const auto end = std::find(j.draft.begin(), j.draft.end(), -1);
     j.draft.erase(end, j.draft.end());

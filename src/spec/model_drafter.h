@@ -7,6 +7,7 @@
 // stays exactly lossless at any temperature.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <unordered_map>
@@ -31,10 +32,16 @@ class ModelDrafter {
   // token_of_logit maps the runner's logit columns to token ids (a restricted head); empty: the
   // identity. Tokens at or above n_vocab_target are never proposed.
   static Result<std::unique_ptr<ModelDrafter>> create(std::unique_ptr<runtime::ModelRunner> runner,
-                                                      std::vector<int32_t> token_of_logit, int64_t n_vocab_target);
+                                                      std::vector<int32_t> token_of_logit, int64_t n_vocab_target,
+                                                      std::function<int64_t()> clock);
 
   // Fills every job's draft. Jobs must name distinct requests.
   Status propose(std::span<DraftJob> jobs);
+  // What the last propose() spent per token on draft positions after the first (forwards of one
+  // row per drafting request, like decode steps; the first position also catches up on the
+  // verified tokens, a prompt's worth the first time), by the clock given at creation; -1 when
+  // it drafted no such position.
+  double ns_per_draft_token() const { return ns_per_token_; }
   // Forgets a request (finished, aborted or preempted): its draft blocks go back to the pool.
   void release(int64_t id);
   // Requests whose draft KV is held, and the pool's free blocks (tests: nothing leaks).
@@ -45,7 +52,7 @@ class ModelDrafter {
 
  private:
   ModelDrafter(std::unique_ptr<runtime::ModelRunner> runner, kv::KvManager kv, std::vector<int32_t> token_of_logit,
-               int64_t n_vocab_target);
+               int64_t n_vocab_target, std::function<int64_t()> clock);
   // The best proposable token of one logits row.
   int32_t pick(const float* row) const;
   // Runs the pending rows in forwards of at most max_batch_tokens; a row that wants logits gets
@@ -59,7 +66,9 @@ class ModelDrafter {
   int64_t n_vocab_target_ = 0;
   std::unordered_map<int64_t, std::vector<int32_t>> held_;  // per request: the tokens its draft KV holds
   std::unordered_map<int64_t, uint64_t> last_used_;         // per request: the propose() call that last drafted
-  uint64_t clock_ = 0;
+  uint64_t calls_ = 0;
+  std::function<int64_t()> clock_;
+  double ns_per_token_ = -1;
   struct Row {
     int32_t token, pos;
     int64_t id;
