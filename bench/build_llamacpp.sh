@@ -21,7 +21,8 @@ if [ ! -f "$src/CMakeLists.txt" ]; then
   tar -xzf "$root/llama_cpp_python-$version.tar.gz" -C "$root"
 fi
 build=$root/build-$version
-if [ ! -f "$build/build.ninja" ]; then
+# Configured again when an older configuration left the examples (llama-lookup, ...) out.
+if [ ! -f "$build/build.ninja" ] || grep -q "LLAMA_BUILD_EXAMPLES:BOOL=OFF" "$build/CMakeCache.txt" 2>/dev/null; then
   cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=ON >&2
 fi
