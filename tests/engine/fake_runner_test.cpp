@@ -209,6 +209,40 @@ TEST(FakeRunnerEngine, DraftModelKeepsGreedyOutputsExact) {
   }
 }
 
+// Random adds and aborts in a crowd that preempts, with each proposer: when everything has ended,
+// every block of the target's pool and of the draft's is free.
+TEST(FakeRunnerEngine, RandomAbortsWithEveryProposerReturnEveryBlock) {
+  const test::FakeModel target{.copy_period = 4};
+  for (SpecMethod method : {SpecMethod::ngram, SpecMethod::draft}) {
+    std::optional<FakeDraft> draft;
+    if (method == SpecMethod::draft) draft = FakeDraft{.model = {.copy_period = 4, .err_every = 3}, .blocks = 10};
+    auto c = fake_core(14, 8, 6, target, {.method = method, .max_k = 3, .adaptive = false}, draft);
+    std::mt19937_64 rng(23);
+    std::vector<RequestId> ids;
+    std::vector<Delta> deltas;
+    int added = 0;
+    for (int step = 0; step < 3000 && (added < 60 || c->has_unfinished()); ++step) {
+      if (added < 60 && rng() % 3 == 0) {
+        auto reqs = workload(rng(), 1, 0.0f);
+        reqs[0].stop.max_tokens = 4 + int32_t(rng() % 20);
+        auto id = c->add_request(reqs[0]);
+        ASSERT_TRUE(id.ok()) << id.error();
+        ids.push_back(*id);
+        ++added;
+      }
+      if (!ids.empty() && rng() % 5 == 0) c->abort(ids[rng() % ids.size()]);
+      deltas.clear();
+      ASSERT_TRUE(c->step(deltas).ok());
+    }
+    EXPECT_FALSE(c->has_unfinished());
+    const EngineStats s = c->stats();
+    EXPECT_GT(s.spec_draft_tokens, 0) << int(method);
+    EXPECT_GT(s.num_preemptions, 0) << int(method);
+    EXPECT_EQ(s.kv_blocks_used, 0) << int(method);
+    EXPECT_EQ(s.draft_kv_blocks_used, 0) << int(method);
+  }
+}
+
 // A draft that is always wrong costs rows but never changes a token; the controller learns to
 // stop drafting (most steps draft nothing) while a fixed K keeps paying for rejected rows.
 TEST(FakeRunnerEngine, AWrongDraftModelIsHarmlessAndTheControllerStopsIt) {
