@@ -28,7 +28,7 @@ uint64_t hash_bytes(uint64_t h, std::string_view bytes) {
     h = absorb(h, w);
   }
   uint64_t tail = 0;
-  std::memcpy(&tail, bytes.data() + i, bytes.size() - i);
+  if (i < bytes.size()) std::memcpy(&tail, bytes.data() + i, bytes.size() - i);  // an empty view may have no data
   return absorb(h, tail);
 }
 
