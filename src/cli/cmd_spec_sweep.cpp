@@ -6,13 +6,10 @@
 // and decode tokens/s against the plain run, and the best choice with the flags that select it.
 #include <chrono>
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 
 #include "cli/common.h"
 #include "cli/commands.h"
 #include "engine/engine.h"
-#include "eval/kv_guard.h"
 #include "spec/draft_head.h"
 
 namespace kvasir::cli {
@@ -67,13 +64,9 @@ int run_sweep(SweepArgs a) {
   if (!model) return fail(model.error());
   auto tok = Tokenizer::from_gguf((*model)->gguf());
   if (!tok) return fail(a.model + ": " + tok.error());
-  std::string text = eval::kKvGuardText;
-  if (!a.text.empty()) {
-    std::ifstream in(a.text, std::ios::binary);
-    if (!in) return fail("--text: cannot read " + a.text);
-    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
-  std::vector<int32_t> tokens = tok->encode(text);
+  auto text = text_or_builtin(a.text, "--text");
+  if (!text) return fail(text.error());
+  std::vector<int32_t> tokens = tok->encode(*text);
   if (tokens.empty()) return fail("the text tokenizes to nothing");
   std::vector<int32_t> prompt(tokens.begin(), tokens.begin() + std::min<ptrdiff_t>(a.prompt_tokens, ptrdiff_t(tokens.size())));
   if (tok->add_bos()) prompt.insert(prompt.begin(), tok->bos());
@@ -114,8 +107,8 @@ int run_sweep(SweepArgs a) {
 
   auto plain = generate(**model, *tok, prompt, a.n_predict, {}, a.threads);
   if (!plain) return fail(plain.error());
-  std::printf("spec-sweep: %s, %d layers, prompt %zu tokens, %d generated, K = %d (fixed), %d threads\n", a.model.c_str(),
-              n_layers, prompt.size(), a.n_predict, a.max_k, a.threads);
+  std::printf("spec-sweep: %s, %d layers, prompt %zu tokens, %d generated, K = %d (fixed), threads %s\n", a.model.c_str(),
+              n_layers, prompt.size(), a.n_predict, a.max_k, a.threads > 0 ? std::to_string(a.threads).c_str() : "default");
   std::printf("| draft | head | accepted | per position | tokens/step | decode tok/s | vs plain |\n|---|---:|---:|---|---:|---:|---:|\n");
   std::printf("| none | - | - | - | 1.00 | %.1f | 1.00x |\n", plain->tok_s);
   std::fflush(stdout);

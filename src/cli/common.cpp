@@ -160,6 +160,13 @@ void SpecFlags::add_to(CLI::App* cmd) {
   cmd->add_option("--draft-head-text", draft_head_text, "Text the --draft-head tokens are counted on (default: built in)");
 }
 
+Result<std::string> text_or_builtin(const std::string& path, const std::string& flag) {
+  if (path.empty()) return std::string(eval::kKvGuardText);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Error{flag + ": cannot read " + path, ErrorCode::invalid_argument};
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
 Result<std::vector<int32_t>> parse_layer_list(const std::string& text) {
   std::vector<int32_t> out;
   std::stringstream ss(text);
@@ -168,8 +175,8 @@ Result<std::vector<int32_t>> parse_layer_list(const std::string& text) {
     char dash = 0, extra = 0;
     const int n = std::sscanf(item.c_str(), " %d %c %d %c", &a, &dash, &b, &extra);
     if (n == 1) b = a;
-    else if (!(n == 3 && dash == '-')) return Error{"--skip-layers: cannot read '" + item + "' (use e.g. 3,5,7-9)"};
-    if (a < 0 || b < a || b > 4095) return Error{"--skip-layers: bad range '" + item + "'"};
+    else if (!(n == 3 && dash == '-')) return Error{"cannot read '" + item + "' as layers (use e.g. 3,5,7-9)"};
+    if (a < 0 || b < a || b > 4095) return Error{"bad layer range '" + item + "'"};
     for (int i = a; i <= b; ++i) out.push_back(i);
   }
   std::sort(out.begin(), out.end());
@@ -217,13 +224,9 @@ Status SpecFlags::prepare(const Model& target, const Tokenizer& tokenizer, int t
     o.draft_model = std::move(*draft);
   }
   if (draft_head > 0) {
-    std::string text = eval::kKvGuardText;
-    if (!draft_head_text.empty()) {
-      std::ifstream in(draft_head_text, std::ios::binary);
-      if (!in) return Error{"--draft-head-text: cannot read " + draft_head_text, ErrorCode::invalid_argument};
-      text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    }
-    o.head_tokens = spec::frequent_tokens(tokenizer.encode(text), draft_head, tokenizer.eog_ids(),
+    auto text = text_or_builtin(draft_head_text, "--draft-head-text");
+    if (!text) return Error{text.error(), text.error_code()};
+    o.head_tokens = spec::frequent_tokens(tokenizer.encode(*text), draft_head, tokenizer.eog_ids(),
                                           std::min<int64_t>(tokenizer.n_vocab(), target.config().n_vocab));
   }
   return {};
@@ -259,13 +262,9 @@ Status KvFlags::apply(const Model& model, const Tokenizer& tokenizer, int thread
   o.kv_rotate_k = !no_rotate;
   if (guard < 0) return {};
   if (dtype_info(*t).block_size == 1) return Error{"--kv-guard prices a quantized --kv-type (q8_0 or q4_0)", ErrorCode::invalid_argument};
-  std::string text = eval::kKvGuardText;
-  if (!guard_text.empty()) {
-    std::ifstream in(guard_text, std::ios::binary);
-    if (!in) return Error{"--kv-guard-text: cannot read " + guard_text, ErrorCode::invalid_argument};
-    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
-  const auto tokens = tokenizer.encode(text);
+  auto text = text_or_builtin(guard_text, "--kv-guard-text");
+  if (!text) return Error{text.error(), text.error_code()};
+  const auto tokens = tokenizer.encode(*text);
   const auto t0 = std::chrono::steady_clock::now();
   auto g = eval::kv_guard(model, tokens,
                           {.type = *t, .max_kld = guard, .rotate_k = !no_rotate, .n_ctx = std::min<int64_t>(256, int64_t(tokens.size())),

@@ -63,6 +63,10 @@ struct SpecFlags {
   Status prepare(const Model& target, const Tokenizer& tokenizer, int threads, engine::SpecOptions& o) const;
 };
 
+// The file's text, or with no path a built-in English text (what the KV guard, the drafting head
+// and spec-sweep measure on by default); `flag` names the option in the error.
+Result<std::string> text_or_builtin(const std::string& path, const std::string& flag);
+
 // "3,5,7-9" -> {3, 5, 7, 8, 9}, ascending and distinct.
 Result<std::vector<int32_t>> parse_layer_list(const std::string& text);
 

@@ -159,7 +159,6 @@ struct EngineCore::Impl {
   // draft forwards; a prior until measured).
   double draft_token_cost = 0.05;
   bool draft_cost_measured = false;  // the first measurement replaces the prior
-  sched::Clock clock;
 
   Impl(std::unique_ptr<runtime::ModelRunner> r, const Tokenizer& t, const EngineOptions& o, sched::Scheduler s,
        int32_t len)
@@ -168,8 +167,7 @@ struct EngineCore::Impl {
         options(o),
         n_vocab(runner->info().n_vocab),
         scheduler(std::move(s)),
-        max_model_len(len),
-        clock(o.clock ? o.clock : sched::Clock(sched::steady_now_ns)) {}
+        max_model_len(len) {}
 
   void pick_token(const sched::ScheduledSeq& seq, const float* logits);
   bool is_stop_token(const Live& l, int32_t t) const {
@@ -244,7 +242,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const Model& model, const
                      ErrorCode::invalid_argument};
     if (spec.method == SpecMethod::layer_skip && (spec.skip_layers.empty() || layers.empty()))
       return Error{"layer skipping needs a non-empty set of layers to skip that leaves at least one", ErrorCode::invalid_argument};
-    const uint64_t per_token = KvCache::bytes_per_token(c, DType::F16) / uint64_t(c.n_layers) * layers.size();
+    const uint64_t per_token = KvCache::bytes_per_token(c, KvCacheOptions{.stored_layers = layers});
     auto d = (*runner)->self_draft({.layers = layers, .head_tokens = spec.head_tokens,
                                     .kv_blocks = draft_blocks(per_token), .block_size = o.block_size});
     if (!d) return Error{d.error(), d.error_code()};
@@ -286,7 +284,6 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<runtime::
   std::unique_ptr<spec::ModelDrafter> drafter;
   if (draft_runner) {
     if (draft_runner->info().block_size != o.block_size) return Error{"the draft runner's KV block size differs from the engine's"};
-    if (draft_runner->info().max_batch_tokens < 1) return Error{"the draft runner takes no rows"};
     auto d = spec::ModelDrafter::create(std::move(draft_runner), std::move(draft_token_of_logit), tokenizer.n_vocab(),
                                         o.clock ? o.clock : sched::Clock(sched::steady_now_ns));
     if (!d) return Error{d.error(), d.error_code()};
@@ -564,10 +561,8 @@ void EngineCore::Impl::draft_with_model(std::vector<SpecCandidate>& cands, int32
   for (const SpecCandidate& c : cands)
     if (c.k > 0) draft_jobs.push_back({.id = c.id, .context = scheduler.find(c.id)->tokens, .k = c.k});
   if (draft_jobs.empty()) return;
-  const int64_t t0 = clock();
   const Status s = drafter->propose(draft_jobs);
-  const int64_t elapsed = clock() - t0;
-  scheduler.exclude_time(elapsed);  // the step-cost model prices target forwards only
+  scheduler.exclude_time(drafter->last_propose_ns());  // the step-cost model prices target forwards only
   if (!s) return;  // no drafts this step; the drafter has forgotten these requests
   size_t j = 0;
   for (SpecCandidate& c : cands)

@@ -8,7 +8,7 @@ namespace kvasir::spec {
 Result<std::unique_ptr<ModelDrafter>> ModelDrafter::create(std::unique_ptr<runtime::ModelRunner> runner,
                                                            std::vector<int32_t> token_of_logit,
                                                            int64_t n_vocab_target, std::function<int64_t()> clock) {
-  if (!runner) return Error{"no draft runner", ErrorCode::invalid_argument};
+  if (!runner || !clock) return Error{"no draft runner or clock", ErrorCode::invalid_argument};
   const runtime::RunnerInfo& info = runner->info();
   if (!token_of_logit.empty() && int64_t(token_of_logit.size()) != info.n_vocab)
     return Error{"the draft head's token map does not match its logits", ErrorCode::invalid_argument};
@@ -33,7 +33,6 @@ ModelDrafter::ModelDrafter(std::unique_ptr<runtime::ModelRunner> runner, kv::KvM
 
 void ModelDrafter::release(int64_t id) {
   if (held_.erase(id)) kv_.seq_free(id);
-  last_used_.erase(id);
 }
 
 int32_t ModelDrafter::pick(const float* row) const {
@@ -54,8 +53,8 @@ bool ModelDrafter::reserve(int64_t id, int32_t tokens, const std::unordered_set<
   while (!kv_.seq_allocate(id, tokens)) {
     int64_t victim = -1;
     uint64_t oldest = UINT64_MAX;
-    for (const auto& [other, used] : last_used_)
-      if (!busy.count(other) && used < oldest) victim = other, oldest = used;
+    for (const auto& [other, h] : held_)
+      if (!busy.count(other) && h.last_used < oldest) victim = other, oldest = h.last_used;
     if (victim < 0) return false;
     release(victim);
   }
@@ -66,6 +65,7 @@ Status ModelDrafter::propose(std::span<DraftJob> jobs) {
   const runtime::RunnerInfo& info = runner_->info();
   std::unordered_set<int64_t> busy;
   for (const DraftJob& j : jobs) busy.insert(j.id);
+  const int64_t start = clock_();
   ++calls_;
   ns_per_token_ = -1;
   pending_.clear();
@@ -77,12 +77,12 @@ Status ModelDrafter::propose(std::span<DraftJob> jobs) {
     const int32_t k = int32_t(std::min<int64_t>(j.k, info.n_ctx_train - n + 1));  // positions up to n + k - 2
     if (k <= 0) continue;
     auto [it, fresh] = held_.try_emplace(j.id);
-    std::vector<int32_t>& held = it->second;
     if (fresh && !kv_.seq_admit(j.id, {}, 0, {}, 0)) {
       held_.erase(it);
       continue;
     }
-    last_used_[j.id] = calls_;
+    it->second.last_used = calls_;
+    std::vector<int32_t>& held = it->second.tokens;
     // Positions whose KV still holds this context's tokens; the last token is fed again for logits.
     const size_t keep = std::min<size_t>(
         size_t(std::mismatch(held.begin(), held.end(), j.context.begin(), j.context.end()).first - held.begin()),
@@ -97,7 +97,7 @@ Status ModelDrafter::propose(std::span<DraftJob> jobs) {
     max_k = std::max(max_k, k);
   }
   Status s = flush();
-  const int64_t t0 = clock_ ? clock_() : 0;
+  const int64_t t0 = clock_();
   int64_t later_tokens = 0;
   for (int32_t d = 1; s && d < max_k; ++d) {
     pending_.clear();
@@ -105,17 +105,18 @@ Status ModelDrafter::propose(std::span<DraftJob> jobs) {
       if (int32_t(j.draft.size()) <= d || j.draft[size_t(d - 1)] < 0) continue;
       const int32_t n = int32_t(j.context.size());
       pending_.push_back({j.draft[size_t(d - 1)], n - 1 + d, j.id, &j.draft[size_t(d)]});
-      held_.at(j.id).push_back(j.draft[size_t(d - 1)]);
+      held_.at(j.id).tokens.push_back(j.draft[size_t(d - 1)]);
     }
     later_tokens += int64_t(pending_.size());
     if (!pending_.empty()) s = flush();
   }
-  if (s && clock_ && later_tokens > 0) ns_per_token_ = double(clock_() - t0) / double(later_tokens);
+  if (s && later_tokens > 0) ns_per_token_ = double(clock_() - t0) / double(later_tokens);
   for (DraftJob& j : jobs) {
     const auto end = std::find(j.draft.begin(), j.draft.end(), -1);
     j.draft.erase(end, j.draft.end());
     if (!s) release(j.id);  // a failed forward leaves the draft KV undefined
   }
+  propose_ns_ = clock_() - start;
   return s;
 }
 

@@ -37,18 +37,17 @@ class ModelDrafter {
 
   // Fills every job's draft. Jobs must name distinct requests.
   Status propose(std::span<DraftJob> jobs);
-  // What the last propose() spent per token on draft positions after the first (forwards of one
-  // row per drafting request, like decode steps; the first position also catches up on the
-  // verified tokens, a prompt's worth the first time), by the clock given at creation; -1 when
-  // it drafted no such position.
+  // What the last propose() took in all, and per token on draft positions after the first
+  // (forwards of one row per drafting request, like decode steps; the first position also
+  // catches up on the verified tokens, a prompt's worth the first time), by the clock given at
+  // creation; per token -1 when it drafted no such position.
+  int64_t last_propose_ns() const { return propose_ns_; }
   double ns_per_draft_token() const { return ns_per_token_; }
   // Forgets a request (finished, aborted or preempted): its draft blocks go back to the pool.
   void release(int64_t id);
-  // Requests whose draft KV is held, and the pool's free blocks (tests: nothing leaks).
-  size_t num_sequences() const { return held_.size(); }
+  // The draft pool's blocks (stats: nothing leaks).
   int32_t num_free_blocks() const { return kv_.num_free_blocks(); }
   int32_t num_blocks() const { return kv_.num_blocks(); }
-  const runtime::ModelRunner& runner() const { return *runner_; }
 
  private:
   ModelDrafter(std::unique_ptr<runtime::ModelRunner> runner, kv::KvManager kv, std::vector<int32_t> token_of_logit,
@@ -64,10 +63,14 @@ class ModelDrafter {
   kv::KvManager kv_;
   std::vector<int32_t> token_of_logit_;
   int64_t n_vocab_target_ = 0;
-  std::unordered_map<int64_t, std::vector<int32_t>> held_;  // per request: the tokens its draft KV holds
-  std::unordered_map<int64_t, uint64_t> last_used_;         // per request: the propose() call that last drafted
+  struct Held {
+    std::vector<int32_t> tokens;  // what the request's draft KV holds, position by position
+    uint64_t last_used = 0;       // the propose() call that last drafted for it
+  };
+  std::unordered_map<int64_t, Held> held_;
   uint64_t calls_ = 0;
   std::function<int64_t()> clock_;
+  int64_t propose_ns_ = 0;
   double ns_per_token_ = -1;
   struct Row {
     int32_t token, pos;
