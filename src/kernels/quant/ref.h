@@ -42,6 +42,8 @@ void quantize_q6_k_weighted(const float* src, void* dst, int64_t n, const float*
 // its sub-block's decoded scale and min (L kept where a scale is 0).
 void requantize_scale_min_k4(const float* x, int nmax, uint16_t d_out, uint16_t dmin_out, const uint8_t* scales,
                              uint8_t* L);
+// Q5_K's packing, shared by both quantizers: the 256 codes L (0..31) into qs and qh.
+void pack_q5_k(const uint8_t* L, BlockQ5_K& y);
 // Q3_K's last step, shared by both quantizers: with the block's scales and d set, every element
 // rounded to its sub-block's scale (L: the search's codes + 4, kept where a scale is 0), packed.
 void quantize_q3_k_with_scales(const float* x, int8_t* L, BlockQ3_K& y);

@@ -180,22 +180,26 @@ void quantize_q4_k(const float* x, void* dst, int64_t n) {
   }
 }
 
+void pack_q5_k(const uint8_t* L, BlockQ5_K& y) {
+  // Low nibbles as Q4_K; the fifth bit of the pair (j, j+32) of 64-group g goes to qh[j]
+  // bits 2g and 2g+1.
+  std::memset(y.qh, 0, sizeof y.qh);
+  uint8_t* ql = y.qs;
+  for (int g = 0; g < kQK / 64; ++g, ql += 32) {
+    for (int j = 0; j < 32; ++j) {
+      const int l1 = L[64 * g + j], l2 = L[64 * g + j + 32];
+      y.qh[j] |= uint8_t(((l1 >> 4) << (2 * g)) | ((l2 >> 4) << (2 * g + 1)));
+      ql[j] = uint8_t((l1 & 0xF) | ((l2 & 0xF) << 4));
+    }
+  }
+}
+
 void quantize_q5_k(const float* x, void* dst, int64_t n) {
   auto* y = static_cast<BlockQ5_K*>(dst);
   uint8_t L[kQK];
   for (int64_t i = 0; i < n / kQK; ++i, x += kQK) {
     quantize_scale_min_k4(x, 31, -0.5f, 0.1f, 15, y[i].d, y[i].dmin, y[i].scales, L);
-    // Low nibbles as Q4_K; the fifth bit of the pair (j, j+32) of 64-group g goes to qh[j]
-    // bits 2g and 2g+1.
-    std::memset(y[i].qh, 0, sizeof y[i].qh);
-    uint8_t* ql = y[i].qs;
-    for (int g = 0; g < kQK / 64; ++g, ql += 32) {
-      for (int j = 0; j < 32; ++j) {
-        const int l1 = L[64 * g + j], l2 = L[64 * g + j + 32];
-        y[i].qh[j] |= uint8_t(((l1 >> 4) << (2 * g)) | ((l2 >> 4) << (2 * g + 1)));
-        ql[j] = uint8_t((l1 & 0xF) | ((l2 & 0xF) << 4));
-      }
-    }
+    pack_q5_k(L, y[i]);
   }
 }
 

@@ -141,17 +141,7 @@ void quantize_q5_k_weighted(const float* x, void* dst, int64_t n, const float* i
   uint8_t L[kQK];
   for (int64_t i = 0; i < n / kQK; ++i, x += kQK, imp += kQK) {
     scale_min_k4_weighted<31, true>(x, imp, y[i].d, y[i].dmin, y[i].scales, L);
-    // Low nibbles as Q4_K; the fifth bit of the pair (j, j+32) of 64-group g goes to qh[j]
-    // bits 2g and 2g+1.
-    std::memset(y[i].qh, 0, sizeof y[i].qh);
-    uint8_t* ql = y[i].qs;
-    for (int g = 0; g < kQK / 64; ++g, ql += 32) {
-      for (int j = 0; j < 32; ++j) {
-        const int l1 = L[64 * g + j], l2 = L[64 * g + j + 32];
-        y[i].qh[j] |= uint8_t(((l1 >> 4) << (2 * g)) | ((l2 >> 4) << (2 * g + 1)));
-        ql[j] = uint8_t((l1 & 0xF) | ((l2 & 0xF) << 4));
-      }
-    }
+    pack_q5_k(L, y[i]);
   }
 }
 
