@@ -5,7 +5,9 @@
 // step and the K/V bytes read per second; with --cached every sequence reads sequence 0's
 // blocks, which leaves the arithmetic alone (the data stays in cache).
 //
-//   attention_bench [-s 64] [-d 176] [-l 12] [-t 2] [-r 9] [--cached]
+// -H / -G / -D set the query heads, KV heads and head dim (Gemma 3 270M: -H 4 -G 1 -D 256).
+//
+//   attention_bench [-s 64] [-d 176] [-l 12] [-t 2] [-r 9] [-H 12] [-G 12] [-D 64] [--cached]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -24,7 +26,7 @@
 using namespace kvasir;
 
 int main(int argc, char** argv) {
-  int64_t seqs = 64, depth = 176, layers = 12, reps = 9;
+  int64_t seqs = 64, depth = 176, layers = 12, reps = 9, heads = 12, kv_heads = 12, hd = 64;
   int threads = 2;
   bool cached = false;
   for (int i = 1; i < argc; ++i) {
@@ -35,16 +37,20 @@ int main(int argc, char** argv) {
     else if (i + 1 < argc && k == "-l") layers = std::atoll(argv[++i]);
     else if (i + 1 < argc && k == "-t") threads = std::atoi(argv[++i]);
     else if (i + 1 < argc && k == "-r") reps = std::atoll(argv[++i]);
+    else if (i + 1 < argc && k == "-H") heads = std::atoll(argv[++i]);
+    else if (i + 1 < argc && k == "-G") kv_heads = std::atoll(argv[++i]);
+    else if (i + 1 < argc && k == "-D") hd = std::atoll(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: %s [-s SEQS] [-d DEPTH] [-l LAYERS] [-t THREADS] [-r REPS] [--cached]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [-s SEQS] [-d DEPTH] [-l LAYERS] [-t THREADS] [-r REPS] [-H HEADS] [-G KV_HEADS] [-D HEAD_DIM] [--cached]\n", argv[0]);
       return 2;
     }
   }
-  const int64_t heads = 12, hd = 64, bs = 16;
+  const int64_t bs = 16;
   const int64_t per_seq = depth / bs + 1, blocks = seqs * per_seq;
   ModelConfig c;
   c.n_layers = layers;
-  c.n_heads = c.n_kv_heads = heads;
+  c.n_heads = heads;
+  c.n_kv_heads = kv_heads;
   c.head_dim = hd;
   auto kv = KvCache::create(c, {blocks, bs, DType::F16});
   if (!kv) return std::fprintf(stderr, "%s\n", kv.error().c_str()), 1;
@@ -55,7 +61,7 @@ int main(int argc, char** argv) {
   auto random_row = [&](std::vector<float>& v) {
     for (auto& x : v) x = float(int(rng() % 2001) - 1000) / 1000.f;
   };
-  std::vector<float> k(size_t(heads * hd)), v(k.size());
+  std::vector<float> k(size_t(kv_heads * hd)), v(k.size());
   for (int64_t l = 0; l < layers; ++l)
     for (int64_t s = 0; s < (cached ? 1 : seqs); ++s)
       for (int64_t pos = 0; pos <= depth; ++pos) {
@@ -67,9 +73,9 @@ int main(int argc, char** argv) {
 
   ThreadPool tp(threads);
   const kernels::AttentionParams ap{heads, 0, 0.125f, 0.f};
-  const int64_t scratch_floats = (kernels::attention_scratch_floats({nullptr, nullptr, DType::F16, bs, heads, hd}, ap) + 15) & ~15;
+  const int64_t scratch_floats = (kernels::attention_scratch_floats({nullptr, nullptr, DType::F16, bs, kv_heads, hd}, ap) + 15) & ~15;
   std::vector<float> scratch(size_t(scratch_floats * threads));
-  const int64_t heads_per_unit = std::max<int64_t>(1, heads / threads), runs = (heads + heads_per_unit - 1) / heads_per_unit;
+  const int64_t heads_per_unit = std::max<int64_t>(1, kv_heads / threads), runs = (kv_heads + heads_per_unit - 1) / heads_per_unit;
   std::vector<double> ms;
   for (int64_t rep = 0; rep < reps; ++rep) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -77,7 +83,7 @@ int main(int argc, char** argv) {
       const kernels::KvLayerView view = kv->layer(l);
       tp.parallel_for(seqs * runs, 1, [&](int64_t b, int64_t e, int thread) {
         for (int64_t u = b; u < e; ++u) {
-          const int64_t s = u / runs, g0 = (u % runs) * heads_per_unit, g1 = std::min(heads, g0 + heads_per_unit);
+          const int64_t s = u / runs, g0 = (u % runs) * heads_per_unit, g1 = std::min(kv_heads, g0 + heads_per_unit);
           const int32_t* table = ids.data() + (cached ? 0 : s) * per_seq;
           kernels::attention_rows(q.data() + s * heads * hd, 1, heads * hd, view, table, depth, ap, g0, g1,
                                   out.data() + s * heads * hd, scratch.data() + thread * scratch_floats);
@@ -88,7 +94,7 @@ int main(int argc, char** argv) {
   }
   std::sort(ms.begin(), ms.end());
   const double med = ms[ms.size() / 2];
-  const double bytes = double(seqs * (depth + 1) * layers * heads * hd * 2 * 2);
+  const double bytes = double(seqs * (depth + 1) * layers * kv_heads * hd * 2 * 2);
   std::printf("attention: %lld seqs at depth %lld, %lld layers, %d threads%s: median %.2f ms/step (min %.2f), %.1f GB/s of K/V\n",
               (long long)seqs, (long long)depth, (long long)layers, threads, cached ? " (cached)" : "", med, ms.front(),
               bytes / med / 1e6);

@@ -5,24 +5,26 @@
 # the bandwidth ceiling (GB/s / weight bytes per token) when -G is given.
 #
 #   bench/compare_llamacpp.sh [-b KVASIR] [-t THREADS] [-p 512] [-n 128] [-r 5] [-k ROUNDS]
-#                             [-s SEQS [-P PROMPT] [-D BATCHED_BENCH]] [-G GBPS] MODEL.gguf...
+#                             [-s SEQS [-P PROMPT] [-D BATCHED_BENCH]] [-G GBPS] [-d DEPTH] MODEL.gguf...
 #
 #   -b  the kvasir binary (default build/bin/kvasir; e.g. build-perf/bin/kvasir)
 #   -s  also measure batched decode of SEQS sequences (aggregate tokens/s): kvasir through
 #       bench/batched_decode_bench (-D, default: next to the kvasir binary), llama.cpp through
 #       one llama_batch per step; -P prompt tokens per sequence (default 32)
 #   -p 0 / -n 0 skip prefill / decode.
+#   -d  both engines run pp and tg after DEPTH tokens of context (kvasir bench -d; llama.cpp with
+#       flash attention, its cache rewound to the context before each run)
 #
 # Installs llama-cpp-python (a CPU build of llama.cpp, compiled from source: 10+ minutes on 2
 # cores) into bench/.venv when it is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-kvasir=build/bin/kvasir threads=2 p=512 n=128 reps=5 rounds=3 seqs=0 prompt=32 batched="" gbps=""
-while getopts "b:t:p:n:r:k:s:P:D:G:" opt; do
+kvasir=build/bin/kvasir threads=2 p=512 n=128 reps=5 rounds=3 seqs=0 prompt=32 batched="" gbps="" depth=0
+while getopts "b:t:p:n:r:k:s:P:D:G:d:" opt; do
   case $opt in
     b) kvasir=$OPTARG ;; t) threads=$OPTARG ;; p) p=$OPTARG ;; n) n=$OPTARG ;; r) reps=$OPTARG ;;
     k) rounds=$OPTARG ;; s) seqs=$OPTARG ;; P) prompt=$OPTARG ;; D) batched=$OPTARG ;; G) gbps=$OPTARG ;;
-    *) exit 2 ;;
+    d) depth=$OPTARG ;; *) exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
@@ -48,9 +50,9 @@ for model in "$@"; do
   : >"$tmp/runs.jsonl"
   for ((k = 0; k < rounds; k++)); do
     if [ "$p" -gt 0 ] || [ "$n" -gt 0 ]; then
-      "$kvasir" bench -m "$model" -p "$p" -n "$n" -r "$reps" -t "$threads" --json |
+      "$kvasir" bench -m "$model" -p "$p" -n "$n" -d "$depth" -r "$reps" -t "$threads" --json |
         python3 -c 'import json,sys; [print(json.dumps(dict(r, engine="kvasir"))) for r in json.load(sys.stdin)]' >>"$tmp/runs.jsonl"
-      bench/.venv/bin/python bench/peer_llamacpp.py -m "$model" -p "$p" -n "$n" -r "$reps" -t "$threads" \
+      bench/.venv/bin/python bench/peer_llamacpp.py -m "$model" -p "$p" -n "$n" -d "$depth" -r "$reps" -t "$threads" \
         2>/dev/null >>"$tmp/runs.jsonl"
     fi
     if [ "$seqs" -gt 0 ]; then
@@ -75,7 +77,7 @@ for test in tests:
         continue
     mk, ml = statistics.median(kv), statistics.median(ll)
     ceiling = ""
-    if gbps and wbytes and test.startswith("tg") and " x" not in test:
+    if gbps and wbytes and test.startswith("tg") and " x" not in test and "@" not in test:
         ceiling = f"{100 * mk * wbytes / (float(gbps) * 1e9):.0f}% of {float(gbps) * 1e9 / wbytes:.1f}"
     print(f"| {model.split('/')[-1]} | {threads} | {test} | {mk:.1f} | {ml:.1f} | {mk / ml:.2f}x | {ceiling} |")
 PY

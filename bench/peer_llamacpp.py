@@ -2,7 +2,9 @@
 """llama.cpp's speed on a GGUF file through llama-cpp-python, measured like `kvasir bench`.
 
 pp: one P-token prefill of random tokens (n_batch = 512); tg: N single-token decode steps
-after one token of context. With --parallel S: batched decode like bench/batched_decode_bench
+after one token of context. With -d D both start after D random tokens of context instead
+(named pp512@dD / tg128@dD, like `kvasir bench -d`); the context is computed once and the
+cache rewound to it before every run. With --parallel S: batched decode like bench/batched_decode_bench
 (S sequences prefilled with --prompt tokens each, then N steps of one token per sequence in
 one llama_batch; aggregate tokens/s). Prints one JSON object per test on stdout.
 """
@@ -17,23 +19,34 @@ import llama_cpp
 
 
 def single(args) -> None:
-    llm = llama_cpp.Llama(model_path=args.model, n_ctx=max(args.p, args.n) + 16, n_batch=512, n_ubatch=512,
+    d = args.d
+    llm = llama_cpp.Llama(model_path=args.model, n_ctx=d + max(args.p, args.n) + 16, n_batch=512, n_ubatch=512,
                           n_threads=args.t, n_threads_batch=args.t, verbose=False, flash_attn=True)
     vocab = llm.n_vocab()
     rng = random.Random(42)
+    if d > 0:
+        llm.reset()
+        llm._ctx.kv_cache_clear()
+        llm.eval([rng.randrange(vocab) for _ in range(d)])
+
+    def rewind() -> None:
+        if d > 0:
+            llm.n_tokens = d  # eval() drops the cache past n_tokens
+        else:
+            llm.reset()
+            llm._ctx.kv_cache_clear()
 
     def pp_once() -> float:
         tokens = [rng.randrange(vocab) for _ in range(args.p)]
-        llm.reset()
-        llm._ctx.kv_cache_clear()
+        rewind()
         t0 = time.perf_counter()
         llm.eval(tokens)
         return args.p / (time.perf_counter() - t0)
 
     def tg_once() -> float:
-        llm.reset()
-        llm._ctx.kv_cache_clear()
-        llm.eval([1])
+        rewind()
+        if d == 0:
+            llm.eval([1])
         tok = 1
         t0 = time.perf_counter()
         for _ in range(args.n):
@@ -41,7 +54,8 @@ def single(args) -> None:
             llm.eval([tok])
         return args.n / (time.perf_counter() - t0)
 
-    for name, fn, on in (("pp%d" % args.p, pp_once, args.p > 0), ("tg%d" % args.n, tg_once, args.n > 0)):
+    at = "@d%d" % d if d > 0 else ""
+    for name, fn, on in (("pp%d%s" % (args.p, at), pp_once, args.p > 0), ("tg%d%s" % (args.n, at), tg_once, args.n > 0)):
         if not on:
             continue
         fn()  # warm-up
@@ -107,6 +121,7 @@ def main() -> None:
     ap.add_argument("-p", type=int, default=512)
     ap.add_argument("-n", type=int, default=128)
     ap.add_argument("-r", type=int, default=5)
+    ap.add_argument("-d", type=int, default=0, help="context depth before the tests")
     ap.add_argument("-t", type=int, default=2)
     ap.add_argument("--parallel", type=int, default=0, help="batched decode of this many sequences")
     ap.add_argument("--prompt", type=int, default=32, help="prompt tokens per sequence (--parallel)")

@@ -218,66 +218,99 @@ void kv_store(const KvLayerView& kv, const int32_t* block_table, int64_t pos, co
   }
 }
 
-int64_t attention_scratch_floats(const KvLayerView& kv, const AttentionParams& p) {
-  const int64_t group = p.n_heads / kv.n_kv_heads;
-  // K and V of one head's block, scores and weights of one block (padded to 8), the states of
-  // every (row, query head) of a tile.
-  // every (row, query head) of a tile, and the rotated queries of a tile (kv.rotate_k).
-  return 2 * kv.block_size * kv.head_dim + 2 * (kv.block_size + 8) + 2 * kAttentionTileRows * group * kv.n_kv_heads +
-         kAttentionTileRows * p.n_heads * kv.head_dim;
+SpanRange attention_spans(int64_t pos0, int64_t n_rows, int64_t window) {
+  return {window_start(pos0, window) / kAttentionSpan, (pos0 + n_rows - 1) / kAttentionSpan};
 }
 
-void attention_rows(const float* q, int64_t n_rows, int64_t row_stride, const KvLayerView& kv,
-                    const int32_t* block_table, int64_t pos0, const AttentionParams& p, int64_t kv_begin,
-                    int64_t kv_end, float* out, float* scratch) {
+int64_t attention_partial_floats(int64_t n_rows, int64_t n_heads, int64_t head_dim) {
+  return n_rows * n_heads * (head_dim + 2);
+}
+
+int64_t attention_scratch_floats(const KvLayerView& kv, const AttentionParams& p) {
+  // K and V of one head's block, scores and weights of one block (padded to 8), the rotated
+  // queries of a tile (kv.rotate_k), the states of every (row, query head) of a tile, and one
+  // span's partial for a tile (attention_rows over several spans).
+  return 2 * kv.block_size * kv.head_dim + 2 * (kv.block_size + 8) + kAttentionTileRows * p.n_heads * kv.head_dim +
+         2 * kAttentionTileRows * p.n_heads + attention_partial_floats(kAttentionTileRows, p.n_heads, kv.head_dim);
+}
+
+namespace {
+
+// Where a tile's running outputs and softmax states live: (row m, query head h) at
+// acc + m * acc_stride + h * head_dim and state[m * n_heads + h].
+struct Accumulators {
+  float* acc;
+  int64_t acc_stride;
+  HeadState* state;
+};
+
+struct TileArgs {
+  const float* q;  // queries (rotated when kv.rotate_k), row m at q + m * q_stride
+  int64_t q_stride, n_rows;
+  const KvLayerView& kv;
+  const int32_t* block_table;
+  int64_t pos0;
+  const AttentionParams& p;
+  int64_t kv_begin, kv_end;
+};
+
+// The tile's queries as the kernels read them: rotated into q_rot when K is stored rotated.
+const float* tile_queries(const float* q, int64_t n_rows, int64_t row_stride, const KvLayerView& kv,
+                          const AttentionParams& p, int64_t kv_begin, int64_t kv_end, float* q_rot, int64_t& q_stride) {
+  q_stride = row_stride;
+  if (!kv.rotate_k) return q;
+  const int64_t hd = kv.head_dim, group = p.n_heads / kv.n_kv_heads;
+  for (int64_t m = 0; m < n_rows; ++m)
+    for (int64_t head = kv_begin * group; head < kv_end * group; ++head) {
+      float* r = q_rot + (m * p.n_heads + head) * hd;
+      std::copy_n(q + m * row_stride + head * hd, hd, r);
+      hadamard_inplace(r, hd);
+    }
+  q_stride = p.n_heads * hd;
+  return q_rot;
+}
+
+// Online softmax of every (row, head) of the tile over the keys at positions [lo, hi] (within
+// each row's causal window), from a fresh state: acc zeroed, max -inf, sum 0.
+void attend_keys(const TileArgs& t, int64_t lo, int64_t hi, Accumulators a, float* blocks) {
+  const KvLayerView& kv = t.kv;
+  const AttentionParams& p = t.p;
   const int64_t hd = kv.head_dim, bs = kv.block_size;
-  const int64_t group = p.n_heads / kv.n_kv_heads, n_g = kv_end - kv_begin;
+  const int64_t group = p.n_heads / kv.n_kv_heads, n_g = t.kv_end - t.kv_begin;
   const bool f16 = kv.type == DType::F16;
   const auto* quantized = dtype_info(kv.type).block_size > 1 ? quant_traits(kv.type) : nullptr;
-  float* kblk = scratch;           // [bs][hd]
-  float* vblk = kblk + bs * hd;    // [bs][hd]
-  float* s = vblk + bs * hd;       // [bs + 8]
-  float* w = s + bs + 8;           // [bs + 8]
-  auto* state = reinterpret_cast<HeadState*>(w + bs + 8);  // [n_rows][n_g * group]
-  // Rotated K (kv.rotate_k): each query head rotated the same way, so q·k is unchanged.
-  float* q_rot = reinterpret_cast<float*>(state + kAttentionTileRows * group * kv.n_kv_heads);  // [n_rows][n_heads][hd]
-  if (kv.rotate_k) {
-    for (int64_t m = 0; m < n_rows; ++m)
-      for (int64_t head = kv_begin * group; head < kv_end * group; ++head) {
-        float* r = q_rot + (m * p.n_heads + head) * hd;
-        std::copy_n(q + m * row_stride + head * hd, hd, r);
-        hadamard_inplace(r, hd);
-      }
-  }
-  auto state_of = [&](int64_t m, int64_t g, int64_t h) -> HeadState& { return state[(m * n_g + g - kv_begin) * group + h]; };
-  const int64_t last = pos0 + n_rows - 1;
-  const int64_t lo_first = window_start(pos0, p.window);
-  for (int64_t m = 0; m < n_rows; ++m) {
-    std::fill(out + m * row_stride + kv_begin * group * hd, out + m * row_stride + kv_end * group * hd, 0.f);
-    for (int64_t g = kv_begin; g < kv_end; ++g)
-      for (int64_t h = 0; h < group; ++h) state_of(m, g, h) = {-std::numeric_limits<float>::infinity(), 0.f};
-  }
+  float* kblk = blocks;          // [bs][hd]
+  float* vblk = kblk + bs * hd;  // [bs][hd]
+  float* s = vblk + bs * hd;     // [bs + 8]
+  float* w = s + bs + 8;         // [bs + 8]
+  for (int64_t m = 0; m < t.n_rows; ++m)
+    for (int64_t head = t.kv_begin * group; head < t.kv_end * group; ++head) {
+      std::fill_n(a.acc + m * a.acc_stride + head * hd, hd, 0.f);
+      a.state[m * p.n_heads + head] = {-std::numeric_limits<float>::infinity(), 0.f};
+    }
+  const int64_t last = std::min(hi, t.pos0 + t.n_rows - 1);
+  const int64_t lo_first = std::max(lo, window_start(t.pos0, p.window));
   // Blocks outer, heads inner: each (row, head) sees the blocks in order, so the result does not
   // depend on how the heads are split. One head's rows of a block are contiguous (kv_row).
   // F16 K/V is read in place (widened in registers) when one query head uses it, and widened
   // once into scratch when several rows or heads share it; both give bitwise the same floats,
   // so the choice never shows in a result.
   // Quantized K/V is always dequantized into scratch, once per head-block.
-  const bool widen = quantized || (f16 && n_rows * group >= 2);
+  const bool widen = quantized || (f16 && t.n_rows * group > 8);
   for (int64_t start = lo_first - lo_first % bs; start <= last; start += bs) {
     const int64_t first = std::max(start, lo_first), end = std::min(start + bs - 1, last);
-    for (int64_t g = kv_begin; g < kv_end; ++g) {
-      const uint8_t* k0 = kv_row(kv.k, kv, block_table, first, g);
-      const uint8_t* v0 = kv_row(kv.v, kv, block_table, first, g);
+    for (int64_t g = t.kv_begin; g < t.kv_end; ++g) {
+      const uint8_t* k0 = kv_row(kv.k, kv, t.block_table, first, g);
+      const uint8_t* v0 = kv_row(kv.v, kv, t.block_table, first, g);
       // Fetched while this head-block is computed: the one two steps ahead in (block, head) order.
       Prefetch pf;
       {
         int64_t ahead = g + kPrefetchAhead, block_start = start;
-        for (; ahead >= kv_end; ahead -= n_g) block_start += bs;
+        for (; ahead >= t.kv_end; ahead -= n_g) block_start += bs;
         if (block_start <= last) {
           const size_t bytes = row_bytes(kv.type, bs * hd);
-          pf.k = reinterpret_cast<const char*>(kv_row(kv.k, kv, block_table, block_start, ahead));
-          pf.v = reinterpret_cast<const char*>(kv_row(kv.v, kv, block_table, block_start, ahead));
+          pf.k = reinterpret_cast<const char*>(kv_row(kv.k, kv, t.block_table, block_start, ahead));
+          pf.v = reinterpret_cast<const char*>(kv_row(kv.v, kv, t.block_table, block_start, ahead));
           pf.k_end = pf.k + bytes;
           pf.v_end = pf.v + bytes;
         }
@@ -289,15 +322,15 @@ void attention_rows(const float* q, int64_t n_rows, int64_t row_stride, const Kv
         widen_row(k0, true, kblk, (end - first + 1) * hd);
         widen_row(v0, true, vblk, (end - first + 1) * hd);
       }
-      for (int64_t m = 0; m < n_rows; ++m) {
-        const int64_t pos = pos0 + m;
-        const int64_t t0 = std::max(start, window_start(pos, p.window)), t1 = std::min(start + bs - 1, pos);
+      for (int64_t m = 0; m < t.n_rows; ++m) {
+        const int64_t pos = t.pos0 + m;
+        const int64_t t0 = std::max({start, lo, window_start(pos, p.window)}), t1 = std::min({start + bs - 1, hi, pos});
         if (t0 > t1) continue;
         for (int64_t h = 0; h < group; ++h) {
           const int64_t head = g * group + h;
-          const float* qh = kv.rotate_k ? q_rot + (m * p.n_heads + head) * hd : q + m * row_stride + head * hd;
-          float* oh = out + m * row_stride + head * hd;
-          HeadState& st = state_of(m, g, h);
+          const float* qh = t.q + m * t.q_stride + head * hd;
+          float* oh = a.acc + m * a.acc_stride + head * hd;
+          HeadState& st = a.state[m * p.n_heads + head];
           const int64_t skip = t0 - first, n = t1 - t0 + 1;
           const int64_t off = skip * hd;
           if (widen) {
@@ -313,10 +346,94 @@ void attention_rows(const float* q, int64_t n_rows, int64_t row_stride, const Kv
       }
     }
   }
+}
+
+// Folds one span's (state, acc) of a (row, head) into the running ones, which hold the spans
+// before it. A span without keys of this row leaves them as they are; the first span with keys
+// is copied; later ones rescale both sides to the larger max. The one merge rule of every path.
+void merge_span(HeadState& run, float* out, const HeadState& part, const float* acc, int64_t hd) {
+  if (part.max == -std::numeric_limits<float>::infinity()) return;
+  if (run.max == -std::numeric_limits<float>::infinity()) {
+    run = part;
+    std::copy_n(acc, hd, out);
+    return;
+  }
+  const float mx = std::max(run.max, part.max);
+  const float a = std::exp(run.max - mx), b = std::exp(part.max - mx);
+  int64_t d = 0;
+#if KVASIR_HAVE_AVX2
+  for (; d + 8 <= hd; d += 8)
+    _mm256_storeu_ps(out + d, _mm256_fmadd_ps(_mm256_loadu_ps(acc + d), _mm256_set1_ps(b),
+                                              _mm256_mul_ps(_mm256_loadu_ps(out + d), _mm256_set1_ps(a))));
+#endif
+  for (; d < hd; ++d) out[d] = std::fma(acc[d], b, out[d] * a);
+  run.sum = std::fma(run.sum, a, part.sum * b);
+  run.max = mx;
+}
+
+// out /= sum for every (row, head) of the run.
+void normalize(float* out, int64_t row_stride, const HeadState* state, int64_t n_rows, int64_t n_heads, int64_t hd,
+               int64_t head_begin, int64_t head_end) {
   for (int64_t m = 0; m < n_rows; ++m)
-    for (int64_t g = kv_begin; g < kv_end; ++g)
-      for (int64_t h = 0; h < group; ++h)
-        scale_row(out + m * row_stride + (g * group + h) * hd, hd, 1.f / state_of(m, g, h).sum);
+    for (int64_t head = head_begin; head < head_end; ++head)
+      scale_row(out + m * row_stride + head * hd, hd, 1.f / state[m * n_heads + head].sum);
+}
+
+}  // namespace
+
+void attention_rows(const float* q, int64_t n_rows, int64_t row_stride, const KvLayerView& kv,
+                    const int32_t* block_table, int64_t pos0, const AttentionParams& p, int64_t kv_begin,
+                    int64_t kv_end, float* out, float* scratch) {
+  const int64_t hd = kv.head_dim, group = p.n_heads / kv.n_kv_heads;
+  float* blocks = scratch;
+  float* q_rot = blocks + 2 * kv.block_size * hd + 2 * (kv.block_size + 8);
+  auto* state = reinterpret_cast<HeadState*>(q_rot + kAttentionTileRows * p.n_heads * hd);
+  float* span_acc = reinterpret_cast<float*>(state + kAttentionTileRows * p.n_heads);
+  auto* span_state = reinterpret_cast<HeadState*>(span_acc + kAttentionTileRows * p.n_heads * hd);
+  int64_t q_stride = 0;
+  const float* qt = tile_queries(q, n_rows, row_stride, kv, p, kv_begin, kv_end, q_rot, q_stride);
+  const TileArgs t{qt, q_stride, n_rows, kv, block_table, pos0, p, kv_begin, kv_end};
+  const SpanRange spans = attention_spans(pos0, n_rows, p.window);
+  // The first span straight into out: what merging it into an empty running state would copy.
+  attend_keys(t, spans.first * kAttentionSpan, spans.first * kAttentionSpan + kAttentionSpan - 1,
+              {out, row_stride, state}, blocks);
+  for (int64_t j = spans.first + 1; j <= spans.last; ++j) {
+    attend_keys(t, j * kAttentionSpan, j * kAttentionSpan + kAttentionSpan - 1, {span_acc, p.n_heads * hd, span_state},
+                blocks);
+    for (int64_t m = 0; m < n_rows; ++m)
+      for (int64_t head = kv_begin * group; head < kv_end * group; ++head)
+        merge_span(state[m * p.n_heads + head], out + m * row_stride + head * hd, span_state[m * p.n_heads + head],
+                   span_acc + (m * p.n_heads + head) * hd, hd);
+  }
+  normalize(out, row_stride, state, n_rows, p.n_heads, hd, kv_begin * group, kv_end * group);
+}
+
+void attention_span(const float* q, int64_t n_rows, int64_t row_stride, const KvLayerView& kv,
+                    const int32_t* block_table, int64_t pos0, const AttentionParams& p, int64_t kv_begin,
+                    int64_t kv_end, int64_t span, AttentionPartial part, float* scratch) {
+  const int64_t hd = kv.head_dim;
+  float* blocks = scratch;
+  float* q_rot = blocks + 2 * kv.block_size * hd + 2 * (kv.block_size + 8);
+  int64_t q_stride = 0;
+  const float* qt = tile_queries(q, n_rows, row_stride, kv, p, kv_begin, kv_end, q_rot, q_stride);
+  const TileArgs t{qt, q_stride, n_rows, kv, block_table, pos0, p, kv_begin, kv_end};
+  attend_keys(t, span * kAttentionSpan, span * kAttentionSpan + kAttentionSpan - 1,
+              {part.acc, p.n_heads * hd, reinterpret_cast<HeadState*>(part.state)}, blocks);
+}
+
+void attention_merge(const AttentionPartial* parts, int64_t n_spans, int64_t n_rows, int64_t row_stride,
+                     const KvLayerView& kv, const AttentionParams& p, int64_t kv_begin, int64_t kv_end, float* out) {
+  const int64_t hd = kv.head_dim, group = p.n_heads / kv.n_kv_heads;
+  for (int64_t m = 0; m < n_rows; ++m)
+    for (int64_t head = kv_begin * group; head < kv_end * group; ++head) {
+      const int64_t i = m * p.n_heads + head;
+      HeadState run{-std::numeric_limits<float>::infinity(), 0.f};
+      float* o = out + m * row_stride + head * hd;
+      std::fill_n(o, hd, 0.f);
+      for (int64_t j = 0; j < n_spans; ++j)
+        merge_span(run, o, reinterpret_cast<const HeadState*>(parts[j].state)[i], parts[j].acc + i * hd, hd);
+      scale_row(o, hd, 1.f / run.sum);
+    }
 }
 
 void attention(const float* q, const KvLayerView& kv, const int32_t* block_table, int64_t pos,

@@ -38,6 +38,20 @@ void kv_store(const KvLayerView& kv, const int32_t* block_table, int64_t pos, co
 // Most rows attention_rows() takes at once (the scratch is sized for it).
 inline constexpr int64_t kAttentionTileRows = 16;
 
+// Keys are taken in spans of kAttentionSpan positions (span j: positions [j * S, (j + 1) * S)):
+// each span is an online softmax of its own, and a row's spans are merged in order. Fixing the
+// arithmetic by absolute span, not by who computes it, lets threads share one long sequence's
+// keys (attention_span + attention_merge) while every row keeps one result: attention_rows
+// computes exactly the same bits alone.
+inline constexpr int64_t kAttentionSpan = 1024;
+
+// Spans [first, last] that rows at positions [pos0, pos0 + n_rows) reach with a window.
+struct SpanRange {
+  int64_t first = 0, last = 0;
+  int64_t count() const { return last - first + 1; }
+};
+SpanRange attention_spans(int64_t pos0, int64_t n_rows, int64_t window);
+
 struct AttentionParams {
   int64_t n_heads = 0;   // query heads; a multiple of n_kv_heads
   int64_t window = 0;    // sliding window: keys in [pos - window + 1, pos]; 0 = unlimited
@@ -60,6 +74,28 @@ void attention(const float* q, const KvLayerView& kv, const int32_t* block_table
 void attention_rows(const float* q, int64_t n_rows, int64_t row_stride, const KvLayerView& kv,
                     const int32_t* block_table, int64_t pos0, const AttentionParams& p, int64_t kv_begin,
                     int64_t kv_end, float* out, float* scratch);
+
+// One span's partial result for the rows of a tile: per (row m, query head h) the unnormalized
+// output at acc + (m * n_heads + h) * head_dim and the running max and sum at
+// state + 2 * (m * n_heads + h). Only the heads of KV heads [kv_begin, kv_end) are written.
+int64_t attention_partial_floats(int64_t n_rows, int64_t n_heads, int64_t head_dim);
+struct AttentionPartial {
+  float* acc = nullptr;    // [n_rows][n_heads][head_dim]
+  float* state = nullptr;  // [n_rows][n_heads][max, sum]
+};
+inline AttentionPartial attention_partial_at(float* base, int64_t n_rows, int64_t n_heads, int64_t head_dim) {
+  return {base, base + n_rows * n_heads * head_dim};
+}
+
+// attention_rows' arguments, but only the keys of span `span`, left unnormalized in `part`.
+void attention_span(const float* q, int64_t n_rows, int64_t row_stride, const KvLayerView& kv,
+                    const int32_t* block_table, int64_t pos0, const AttentionParams& p, int64_t kv_begin,
+                    int64_t kv_end, int64_t span, AttentionPartial part, float* scratch);
+
+// out rows (as attention_rows writes them) from the partials of spans first..first + n_spans - 1
+// (parts[i] holds span first + i), merged in span order and normalized.
+void attention_merge(const AttentionPartial* parts, int64_t n_spans, int64_t n_rows, int64_t row_stride,
+                     const KvLayerView& kv, const AttentionParams& p, int64_t kv_begin, int64_t kv_end, float* out);
 
 // Scalar reference over contiguous K/V ([n_tokens][n_kv_heads * head_dim] floats) with an
 // explicit full softmax: the twin that tests compare the paged kernel against.

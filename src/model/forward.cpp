@@ -289,6 +289,69 @@ void Forward::build_tiles(const Batch& b) {
   }
 }
 
+void Forward::attend_tiles(const Batch& b, const kernels::KvLayerView& view, const kernels::AttentionParams& ap) {
+  // Work units are (tile, run of KV heads): disjoint outputs, each computed the same way wherever
+  // it runs. Runs of several heads read each KV row once; enough runs to keep every thread busy
+  // on a single sequence.
+  const int64_t run = std::max<int64_t>(1, c_.n_kv_heads / std::max(1, pool_.num_threads()));
+  const int64_t runs = (c_.n_kv_heads + run - 1) / run;
+  const int64_t units = int64_t(tiles_.size()) * runs;
+  auto heads = [&](int64_t r) { return std::pair{r * run, std::min(c_.n_kv_heads, r * run + run)}; };
+  auto table = [&](const AttnTile& tile) { return b.block_tables[size_t(b.seq_index[tile.row])]->data(); };
+  auto scratch_of = [&](int thread) { return attn_scratch_.data() + size_t(thread) * size_t(attn_scratch_floats_); };
+  // Too few units for the threads: split long tiles by key span (the kernel's arithmetic is
+  // fixed per span, so the bits are attention_rows' either way).
+  int64_t n_spans = 0;
+  for (const AttnTile& tile : tiles_) n_spans += kernels::attention_spans(b.positions[tile.row], tile.n_rows, ap.window).count();
+  if (units >= 2 * pool_.num_threads() || n_spans == int64_t(tiles_.size())) {
+    pool_.parallel_for(units, 1, [&](int64_t begin, int64_t end, int thread) {
+      for (int64_t u = begin; u < end; ++u) {
+        const AttnTile& tile = tiles_[size_t(u / runs)];
+        const auto [g0, g1] = heads(u % runs);
+        kernels::attention_rows(q_.data() + tile.row * c_.q_dim(), tile.n_rows, c_.q_dim(), view, table(tile),
+                                b.positions[tile.row], ap, g0, g1, att_.data() + tile.row * c_.q_dim(), scratch_of(thread));
+      }
+    }, 16);
+    return;
+  }
+  span_units_.clear();
+  span_begin_.clear();
+  int64_t floats = 0;
+  for (size_t i = 0; i < tiles_.size(); ++i) {
+    const kernels::SpanRange spans = kernels::attention_spans(b.positions[tiles_[i].row], tiles_[i].n_rows, ap.window);
+    span_begin_.push_back(int64_t(span_units_.size()));
+    for (int64_t j = spans.first; j <= spans.last; ++j) {
+      span_units_.push_back({int64_t(i), j, floats});
+      floats += kernels::attention_partial_floats(tiles_[i].n_rows, c_.n_heads, c_.head_dim);
+    }
+  }
+  span_begin_.push_back(int64_t(span_units_.size()));
+  if (attn_partials_.size() < size_t(floats)) attn_partials_.resize(size_t(floats));
+  span_parts_.clear();
+  for (const SpanUnit& su : span_units_)
+    span_parts_.push_back(kernels::attention_partial_at(attn_partials_.data() + su.offset, tiles_[size_t(su.tile)].n_rows,
+                                                        c_.n_heads, c_.head_dim));
+  pool_.parallel_for(int64_t(span_units_.size()) * runs, 1, [&](int64_t begin, int64_t end, int thread) {
+    for (int64_t u = begin; u < end; ++u) {
+      const size_t i = size_t(u / runs);
+      const SpanUnit& su = span_units_[i];
+      const AttnTile& tile = tiles_[size_t(su.tile)];
+      const auto [g0, g1] = heads(u % runs);
+      kernels::attention_span(q_.data() + tile.row * c_.q_dim(), tile.n_rows, c_.q_dim(), view, table(tile),
+                              b.positions[tile.row], ap, g0, g1, su.span, span_parts_[i], scratch_of(thread));
+    }
+  }, 16);
+  pool_.parallel_for(units, 1, [&](int64_t begin, int64_t end, int) {
+    for (int64_t u = begin; u < end; ++u) {
+      const size_t ti = size_t(u / runs);
+      const AttnTile& tile = tiles_[ti];
+      const auto [g0, g1] = heads(u % runs);
+      kernels::attention_merge(span_parts_.data() + span_begin_[ti], span_begin_[ti + 1] - span_begin_[ti], tile.n_rows,
+                               c_.q_dim(), view, ap, g0, g1, att_.data() + tile.row * c_.q_dim());
+    }
+  });
+}
+
 void Forward::attention_block(int64_t il, const Batch& b, KvCache& kv) {
   const LayerWeights& l = model_.weights().layers[size_t(il)];
   const int64_t T = b.size(), hd = c_.head_dim;
@@ -324,23 +387,7 @@ void Forward::attention_block(int64_t il, const Batch& b, KvCache& kv) {
     }
   });
   // Every row's K/V is stored before any row attends, so a prefill chunk sees itself causally.
-  // Work units are (tile, run of KV heads): disjoint outputs, each computed the same way wherever
-  // it runs. Runs of several heads read each KV row once; enough runs to keep every thread busy
-  // on a single sequence.
-  const kernels::AttentionParams ap{c_.n_heads, swa ? c_.sliding_window : 0, c_.attn_scale, c_.attn_softcap};
-  const int64_t run = std::max<int64_t>(1, c_.n_kv_heads / std::max(1, pool_.num_threads()));
-  const int64_t runs = (c_.n_kv_heads + run - 1) / run;
-  const int64_t units = int64_t(tiles_.size()) * runs;
-  pool_.parallel_for(units, 1, [&](int64_t begin, int64_t end, int thread) {
-    float* scratch = attn_scratch_.data() + size_t(thread) * size_t(attn_scratch_floats_);
-    for (int64_t u = begin; u < end; ++u) {
-      const AttnTile& tile = tiles_[size_t(u / runs)];
-      const int64_t g0 = (u % runs) * run, g1 = std::min(c_.n_kv_heads, g0 + run);
-      kernels::attention_rows(q_.data() + tile.row * c_.q_dim(), tile.n_rows, c_.q_dim(), view,
-                              b.block_tables[size_t(b.seq_index[tile.row])]->data(), b.positions[tile.row], ap, g0,
-                              g1, att_.data() + tile.row * c_.q_dim(), scratch);
-    }
-  }, 16);
+  attend_tiles(b, view, {c_.n_heads, swa ? c_.sliding_window : 0, c_.attn_scale, c_.attn_softcap});
   linear({{&l.wo, proj_.data()}}, att_.data(), T);
   if (c_.post_norms) norm_rows(proj_.data(), l.post_attn_norm, T, c_.n_embd, proj_.data());
   for_rows(T, [&](int64_t begin, int64_t end) {

@@ -119,6 +119,10 @@ class Forward {
   // fn(begin, end) over rows [0, T): on the pool when T is large enough to pay for the sync.
   void for_rows(int64_t T, const std::function<void(int64_t, int64_t)>& fn);
   void build_tiles(const Batch& batch);
+  // The attention of one layer over the tiles: each (tile, run of KV heads) on one thread, or,
+  // when those units are too few to keep the threads busy and some tile reaches several key
+  // spans (one long sequence decoding), each (tile, run, span) on its own and merged after.
+  void attend_tiles(const Batch& batch, const kernels::KvLayerView& view, const kernels::AttentionParams& ap);
   // Repacks (once, at construction) every matrix whose type has a decode layout.
   void pack_weights();
   const kernels::PackedMatrix* packed_for(const Matrix& w) const;
@@ -142,6 +146,14 @@ class Forward {
   AlignedVector<float> attn_scratch_;  // per thread
   int64_t attn_scratch_floats_ = 0;
   std::vector<AttnTile> tiles_;
+  // attend_tiles split by span: one partial per (tile, span), tile i's at span_begin_[i] on.
+  struct SpanUnit {
+    int64_t tile, span, offset;  // offset: floats into attn_partials_
+  };
+  std::vector<SpanUnit> span_units_;
+  std::vector<int64_t> span_begin_;
+  std::vector<kernels::AttentionPartial> span_parts_;
+  AlignedVector<float> attn_partials_;  // grows to the largest split step, then is reused
   // Repacked copies keyed by the file data they come from (a tied output shares its embedding's).
   std::unordered_map<const void*, kernels::PackedMatrix> packed_;
   // Mixture of experts: k slots per row (slot t * k + r is row t's r-th expert).

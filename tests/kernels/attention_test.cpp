@@ -90,6 +90,8 @@ TEST(Attention, PagedEqualsContiguousReference) {
       {1, 1, 8, 16, 1, 0, DType::F32},    {8, 4, 8, 16, 37, 0, DType::F32},   {8, 2, 32, 16, 100, 0, DType::F32},
       {4, 1, 64, 16, 33, 8, DType::F32},  {4, 1, 64, 4, 50, 7, DType::F32},   {6, 3, 16, 1, 20, 0, DType::F32},
       {4, 4, 64, 32, 130, 0, DType::F32}, {4, 2, 64, 16, 17, 16, DType::F32}, {8, 1, 256, 16, 70, 0, DType::F32},
+      // Past kAttentionSpan: several spans merged, and a window that crosses a span boundary.
+      {4, 2, 32, 16, 2600, 0, DType::F32}, {4, 1, 64, 16, 2200, 700, DType::F32}, {2, 1, 16, 48, 1100, 0, DType::F32},
   };
   uint32_t seed = 1;
   for (const auto& c : cases) run_case(c, seed++);
@@ -166,6 +168,66 @@ TEST(Attention, TileRowsEqualSingleRowsBitwise) {
         for (int64_t i = 0; i < q_dim; ++i)
           ASSERT_EQ(std::memcmp(&one[size_t(i)], &tile[size_t(m * q_dim + i)], 4), 0)
               << "row " << m << " of tile at " << pos0 << " elem " << i << " head_dim " << c.head_dim;
+      }
+    }
+  }
+}
+
+// One long sequence split by key span (as Forward does when a step has too few tiles for its
+// threads): attention_span per span, then attention_merge, is bitwise attention_rows, for tiles
+// inside a span, across a span boundary and with windows that cross one.
+TEST(Attention, SpanSplitEqualsAttentionRowsBitwise) {
+  struct SplitCase {
+    int64_t n_heads, n_kv_heads, head_dim, block_size, window;
+    DType type;
+  };
+  const SplitCase cases[] = {{8, 2, 64, 16, 0, DType::F16}, {4, 1, 256, 16, 0, DType::F16}, {4, 1, 32, 16, 700, DType::F32},
+                             {6, 3, 16, 48, 0, DType::F32}, {4, 2, 64, 32, 0, DType::Q8_0}};
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (const auto& c : cases) {
+    const int64_t n = 2 * kAttentionSpan + 500, kv_dim = c.n_kv_heads * c.head_dim, q_dim = c.n_heads * c.head_dim;
+    const int64_t blocks = (n + c.block_size - 1) / c.block_size;
+    std::vector<int32_t> table(static_cast<size_t>(blocks));
+    std::iota(table.rbegin(), table.rend(), 0);
+    std::vector<uint8_t> kpool(row_bytes(c.type, blocks * c.block_size * kv_dim)), vpool(kpool.size());
+    KvLayerView view{kpool.data(), vpool.data(), c.type, c.block_size, c.n_kv_heads, c.head_dim};
+    std::vector<float> k(static_cast<size_t>(kv_dim)), v(k.size());
+    for (int64_t t = 0; t < n; ++t) {
+      for (auto& x : k) x = nd(rng);
+      for (auto& x : v) x = nd(rng);
+      kv_store(view, table.data(), t, k.data(), v.data());
+    }
+    const AttentionParams p{c.n_heads, c.window, 1.f / std::sqrt(float(c.head_dim)), 0.f};
+    std::vector<float> scratch(size_t(attention_scratch_floats(view, p)));
+    const int64_t S = kAttentionSpan;
+    for (auto [pos0, rows] : {std::pair<int64_t, int64_t>{S - 8, 16}, {2 * S - 1, 1}, {n - 1, 1}, {S + 300, 16}, {3, 5}}) {
+      std::vector<float> q(size_t(rows * q_dim)), whole(q.size(), -1.f), split(q.size(), -2.f);
+      for (auto& x : q) x = nd(rng);
+      attention_rows(q.data(), rows, q_dim, view, table.data(), pos0, p, 0, c.n_kv_heads, whole.data(), scratch.data());
+      const SpanRange spans = attention_spans(pos0, rows, c.window);
+      std::vector<float> partials(size_t(spans.count() * attention_partial_floats(rows, c.n_heads, c.head_dim)));
+      std::vector<AttentionPartial> parts;
+      for (int64_t j = 0; j < spans.count(); ++j)
+        parts.push_back(attention_partial_at(partials.data() + j * attention_partial_floats(rows, c.n_heads, c.head_dim),
+                                             rows, c.n_heads, c.head_dim));
+      // Two "threads" over KV heads [0, h) and [h, n_kv_heads), each span on its own.
+      const int64_t half = c.n_kv_heads / 2;
+      for (auto [g0, g1] : {std::pair<int64_t, int64_t>{0, half}, {half, c.n_kv_heads}}) {
+        for (int64_t j = spans.last; j >= spans.first; --j)  // any order: partials are independent
+          attention_span(q.data(), rows, q_dim, view, table.data(), pos0, p, g0, g1, j, parts[size_t(j - spans.first)],
+                         scratch.data());
+        attention_merge(parts.data(), spans.count(), rows, q_dim, view, p, g0, g1, split.data());
+      }
+      ASSERT_EQ(0, std::memcmp(whole.data(), split.data(), whole.size() * sizeof(float)))
+          << "tile at " << pos0 << " (" << rows << " rows, spans " << spans.first << ".." << spans.last
+          << ") head_dim " << c.head_dim << " window " << c.window;
+      // And each row of the tile alone, as a decode step computes it.
+      for (int64_t m = 0; m < rows; ++m) {
+        std::vector<float> one(static_cast<size_t>(q_dim));
+        attention(q.data() + m * q_dim, view, table.data(), pos0 + m, p, one.data(), scratch.data());
+        ASSERT_EQ(0, std::memcmp(one.data(), whole.data() + m * q_dim, size_t(q_dim) * sizeof(float)))
+            << "row " << m << " of tile at " << pos0;
       }
     }
   }

@@ -12,6 +12,7 @@
 #include "golden_util.h"
 #include "model/forward.h"
 #include "model/session.h"
+#include "kernels/attention.h"
 #include "kernels/ops.h"
 
 using namespace kvasir;
@@ -92,6 +93,58 @@ TEST_P(ForwardProperties, BatchedEqualsAloneBitwise) {
     for (size_t p = 0; p < alone[s].size(); ++p) EXPECT_EQ(batched[s][p], alone[s][p]) << "seq " << s << " pos " << p;
   }
   }
+}
+
+// One long sequence decoding alone leaves the threads too few (tile, KV head) units, so Forward
+// splits its keys by span (kernels::kAttentionSpan) and merges the partials; in a crowd the same
+// row is computed whole by one thread. The logits must be bitwise the same.
+TEST_P(ForwardProperties, LongDecodeSplitByKeySpanEqualsCrowded) {
+  auto model = Model::load(shared_path("models/" + GetParam() + ".gguf"));
+  ASSERT_TRUE(model.ok()) << model.error();
+  const Model& m = **model;
+  const int64_t V = m.config().n_vocab, block = 16, n_long = kernels::kAttentionSpan + 90;
+  std::mt19937 rng(99);
+  const auto long_seq = random_tokens(rng, size_t(n_long + 2), int32_t(V));
+  std::vector<std::vector<int32_t>> shorts;
+  for (int i = 0; i < 4; ++i) shorts.push_back(random_tokens(rng, 11, int32_t(V)));
+  std::vector<int32_t> long_table;
+  for (int32_t i = 0; i < int32_t((n_long + 2 + block - 1) / block); ++i) long_table.push_back(i);
+  std::vector<std::vector<int32_t>> short_tables;
+  for (int32_t i = 0; i < 4; ++i) short_tables.push_back({int32_t(long_table.size()) + i});
+  const int64_t blocks = int64_t(long_table.size()) + 4;
+
+  // Logits of the long sequence's last two positions, decoded with or without the crowd.
+  auto run = [&](bool crowd) {
+    auto kv = KvCache::create(m.config(), {.num_blocks = blocks, .block_size = block, .type = DType::F16});
+    EXPECT_TRUE(kv.ok());
+    Forward fwd(m, {.max_batch_tokens = 64, .num_threads = 2});
+    for (int64_t done = 0; done < n_long;) {  // the same prefill chunks either way
+      Batch b;
+      b.block_tables.push_back(&long_table);
+      for (int64_t i = done; i < std::min(n_long, done + 64); ++i) b.add(long_seq[size_t(i)], int32_t(i), 0, false);
+      EXPECT_TRUE(fwd.forward(b, *kv).ok());
+      done += b.size();
+    }
+    std::vector<std::vector<float>> out;
+    for (int64_t pos = n_long; pos < n_long + 2; ++pos) {
+      Batch b;
+      b.block_tables.push_back(&long_table);
+      b.add(long_seq[size_t(pos)], int32_t(pos), 0, true);
+      if (crowd)
+        for (int32_t s = 0; s < 4; ++s) {
+          b.block_tables.push_back(&short_tables[size_t(s)]);
+          b.add(shorts[size_t(s)][size_t(pos - n_long)], int32_t(pos - n_long), s + 1, true);
+        }
+      auto logits = fwd.forward(b, *kv);
+      EXPECT_TRUE(logits.ok()) << logits.error();
+      if (logits.ok()) out.emplace_back(*logits, *logits + V);
+    }
+    return out;
+  };
+  const auto alone = run(false), crowded = run(true);
+  ASSERT_EQ(alone.size(), 2u);
+  ASSERT_EQ(crowded.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) EXPECT_EQ(alone[i], crowded[i]) << "decode step " << i;
 }
 
 TEST_P(ForwardProperties, DecodeEqualsPrefill) {
