@@ -198,24 +198,135 @@ struct HeadState {
   float max, sum;
 };
 
+// The online-softmax step of one head between its scores s[0, n) and its values: soft-capping,
+// the block max, rescaling acc to it, the weights w = exp(s - max) and their sum (in key order).
+// Returns the correction that the state update applies to the old sum.
+inline float softmax_step(float* s, int64_t n, const AttentionParams& p, const HeadState& st, float* acc, int64_t hd,
+                          float* w, float& sum, float& new_max) {
+  if (p.softcap > 0)
+    for (int64_t t = 0; t < n; ++t) s[t] = p.softcap * std::tanh(s[t] / p.softcap);
+  new_max = std::max(st.max, max_of(s, n));
+  const float correction = std::exp(st.max - new_max);  // 0 on the first block
+  if (correction != 1.f) scale_row(acc, hd, correction);
+  exp_shifted(s, n, new_max, w);
+  sum = 0;
+  for (int64_t t = 0; t < n; ++t) sum += w[t];
+  return correction;
+}
+
+inline void update_state(HeadState& st, float correction, float sum, float new_max) {
+  st.sum = std::fma(st.sum, correction, sum);
+  st.max = new_max;
+}
+
 // One head of one row over n keys/values (contiguous rows of head_dim elements, F16 or F32):
 // scores, then the online-softmax update of (max, sum) and of the unnormalized output acc.
 template <class T>
 void attend_block(const float* q, const T* k, const T* v, int64_t n, int64_t hd, const AttentionParams& p, float* s,
                   float* w, HeadState& st, float* acc, Prefetch& pf) {
   scores(q, k, n, hd, p.scale, s, pf);
-  if (p.softcap > 0)
-    for (int64_t t = 0; t < n; ++t) s[t] = p.softcap * std::tanh(s[t] / p.softcap);
-  const float block_max = max_of(s, n);
-  const float new_max = std::max(st.max, block_max);
-  const float correction = std::exp(st.max - new_max);  // 0 on the first block
-  if (correction != 1.f) scale_row(acc, hd, correction);
-  exp_shifted(s, n, new_max, w);
-  float sum = 0;
-  for (int64_t t = 0; t < n; ++t) sum += w[t];
+  float sum, new_max;
+  const float correction = softmax_step(s, n, p, st, acc, hd, w, sum, new_max);
   accumulate_values(acc, v, w, n, hd, pf);
-  st.sum = std::fma(st.sum, correction, sum);
-  st.max = new_max;
+  update_state(st, correction, sum, new_max);
+}
+
+// Most query heads attend_heads takes at once; the scratch holds scores and weights for them.
+inline constexpr int kMaxPassHeads = 8;
+
+#if KVASIR_HAVE_AVX2
+// s[h * ss + t] = scale * q_h·k_t for H heads (q_h = q + h * hd, hd a multiple of 8) and t < n:
+// each key's eight dims are loaded (widened) once for all H heads, 8 / H keys a pass. Every
+// (head, key) is the FMA chain over the dims in order that scores() runs, summed by the same
+// reduce8 tree (lane-independent), so each score is bitwise scores()'s.
+template <class T, int H>
+void scores_heads(const float* q, const T* k, int64_t n, int64_t hd, float scale, float* s, int64_t ss, Prefetch& pf) {
+  constexpr int K = 8 / H;
+  for (int64_t t = 0; t < n; t += K) {
+    const T* kt[K];
+    for (int j = 0; j < K; ++j) kt[j] = k + (t + j < n ? t + j : 0) * hd;
+    __m256 acc[8];
+    for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
+    for (int64_t d = 0; d < hd; d += 8) {
+      // About one later block's K over the block's passes (K keys x 4 steps of 8 dims a line).
+      if (d % 32 == 0) prefetch_next(pf.k, pf.k_end, int(K * sizeof(T) / 2));
+      __m256 kv[K];
+      for (int j = 0; j < K; ++j) kv[j] = load8(kt[j] + d);
+      for (int h = 0; h < H; ++h) {
+        const __m256 qv = _mm256_loadu_ps(q + h * hd + d);
+        for (int j = 0; j < K; ++j) acc[h * K + j] = _mm256_fmadd_ps(qv, kv[j], acc[h * K + j]);
+      }
+    }
+    alignas(32) float r[8];
+    _mm256_store_ps(r, _mm256_mul_ps(reduce8(acc), _mm256_set1_ps(scale)));
+    for (int h = 0; h < H; ++h)
+      for (int j = 0; j < K && t + j < n; ++j) s[h * ss + t + j] = r[h * K + j];
+  }
+}
+
+// acc_h[d] = fma(w_h[t], v_t[d], acc_h[d]) for t = 0..n-1 in order, for H heads (acc_h = acc +
+// h * hd, w_h = w + h * ws, hd a multiple of 8): each V element is loaded (widened) once for all
+// H heads; per element the operations of accumulate_values().
+template <class T, int H>
+void values_heads(float* acc, const T* v, const float* w, int64_t ws, int64_t n, int64_t hd, Prefetch& pf) {
+  constexpr int C = 8 / H;  // vectors of dims per pass: H * C accumulators
+  int64_t d = 0;
+  for (; d + 8 * C <= hd; d += 8 * C) {
+    __m256 a[H][C];
+    for (int h = 0; h < H; ++h)
+      for (int c = 0; c < C; ++c) a[h][c] = _mm256_loadu_ps(acc + h * hd + d + 8 * c);
+    for (int64_t t = 0; t < n; ++t) {
+      if (d % 64 == 0) prefetch_next(pf.v, pf.v_end, int(sizeof(T)));  // a later V row's 64 dims
+      __m256 vv[C];
+      for (int c = 0; c < C; ++c) vv[c] = load8(v + t * hd + d + 8 * c);
+      for (int h = 0; h < H; ++h) {
+        const __m256 wv = _mm256_set1_ps(w[h * ws + t]);
+        for (int c = 0; c < C; ++c) a[h][c] = _mm256_fmadd_ps(wv, vv[c], a[h][c]);
+      }
+    }
+    for (int h = 0; h < H; ++h)
+      for (int c = 0; c < C; ++c) _mm256_storeu_ps(acc + h * hd + d + 8 * c, a[h][c]);
+  }
+  for (; d < hd; d += 8) {  // what is left of the dims: eight at a time, the heads' chains side by side
+    __m256 a[H];
+    for (int h = 0; h < H; ++h) a[h] = _mm256_loadu_ps(acc + h * hd + d);
+    for (int64_t t = 0; t < n; ++t) {
+      const __m256 vv = load8(v + t * hd + d);
+      for (int h = 0; h < H; ++h) a[h] = _mm256_fmadd_ps(_mm256_set1_ps(w[h * ws + t]), vv, a[h]);
+    }
+    for (int h = 0; h < H; ++h) _mm256_storeu_ps(acc + h * hd + d, a[h]);
+  }
+}
+
+// attend_block for H query heads of one row that share a KV head (q, acc and states of head h at
+// q + h * hd, acc + h * hd, st[h]): bitwise attend_block per head, with each K/V element read
+// once for all of them. s and w hold kMaxPassHeads rows of ss floats.
+template <class T, int H>
+void attend_heads(const float* q, const T* k, const T* v, int64_t n, int64_t hd, const AttentionParams& p, float* s,
+                  float* w, int64_t ss, HeadState* st, float* acc, Prefetch& pf) {
+  scores_heads<T, H>(q, k, n, hd, p.scale, s, ss, pf);
+  float correction[H], sum[H], new_max[H];
+  for (int h = 0; h < H; ++h)
+    correction[h] = softmax_step(s + h * ss, n, p, st[h], acc + h * hd, hd, w + h * ss, sum[h], new_max[h]);
+  values_heads<T, H>(acc, v, w, ss, n, hd, pf);
+  for (int h = 0; h < H; ++h) update_state(st[h], correction[h], sum[h], new_max[h]);
+}
+#endif
+
+// The heads [0, count) of one row that share a KV head (laid out as attend_heads takes them),
+// in passes of 8, 4, 2 and 1 heads where head_dim allows, else one head at a time.
+template <class T>
+void attend_group(const float* q, const T* k, const T* v, int64_t n, int64_t hd, const AttentionParams& p, float* s,
+                  float* w, int64_t ss, HeadState* st, float* acc, int64_t count, Prefetch& pf) {
+  int64_t h = 0;
+#if KVASIR_HAVE_AVX2
+  if (hd % 8 == 0 && count >= 2) {
+    for (; h + 8 <= count; h += 8) attend_heads<T, 8>(q + h * hd, k, v, n, hd, p, s, w, ss, st + h, acc + h * hd, pf);
+    if (h + 4 <= count) attend_heads<T, 4>(q + h * hd, k, v, n, hd, p, s, w, ss, st + h, acc + h * hd, pf), h += 4;
+    if (h + 2 <= count) attend_heads<T, 2>(q + h * hd, k, v, n, hd, p, s, w, ss, st + h, acc + h * hd, pf), h += 2;
+  }
+#endif
+  for (; h < count; ++h) attend_block(q + h * hd, k, v, n, hd, p, s, w, st[h], acc + h * hd, pf);
 }
 
 }  // namespace
@@ -247,6 +358,12 @@ void kv_store(const KvLayerView& kv, const int32_t* block_table, int64_t pos, co
   }
 }
 
+namespace {
+// Scratch of attend_keys: K and V of one head's block, and scores and weights of one block for
+// kMaxPassHeads heads (rows padded by 8).
+int64_t blocks_floats(const KvLayerView& kv) { return 2 * kv.block_size * kv.head_dim + 2 * kMaxPassHeads * (kv.block_size + 8); }
+}  // namespace
+
 SpanRange attention_spans(int64_t pos0, int64_t n_rows, int64_t window) {
   return {window_start(pos0, window) / kAttentionSpan, (pos0 + n_rows - 1) / kAttentionSpan};
 }
@@ -259,7 +376,7 @@ int64_t attention_scratch_floats(const KvLayerView& kv, const AttentionParams& p
   // K and V of one head's block, scores and weights of one block (padded to 8), the rotated
   // queries of a tile (kv.rotate_k), the states of every (row, query head) of a tile, and one
   // span's partial for a tile (attention_rows over several spans).
-  return 2 * kv.block_size * kv.head_dim + 2 * (kv.block_size + 8) + kAttentionTileRows * p.n_heads * kv.head_dim +
+  return blocks_floats(kv) + kAttentionTileRows * p.n_heads * kv.head_dim +
          2 * kAttentionTileRows * p.n_heads + attention_partial_floats(kAttentionTileRows, p.n_heads, kv.head_dim);
 }
 
@@ -310,8 +427,9 @@ void attend_keys(const TileArgs& t, int64_t lo, int64_t hi, Accumulators a, floa
   const auto* quantized = dtype_info(kv.type).block_size > 1 ? quant_traits(kv.type) : nullptr;
   float* kblk = blocks;          // [bs][hd]
   float* vblk = kblk + bs * hd;  // [bs][hd]
-  float* s = vblk + bs * hd;     // [bs + 8]
-  float* w = s + bs + 8;         // [bs + 8]
+  const int64_t ss = bs + 8;
+  float* s = vblk + bs * hd;     // [kMaxPassHeads][bs + 8]
+  float* w = s + kMaxPassHeads * ss;
   for (int64_t m = 0; m < t.n_rows; ++m)
     for (int64_t head = t.kv_begin * group; head < t.kv_end * group; ++head) {
       std::fill_n(a.acc + m * a.acc_stride + head * hd, hd, 0.f);
@@ -325,7 +443,7 @@ void attend_keys(const TileArgs& t, int64_t lo, int64_t hi, Accumulators a, floa
   // once into scratch when several rows or heads share it; both give bitwise the same floats,
   // so the choice never shows in a result.
   // Quantized K/V is always dequantized into scratch, once per head-block.
-  const bool widen = quantized || (f16 && t.n_rows * group > 8);
+  const bool widen = quantized || (f16 && t.n_rows >= 2);
   for (int64_t start = lo_first - lo_first % bs; start <= last; start += bs) {
     const int64_t first = std::max(start, lo_first), end = std::min(start + bs - 1, last);
     for (int64_t g = t.kv_begin; g < t.kv_end; ++g) {
@@ -355,22 +473,20 @@ void attend_keys(const TileArgs& t, int64_t lo, int64_t hi, Accumulators a, floa
         const int64_t pos = t.pos0 + m;
         const int64_t t0 = std::max({start, lo, window_start(pos, p.window)}), t1 = std::min({start + bs - 1, hi, pos});
         if (t0 > t1) continue;
-        for (int64_t h = 0; h < group; ++h) {
-          const int64_t head = g * group + h;
-          const float* qh = t.q + m * t.q_stride + head * hd;
-          float* oh = a.acc + m * a.acc_stride + head * hd;
-          HeadState& st = a.state[m * p.n_heads + head];
-          const int64_t skip = t0 - first, n = t1 - t0 + 1;
-          const int64_t off = skip * hd;
-          if (widen) {
-            attend_block(qh, kblk + off, vblk + off, n, hd, p, s, w, st, oh, pf);
-          } else if (f16) {
-            attend_block(qh, reinterpret_cast<const uint16_t*>(k0) + off, reinterpret_cast<const uint16_t*>(v0) + off, n,
-                         hd, p, s, w, st, oh, pf);
-          } else {
-            attend_block(qh, reinterpret_cast<const float*>(k0) + off, reinterpret_cast<const float*>(v0) + off, n, hd,
-                         p, s, w, st, oh, pf);
-          }
+        // The group's query heads of this row: consecutive in q, acc and the states.
+        const int64_t head = g * group;
+        const float* qh = t.q + m * t.q_stride + head * hd;
+        float* oh = a.acc + m * a.acc_stride + head * hd;
+        HeadState* st = a.state + m * p.n_heads + head;
+        const int64_t n = t1 - t0 + 1, off = (t0 - first) * hd;
+        if (widen) {
+          attend_group(qh, kblk + off, vblk + off, n, hd, p, s, w, ss, st, oh, group, pf);
+        } else if (f16) {
+          attend_group(qh, reinterpret_cast<const uint16_t*>(k0) + off, reinterpret_cast<const uint16_t*>(v0) + off, n,
+                       hd, p, s, w, ss, st, oh, group, pf);
+        } else {
+          attend_group(qh, reinterpret_cast<const float*>(k0) + off, reinterpret_cast<const float*>(v0) + off, n, hd, p,
+                       s, w, ss, st, oh, group, pf);
         }
       }
     }
@@ -415,7 +531,7 @@ void attention_rows(const float* q, int64_t n_rows, int64_t row_stride, const Kv
                     int64_t kv_end, float* out, float* scratch) {
   const int64_t hd = kv.head_dim, group = p.n_heads / kv.n_kv_heads;
   float* blocks = scratch;
-  float* q_rot = blocks + 2 * kv.block_size * hd + 2 * (kv.block_size + 8);
+  float* q_rot = blocks + blocks_floats(kv);
   auto* state = reinterpret_cast<HeadState*>(q_rot + kAttentionTileRows * p.n_heads * hd);
   float* span_acc = reinterpret_cast<float*>(state + kAttentionTileRows * p.n_heads);
   auto* span_state = reinterpret_cast<HeadState*>(span_acc + kAttentionTileRows * p.n_heads * hd);
@@ -442,7 +558,7 @@ void attention_span(const float* q, int64_t n_rows, int64_t row_stride, const Kv
                     int64_t kv_end, int64_t span, AttentionPartial part, float* scratch) {
   const int64_t hd = kv.head_dim;
   float* blocks = scratch;
-  float* q_rot = blocks + 2 * kv.block_size * hd + 2 * (kv.block_size + 8);
+  float* q_rot = blocks + blocks_floats(kv);
   int64_t q_stride = 0;
   const float* qt = tile_queries(q, n_rows, row_stride, kv, p, kv_begin, kv_end, q_rot, q_stride);
   const TileArgs t{qt, q_stride, n_rows, kv, block_table, pos0, p, kv_begin, kv_end};

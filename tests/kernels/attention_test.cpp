@@ -232,3 +232,44 @@ TEST(Attention, SpanSplitEqualsAttentionRowsBitwise) {
     }
   }
 }
+
+// Query heads sharing a KV head are attended together, each K/V element read once for all of
+// them, in passes of 8, 4, 2 and 1 heads. Each head must still get bitwise what it gets alone:
+// the same model with the KV head repeated for every query head (groups of one) is the twin.
+TEST(Attention, GroupedHeadsEqualOneHeadPerKvHeadBitwise) {
+  std::mt19937 rng(23);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (int64_t group : {2, 3, 4, 7, 8, 12}) {
+    for (auto [type, hd] : {std::pair{DType::F16, int64_t(64)}, {DType::F32, 64}, {DType::F16, 8}, {DType::F32, 40}}) {
+      const int64_t bs = 16, n = 300, n_kv = 2, heads = n_kv * group;
+      std::vector<int32_t> table(size_t((n + bs - 1) / bs));
+      std::iota(table.begin(), table.end(), 0);
+      const size_t elem = type == DType::F32 ? 4 : 2;
+      std::vector<uint8_t> kp(table.size() * size_t(bs * n_kv * hd) * elem), vp(kp.size());
+      std::vector<uint8_t> kr(kp.size() * size_t(group)), vr(kr.size());
+      KvLayerView grouped{kp.data(), vp.data(), type, bs, n_kv, hd};
+      KvLayerView repeated{kr.data(), vr.data(), type, bs, heads, hd};
+      std::vector<float> k(size_t(n_kv * hd)), v(k.size()), k_rep(size_t(heads * hd)), v_rep(k_rep.size());
+      for (int64_t t = 0; t < n; ++t) {
+        for (auto& x : k) x = nd(rng);
+        for (auto& x : v) x = nd(rng);
+        for (int64_t h = 0; h < heads; ++h) {
+          std::copy_n(k.data() + h / group * hd, hd, k_rep.data() + h * hd);
+          std::copy_n(v.data() + h / group * hd, hd, v_rep.data() + h * hd);
+        }
+        kv_store(grouped, table.data(), t, k.data(), v.data());
+        kv_store(repeated, table.data(), t, k_rep.data(), v_rep.data());
+      }
+      const AttentionParams p{heads, 0, 0.125f, 0.f};
+      std::vector<float> scratch(size_t(std::max(attention_scratch_floats(grouped, p), attention_scratch_floats(repeated, p))));
+      for (int64_t rows : {1, 5}) {
+        std::vector<float> q(size_t(rows * heads * hd)), a(q.size()), b(q.size());
+        for (auto& x : q) x = nd(rng);
+        attention_rows(q.data(), rows, heads * hd, grouped, table.data(), n - rows, p, 0, n_kv, a.data(), scratch.data());
+        attention_rows(q.data(), rows, heads * hd, repeated, table.data(), n - rows, p, 0, heads, b.data(), scratch.data());
+        ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
+            << "group " << group << " rows " << rows << " head_dim " << hd << " " << dtype_name(type);
+      }
+    }
+  }
+}
