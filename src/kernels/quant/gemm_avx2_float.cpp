@@ -1,7 +1,8 @@
 // Float matmul tiles (F32, F16, BF16 weights): register tiles of up to 4 activation rows x 4
 // weight rows, one 8-lane FMA accumulator per output (the contract in gemm.h). Activation rows
 // are widened to f32 once per row group (exact), weight vectors once per k-step and shared by
-// every row of the tile. Column blocks keep the weights a row group sweeps in L2.
+// every row of the tile. Column blocks keep the weights a row group sweeps in L2. With AVX-512
+// the tile holds two outputs per register (micro512), the same operations per output.
 #include "kernels/quant/simd.h"
 
 #if KVASIR_HAVE_AVX2
@@ -54,6 +55,69 @@ void micro(int64_t n, const typename L::T* w, int64_t ws, const float* a, int64_
   }
 }
 
+#if KVASIR_HAVE_AVX512_FLOAT
+// GCC 12 warns inside its own AVX-512 headers (their "undefined" upper halves); nothing of ours.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// The same tile with 512-bit registers where the machine has them: a register holds two outputs'
+// eight-lane sums, one per 256-bit half, so each output still gets exactly the FMA chain and
+// reduction of micro() (the contract in gemm.h) at twice the width. P pairs of weight rows (an
+// odd last column reads its own row twice and keeps one half); C <= 2P columns stored.
+template <class L>
+__m512 load_pair(const typename L::T* w0, const typename L::T* w1) {
+  if constexpr (std::is_same_v<L, F32W>) {
+    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(w0)), _mm256_loadu_ps(w1), 1);
+  } else if constexpr (std::is_same_v<L, F16W>) {
+    return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(load128(w0)), load128(w1), 1));
+  } else {
+    const __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(load128(w0)), load128(w1), 1);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+}
+
+template <class L, int R, int P>
+void micro512(int C, int64_t n, const typename L::T* w, int64_t ws, const float* a, int64_t as, float* y, int64_t ys) {
+  __m512 acc[R][P];
+  for (int r = 0; r < R; ++r)
+    for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
+  const typename L::T* row[2 * P];
+  for (int c = 0; c < 2 * P; ++c) row[c] = w + std::min(c, C - 1) * ws;
+  const int64_t n8 = n & ~int64_t(7);
+  for (int64_t k = 0; k < n8; k += 8) {
+    __m512 wv[P];
+    for (int p = 0; p < P; ++p) wv[p] = load_pair<L>(row[2 * p] + k, row[2 * p + 1] + k);
+    for (int r = 0; r < R; ++r) {
+      const __m512 av = _mm512_broadcast_f32x8(_mm256_loadu_ps(a + r * as + k));
+      for (int p = 0; p < P; ++p) acc[r][p] = _mm512_fmadd_ps(wv[p], av, acc[r][p]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) {
+      const __m512 v = acc[r][c / 2];
+      float s = hsum(c % 2 == 0 ? _mm512_castps512_ps256(v) : _mm512_extractf32x8_ps(v, 1));
+      for (int64_t k = n8; k < n; ++k) s = std::fma(L::scalar(row[c][k]), a[r * as + k], s);
+      y[r * ys + c] = s;
+    }
+  }
+}
+
+// Columns per register tile: 4 rows x 4 pairs = 16 of the 32 registers hold sums.
+constexpr int kTileCols = 8;
+
+template <class L, int R>
+void micro_cols(int C, int64_t n, const typename L::T* w, int64_t ws, const float* a, int64_t as, float* y, int64_t ys) {
+  switch ((C + 1) / 2) {
+    case 1: return micro512<L, R, 1>(C, n, w, ws, a, as, y, ys);
+    case 2: return micro512<L, R, 2>(C, n, w, ws, a, as, y, ys);
+    case 3: return micro512<L, R, 3>(C, n, w, ws, a, as, y, ys);
+    default: return micro512<L, R, 4>(C, n, w, ws, a, as, y, ys);
+  }
+}
+#pragma GCC diagnostic pop
+#else
+// 4 rows x 3 columns = 12 accumulators; fewer rows leave room for 4 columns (kTileCols 0).
+constexpr int kTileCols = 0;
+
 template <class L, int R>
 void micro_cols(int C, int64_t n, const typename L::T* w, int64_t ws, const float* a, int64_t as, float* y, int64_t ys) {
   switch (C) {
@@ -63,6 +127,7 @@ void micro_cols(int C, int64_t n, const typename L::T* w, int64_t ws, const floa
     default: return micro<L, R, 4>(n, w, ws, a, as, y, ys);
   }
 }
+#endif
 
 template <class L, class A>
 void run(const GemmTile& t, float* widened) {
@@ -90,8 +155,7 @@ void run(const GemmTile& t, float* widened) {
         a = widened;
         as = t.n;
       }
-      // 4 rows x 3 columns = 12 accumulators; fewer rows leave room for 4 columns.
-      const int cw = R >= 3 ? 3 : 4;
+      const int cw = kTileCols > 0 ? kTileCols : R >= 3 ? 3 : 4;
       for (int64_t c = c0; c < c1; c += cw) {
         const int C = int(std::min<int64_t>(cw, c1 - c));
         const T* w = reinterpret_cast<const T*>(t.w + size_t(c) * t.w_stride);

@@ -10,6 +10,14 @@
 #define KVASIR_HAVE_AVX2 0
 #endif
 
+// The float matmul tiles also come in 512-bit registers where the target has AVX-512 F + DQ
+// (same operations per output; the other kernels stay AVX2).
+#if KVASIR_HAVE_AVX2 && defined(__AVX512F__) && defined(__AVX512DQ__)
+#define KVASIR_HAVE_AVX512_FLOAT 1
+#else
+#define KVASIR_HAVE_AVX512_FLOAT 0
+#endif
+
 #if KVASIR_HAVE_AVX2
 namespace kvasir::kernels::simd {
 
