@@ -57,8 +57,10 @@ void micro(int64_t n, const typename L::T* w, int64_t ws, const float* a, int64_
 
 #if KVASIR_HAVE_AVX512_FLOAT
 // GCC 12 warns inside its own AVX-512 headers (their "undefined" upper halves); nothing of ours.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 // The same tile with 512-bit registers where the machine has them: a register holds two outputs'
 // eight-lane sums, one per 256-bit half, so each output still gets exactly the FMA chain and
 // reduction of micro() (the contract in gemm.h) at twice the width. P pairs of weight rows (an
@@ -113,7 +115,9 @@ void micro_cols(int C, int64_t n, const typename L::T* w, int64_t ws, const floa
     default: return micro512<L, R, 4>(C, n, w, ws, a, as, y, ys);
   }
 }
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 #else
 // 4 rows x 3 columns = 12 accumulators; fewer rows leave room for 4 columns (kTileCols 0).
 constexpr int kTileCols = 0;
