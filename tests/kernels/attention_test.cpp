@@ -83,6 +83,32 @@ void run_case(const Case& c, uint32_t seed) {
   }
 }
 
+// One layer's paged K/V of n random tokens, its blocks in descending order (nothing contiguous).
+struct LayerCase {
+  int64_t n_heads, n_kv_heads, head_dim, block_size, window;
+  DType type;
+};
+struct RandomCache {
+  std::vector<int32_t> table;
+  std::vector<uint8_t> kpool, vpool;
+  KvLayerView view;
+  RandomCache(const LayerCase& c, int64_t n, std::mt19937& rng) {
+    std::normal_distribution<float> nd(0.f, 1.f);
+    const int64_t kv_dim = c.n_kv_heads * c.head_dim, blocks = (n + c.block_size - 1) / c.block_size;
+    table.resize(size_t(blocks));
+    std::iota(table.rbegin(), table.rend(), 0);
+    kpool.resize(row_bytes(c.type, blocks * c.block_size * kv_dim));
+    vpool.resize(kpool.size());
+    view = {kpool.data(), vpool.data(), c.type, c.block_size, c.n_kv_heads, c.head_dim};
+    std::vector<float> k(static_cast<size_t>(kv_dim)), v(k.size());
+    for (int64_t t = 0; t < n; ++t) {
+      for (auto& x : k) x = nd(rng);
+      for (auto& x : v) x = nd(rng);
+      kv_store(view, table.data(), t, k.data(), v.data());
+    }
+  }
+};
+
 }  // namespace
 
 TEST(Attention, PagedEqualsContiguousReference) {
@@ -131,28 +157,15 @@ TEST(Attention, SlidingWindowIgnoresOldKeys) {
 // A tile of consecutive rows (a prefill chunk), split over KV heads as threads do, gives every
 // row bitwise what attention() gives it alone: the batch-invariance half of the kernel.
 TEST(Attention, TileRowsEqualSingleRowsBitwise) {
-  struct TileCase {
-    int64_t n_heads, n_kv_heads, head_dim, block_size, window;
-    DType type;
-  };
-  const TileCase cases[] = {{8, 2, 64, 16, 0, DType::F16}, {4, 1, 36, 4, 7, DType::F32}, {6, 6, 8, 16, 0, DType::F16},
-                            {4, 1, 256, 16, 20, DType::F16}, {2, 2, 100, 3, 0, DType::F32}};
+  const LayerCase cases[] = {{8, 2, 64, 16, 0, DType::F16}, {4, 1, 36, 4, 7, DType::F32}, {6, 6, 8, 16, 0, DType::F16},
+                             {4, 1, 256, 16, 20, DType::F16}, {2, 2, 100, 3, 0, DType::F32}};
   std::mt19937 rng(11);
   std::normal_distribution<float> nd(0.f, 1.f);
   for (const auto& c : cases) {
-    const int64_t n = 70, kv_dim = c.n_kv_heads * c.head_dim, q_dim = c.n_heads * c.head_dim;
-    const int64_t blocks = (n + c.block_size - 1) / c.block_size;
-    std::vector<int32_t> table(static_cast<size_t>(blocks));
-    std::iota(table.rbegin(), table.rend(), 0);  // descending: nothing contiguous
-    const size_t elem = c.type == DType::F32 ? 4 : 2;
-    std::vector<uint8_t> kpool(size_t(blocks * c.block_size * kv_dim) * elem), vpool(kpool.size());
-    KvLayerView view{kpool.data(), vpool.data(), c.type, c.block_size, c.n_kv_heads, c.head_dim};
-    std::vector<float> k(static_cast<size_t>(kv_dim)), v(k.size());
-    for (int64_t t = 0; t < n; ++t) {
-      for (auto& x : k) x = nd(rng);
-      for (auto& x : v) x = nd(rng);
-      kv_store(view, table.data(), t, k.data(), v.data());
-    }
+    const int64_t n = 70, q_dim = c.n_heads * c.head_dim;
+    const RandomCache cache(c, n, rng);
+    const KvLayerView& view = cache.view;
+    const std::vector<int32_t>& table = cache.table;
     const AttentionParams p{c.n_heads, c.window, 1.f / std::sqrt(float(c.head_dim)), 0.f};
     std::vector<float> scratch(size_t(attention_scratch_floats(view, p)));
     for (auto [pos0, rows] : {std::pair<int64_t, int64_t>{0, 16}, {5, 1}, {30, 13}, {54, 16}, {69, 1}}) {
@@ -177,27 +190,15 @@ TEST(Attention, TileRowsEqualSingleRowsBitwise) {
 // threads): attention_span per span, then attention_merge, is bitwise attention_rows, for tiles
 // inside a span, across a span boundary and with windows that cross one.
 TEST(Attention, SpanSplitEqualsAttentionRowsBitwise) {
-  struct SplitCase {
-    int64_t n_heads, n_kv_heads, head_dim, block_size, window;
-    DType type;
-  };
-  const SplitCase cases[] = {{8, 2, 64, 16, 0, DType::F16}, {4, 1, 256, 16, 0, DType::F16}, {4, 1, 32, 16, 700, DType::F32},
+  const LayerCase cases[] = {{8, 2, 64, 16, 0, DType::F16}, {4, 1, 256, 16, 0, DType::F16}, {4, 1, 32, 16, 700, DType::F32},
                              {6, 3, 16, 48, 0, DType::F32}, {4, 2, 64, 32, 0, DType::Q8_0}};
   std::mt19937 rng(17);
   std::normal_distribution<float> nd(0.f, 1.f);
   for (const auto& c : cases) {
-    const int64_t n = 2 * kAttentionSpan + 500, kv_dim = c.n_kv_heads * c.head_dim, q_dim = c.n_heads * c.head_dim;
-    const int64_t blocks = (n + c.block_size - 1) / c.block_size;
-    std::vector<int32_t> table(static_cast<size_t>(blocks));
-    std::iota(table.rbegin(), table.rend(), 0);
-    std::vector<uint8_t> kpool(row_bytes(c.type, blocks * c.block_size * kv_dim)), vpool(kpool.size());
-    KvLayerView view{kpool.data(), vpool.data(), c.type, c.block_size, c.n_kv_heads, c.head_dim};
-    std::vector<float> k(static_cast<size_t>(kv_dim)), v(k.size());
-    for (int64_t t = 0; t < n; ++t) {
-      for (auto& x : k) x = nd(rng);
-      for (auto& x : v) x = nd(rng);
-      kv_store(view, table.data(), t, k.data(), v.data());
-    }
+    const int64_t n = 2 * kAttentionSpan + 500, q_dim = c.n_heads * c.head_dim;
+    const RandomCache cache(c, n, rng);
+    const KvLayerView& view = cache.view;
+    const std::vector<int32_t>& table = cache.table;
     const AttentionParams p{c.n_heads, c.window, 1.f / std::sqrt(float(c.head_dim)), 0.f};
     std::vector<float> scratch(size_t(attention_scratch_floats(view, p)));
     const int64_t S = kAttentionSpan;
