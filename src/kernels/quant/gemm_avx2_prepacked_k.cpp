@@ -85,6 +85,67 @@ void panel_q4_k(const uint8_t* panel, int64_t nb, const BlockQ8_K* const a[], __
   }
 }
 
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+// GCC 12 warns inside its own AVX-512 headers (their "undefined" upper halves); nothing of ours.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+// panel_q4_k with 512-bit registers: sub-blocks j and j + 1 side by side (one per 256-bit half),
+// each half computing exactly the int16 and int32 lane sums of the 256-bit kernel; the halves'
+// int32 sums are added at the end (exact), so the float steps and results are the same bits.
+inline __m512i pair256(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
+
+template <int R>
+void panel_q4_k_512(const uint8_t* panel, int64_t nb, const BlockQ8_K* const a[], __m256 acc[]) {
+  const __m256 neg = _mm256_set1_ps(-0.0f);
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t* pb = panel + size_t(i) * kQ4KBlock;
+    __m512i sumi[R];
+    for (int j = 0; j < 8; j += 2) {
+      for (int l = 0; l < 4; ++l) _mm_prefetch(reinterpret_cast<const char*>(pb) + 2048 + 128 * j + 64 * l, _MM_HINT_T0);
+      __m512i v[8];
+      for (int m = 0; m < 4; ++m) {
+        const __m512i c = pair256(loadu(pb + 128 * j + 32 * m), loadu(pb + 128 * (j + 1) + 32 * m));
+        v[2 * m] = _mm512_and_si512(c, m4);
+        v[2 * m + 1] = _mm512_and_si512(_mm512_srli_epi16(c, 4), m4);
+      }
+      const __m512i sc = pair256(dup16<false>(pb + kQ4KScales + 8 * j), dup16<false>(pb + kQ4KScales + 8 * (j + 1)));
+      for (int r = 0; r < R; ++r) {
+        const int8_t* q = a[r][i].qs + 32 * j;
+        __m512i p = _mm512_maddubs_epi16(v[0], pair256(bcast4(q), bcast4(q + 32)));
+        for (int k = 1; k < 8; ++k)
+          p = _mm512_add_epi16(p, _mm512_maddubs_epi16(v[k], pair256(bcast4(q + 4 * k), bcast4(q + 32 + 4 * k))));
+        const __m512i s = _mm512_madd_epi16(p, sc);
+        sumi[r] = j == 0 ? s : _mm512_add_epi32(sumi[r], s);
+      }
+    }
+    const __m256 dw = _mm256_cvtph_ps(load128(pb + kQ4KD)), dmin = _mm256_cvtph_ps(load128(pb + kQ4KDmin));
+    __m256i mins[4];
+    for (int t = 0; t < 4; ++t) mins[t] = interleave16<false>(pb + kQ4KMins + 16 * t, pb + kQ4KMins + 16 * t + 8);
+    for (int r = 0; r < R; ++r) {
+      const __m256i si = _mm256_add_epi32(_mm512_castsi512_si256(sumi[r]), _mm512_extracti64x4_epi64(sumi[r], 1));
+      alignas(16) int16_t pairs[8];
+      _mm_store_si128(reinterpret_cast<__m128i*>(pairs),
+                      _mm_hadd_epi16(load128(a[r][i].bsums), load128(a[r][i].bsums + 8)));
+      __m256i msum = _mm256_madd_epi16(mins[0], bcast4(pairs));
+      for (int t = 1; t < 4; ++t) msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mins[t], bcast4(pairs + 2 * t)));
+      const __m256 da = _mm256_set1_ps(a[r][i].d);
+      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(si), acc[r]);
+      acc[r] = _mm256_fmadd_ps(_mm256_xor_ps(_mm256_mul_ps(dmin, da), neg), _mm256_cvtepi32_ps(msum), acc[r]);
+    }
+  }
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#define KVASIR_Q4K_PANEL panel_q4_k_512
+#else
+#define KVASIR_Q4K_PANEL panel_q4_k
+#endif
+
 template <int R>
 void panel_q6_k(const uint8_t* panel, int64_t nb, const BlockQ8_K* const a[], __m256 acc[]) {
   const __m256i low2 = _mm256_set1_epi8(3);
@@ -208,10 +269,10 @@ static void k_panel(DType wtype, const uint8_t* panel, int64_t n_in, const uint8
   const int64_t nb = n_in / kQK;
   if (wtype == DType::Q4_K) {
     switch (R) {
-      case 1: return panel_q4_k<1>(panel, nb, a, acc);
-      case 2: return panel_q4_k<2>(panel, nb, a, acc);
-      case 3: return panel_q4_k<3>(panel, nb, a, acc);
-      default: return panel_q4_k<4>(panel, nb, a, acc);
+      case 1: return KVASIR_Q4K_PANEL<1>(panel, nb, a, acc);
+      case 2: return KVASIR_Q4K_PANEL<2>(panel, nb, a, acc);
+      case 3: return KVASIR_Q4K_PANEL<3>(panel, nb, a, acc);
+      default: return KVASIR_Q4K_PANEL<4>(panel, nb, a, acc);
     }
   }
   switch (R) {
