@@ -138,12 +138,55 @@ void panel_q4_k_512(const uint8_t* panel, int64_t nb, const BlockQ8_K* const a[]
     }
   }
 }
+// panel_q6_k likewise: sub-blocks s and s + 1 side by side.
+template <int R>
+void panel_q6_k_512(const uint8_t* panel, int64_t nb, const BlockQ8_K* const a[], __m256 acc[]) {
+  const __m512i low2 = _mm512_set1_epi8(3), m4 = _mm512_set1_epi8(0x0F);
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t* pb = panel + size_t(i) * kQ6KBlock;
+    __m512i sumi[R];
+    for (int s = 0; s < 16; s += 2) {
+      for (int l = 0; l < 2; ++l) _mm_prefetch(reinterpret_cast<const char*>(pb) + 2048 + 64 * (s + l), _MM_HINT_T0);
+      __m512i v[4];
+      for (int h = 0; h < 2; ++h) {
+        const __m512i c = pair256(loadu(pb + 64 * s + 32 * h), loadu(pb + 64 * (s + 1) + 32 * h));
+        v[2 * h] = _mm512_and_si512(c, m4);
+        v[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(c, 4), m4);
+      }
+      const __m512i hb = pair256(loadu(pb + kQ6KHigh + 32 * s), loadu(pb + kQ6KHigh + 32 * (s + 1)));
+      for (int k = 0; k < 4; ++k)
+        v[k] = _mm512_or_si512(v[k], _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hb, 2 * k), low2), 4));
+      const __m512i sc = pair256(dup16<true>(pb + kQ6KScales + 8 * s), dup16<true>(pb + kQ6KScales + 8 * (s + 1)));
+      for (int r = 0; r < R; ++r) {
+        const int8_t* q = a[r][i].qs + 16 * s;
+        auto bc = [&](int o) { return pair256(bcast4(q + o), bcast4(q + 16 + o)); };
+        const __m512i p01 = _mm512_add_epi16(_mm512_maddubs_epi16(v[0], bc(0)), _mm512_maddubs_epi16(v[1], bc(4)));
+        const __m512i p23 = _mm512_add_epi16(_mm512_maddubs_epi16(v[2], bc(8)), _mm512_maddubs_epi16(v[3], bc(12)));
+        const __m512i t = _mm512_add_epi32(_mm512_madd_epi16(p01, sc), _mm512_madd_epi16(p23, sc));
+        sumi[r] = s == 0 ? t : _mm512_add_epi32(sumi[r], t);
+      }
+    }
+    const __m256 dw = _mm256_cvtph_ps(load128(pb + kQ6KD));
+    __m256i bias_sc[8];
+    for (int t = 0; t < 8; ++t) bias_sc[t] = interleave16<true>(pb + kQ6KScales + 16 * t, pb + kQ6KScales + 16 * t + 8);
+    for (int r = 0; r < R; ++r) {
+      const __m256i si = _mm256_add_epi32(_mm512_castsi512_si256(sumi[r]), _mm512_extracti64x4_epi64(sumi[r], 1));
+      __m256i bias = _mm256_madd_epi16(bias_sc[0], bcast4(a[r][i].bsums));
+      for (int t = 1; t < 8; ++t) bias = _mm256_add_epi32(bias, _mm256_madd_epi16(bias_sc[t], bcast4(a[r][i].bsums + 2 * t)));
+      const __m256i isum = _mm256_sub_epi32(si, _mm256_slli_epi32(bias, 5));
+      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(a[r][i].d)), _mm256_cvtepi32_ps(isum), acc[r]);
+    }
+  }
+}
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
 #define KVASIR_Q4K_PANEL panel_q4_k_512
+#define KVASIR_Q6K_PANEL panel_q6_k_512
 #else
 #define KVASIR_Q4K_PANEL panel_q4_k
+#define KVASIR_Q6K_PANEL panel_q6_k
 #endif
 
 template <int R>
@@ -276,10 +319,10 @@ static void k_panel(DType wtype, const uint8_t* panel, int64_t n_in, const uint8
     }
   }
   switch (R) {
-    case 1: return panel_q6_k<1>(panel, nb, a, acc);
-    case 2: return panel_q6_k<2>(panel, nb, a, acc);
-    case 3: return panel_q6_k<3>(panel, nb, a, acc);
-    default: return panel_q6_k<4>(panel, nb, a, acc);
+    case 1: return KVASIR_Q6K_PANEL<1>(panel, nb, a, acc);
+    case 2: return KVASIR_Q6K_PANEL<2>(panel, nb, a, acc);
+    case 3: return KVASIR_Q6K_PANEL<3>(panel, nb, a, acc);
+    default: return KVASIR_Q6K_PANEL<4>(panel, nb, a, acc);
   }
 }
 
