@@ -45,9 +45,42 @@ inline void nibble_vectors(const uint8_t* chunk, __m256i& lo, __m256i& hi) {
   hi = _mm256_and_si256(_mm256_srli_epi16(l, 4), m);
 }
 
+// The end of a Q4_K super-block i for R activation rows, given each row's integer code sums:
+// acc[r] += (dw * da) * sumi[r] - (dmin * da) * (sum over sub-blocks j of m_j * bsums of j).
+template <int R>
+void finish_q4_k_block(const uint8_t* pb, const BlockQ8_K* const a[], int64_t i, const __m256i sumi[], __m256 acc[]) {
+  const __m256 neg = _mm256_set1_ps(-0.0f);
+  const __m256 dw = _mm256_cvtph_ps(load128(pb + kQ4KD)), dmin = _mm256_cvtph_ps(load128(pb + kQ4KDmin));
+  __m256i mins[4];
+  for (int t = 0; t < 4; ++t) mins[t] = interleave16<false>(pb + kQ4KMins + 16 * t, pb + kQ4KMins + 16 * t + 8);
+  for (int r = 0; r < R; ++r) {
+    // Minimums: sum over sub-blocks j of m_j * (bsums[2j] + bsums[2j+1]), pairs of j per madd.
+    alignas(16) int16_t pairs[8];
+    _mm_store_si128(reinterpret_cast<__m128i*>(pairs), _mm_hadd_epi16(load128(a[r][i].bsums), load128(a[r][i].bsums + 8)));
+    __m256i msum = _mm256_madd_epi16(mins[0], bcast4(pairs));
+    for (int t = 1; t < 4; ++t) msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mins[t], bcast4(pairs + 2 * t)));
+    const __m256 da = _mm256_set1_ps(a[r][i].d);
+    acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
+    acc[r] = _mm256_fmadd_ps(_mm256_xor_ps(_mm256_mul_ps(dmin, da), neg), _mm256_cvtepi32_ps(msum), acc[r]);
+  }
+}
+
+// The end of a Q6_K super-block: codes are value + 32, so 32 * sum of scale * bsum comes off.
+template <int R>
+void finish_q6_k_block(const uint8_t* pb, const BlockQ8_K* const a[], int64_t i, const __m256i sumi[], __m256 acc[]) {
+  const __m256 dw = _mm256_cvtph_ps(load128(pb + kQ6KD));
+  __m256i bias_sc[8];
+  for (int t = 0; t < 8; ++t) bias_sc[t] = interleave16<true>(pb + kQ6KScales + 16 * t, pb + kQ6KScales + 16 * t + 8);
+  for (int r = 0; r < R; ++r) {
+    __m256i bias = _mm256_madd_epi16(bias_sc[0], bcast4(a[r][i].bsums));
+    for (int t = 1; t < 8; ++t) bias = _mm256_add_epi32(bias, _mm256_madd_epi16(bias_sc[t], bcast4(a[r][i].bsums + 2 * t)));
+    const __m256i isum = _mm256_sub_epi32(sumi[r], _mm256_slli_epi32(bias, 5));
+    acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(a[r][i].d)), _mm256_cvtepi32_ps(isum), acc[r]);
+  }
+}
+
 template <int R>
 void panel_q4_k(const uint8_t* panel, int64_t nb, const BlockQ8_K* const a[], __m256 acc[]) {
-  const __m256 neg = _mm256_set1_ps(-0.0f);
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* pb = panel + size_t(i) * kQ4KBlock;
@@ -68,20 +101,7 @@ void panel_q4_k(const uint8_t* panel, int64_t nb, const BlockQ8_K* const a[], __
         sumi[r] = j == 0 ? s : _mm256_add_epi32(sumi[r], s);
       }
     }
-    const __m256 dw = _mm256_cvtph_ps(load128(pb + kQ4KD)), dmin = _mm256_cvtph_ps(load128(pb + kQ4KDmin));
-    __m256i mins[4];
-    for (int t = 0; t < 4; ++t) mins[t] = interleave16<false>(pb + kQ4KMins + 16 * t, pb + kQ4KMins + 16 * t + 8);
-    for (int r = 0; r < R; ++r) {
-      // Minimums: sum over sub-blocks j of m_j * (bsums[2j] + bsums[2j+1]), pairs of j per madd.
-      alignas(16) int16_t pairs[8];
-      _mm_store_si128(reinterpret_cast<__m128i*>(pairs),
-                      _mm_hadd_epi16(load128(a[r][i].bsums), load128(a[r][i].bsums + 8)));
-      __m256i msum = _mm256_madd_epi16(mins[0], bcast4(pairs));
-      for (int t = 1; t < 4; ++t) msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mins[t], bcast4(pairs + 2 * t)));
-      const __m256 da = _mm256_set1_ps(a[r][i].d);
-      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
-      acc[r] = _mm256_fmadd_ps(_mm256_xor_ps(_mm256_mul_ps(dmin, da), neg), _mm256_cvtepi32_ps(msum), acc[r]);
-    }
+    finish_q4_k_block<R>(pb, a, i, sumi, acc);
   }
 }
 
@@ -96,9 +116,14 @@ void panel_q4_k(const uint8_t* panel, int64_t nb, const BlockQ8_K* const a[], __
 // int32 sums are added at the end (exact), so the float steps and results are the same bits.
 inline __m512i pair256(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
 
+// Each row's two halves' int32 lane sums added (exact).
+template <int R>
+void add_halves(const __m512i sumi[], __m256i out[]) {
+  for (int r = 0; r < R; ++r) out[r] = _mm256_add_epi32(_mm512_castsi512_si256(sumi[r]), _mm512_extracti64x4_epi64(sumi[r], 1));
+}
+
 template <int R>
 void panel_q4_k_512(const uint8_t* panel, int64_t nb, const BlockQ8_K* const a[], __m256 acc[]) {
-  const __m256 neg = _mm256_set1_ps(-0.0f);
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
@@ -122,20 +147,9 @@ void panel_q4_k_512(const uint8_t* panel, int64_t nb, const BlockQ8_K* const a[]
         sumi[r] = j == 0 ? s : _mm512_add_epi32(sumi[r], s);
       }
     }
-    const __m256 dw = _mm256_cvtph_ps(load128(pb + kQ4KD)), dmin = _mm256_cvtph_ps(load128(pb + kQ4KDmin));
-    __m256i mins[4];
-    for (int t = 0; t < 4; ++t) mins[t] = interleave16<false>(pb + kQ4KMins + 16 * t, pb + kQ4KMins + 16 * t + 8);
-    for (int r = 0; r < R; ++r) {
-      const __m256i si = _mm256_add_epi32(_mm512_castsi512_si256(sumi[r]), _mm512_extracti64x4_epi64(sumi[r], 1));
-      alignas(16) int16_t pairs[8];
-      _mm_store_si128(reinterpret_cast<__m128i*>(pairs),
-                      _mm_hadd_epi16(load128(a[r][i].bsums), load128(a[r][i].bsums + 8)));
-      __m256i msum = _mm256_madd_epi16(mins[0], bcast4(pairs));
-      for (int t = 1; t < 4; ++t) msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mins[t], bcast4(pairs + 2 * t)));
-      const __m256 da = _mm256_set1_ps(a[r][i].d);
-      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(si), acc[r]);
-      acc[r] = _mm256_fmadd_ps(_mm256_xor_ps(_mm256_mul_ps(dmin, da), neg), _mm256_cvtepi32_ps(msum), acc[r]);
-    }
+    __m256i si[R];
+    add_halves<R>(sumi, si);
+    finish_q4_k_block<R>(pb, a, i, si, acc);
   }
 }
 // panel_q6_k likewise: sub-blocks s and s + 1 side by side.
@@ -167,16 +181,9 @@ void panel_q6_k_512(const uint8_t* panel, int64_t nb, const BlockQ8_K* const a[]
         sumi[r] = s == 0 ? t : _mm512_add_epi32(sumi[r], t);
       }
     }
-    const __m256 dw = _mm256_cvtph_ps(load128(pb + kQ6KD));
-    __m256i bias_sc[8];
-    for (int t = 0; t < 8; ++t) bias_sc[t] = interleave16<true>(pb + kQ6KScales + 16 * t, pb + kQ6KScales + 16 * t + 8);
-    for (int r = 0; r < R; ++r) {
-      const __m256i si = _mm256_add_epi32(_mm512_castsi512_si256(sumi[r]), _mm512_extracti64x4_epi64(sumi[r], 1));
-      __m256i bias = _mm256_madd_epi16(bias_sc[0], bcast4(a[r][i].bsums));
-      for (int t = 1; t < 8; ++t) bias = _mm256_add_epi32(bias, _mm256_madd_epi16(bias_sc[t], bcast4(a[r][i].bsums + 2 * t)));
-      const __m256i isum = _mm256_sub_epi32(si, _mm256_slli_epi32(bias, 5));
-      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(a[r][i].d)), _mm256_cvtepi32_ps(isum), acc[r]);
-    }
+    __m256i si[R];
+    add_halves<R>(sumi, si);
+    finish_q6_k_block<R>(pb, a, i, si, acc);
   }
 }
 #if defined(__GNUC__) && !defined(__clang__)
@@ -215,16 +222,7 @@ void panel_q6_k(const uint8_t* panel, int64_t nb, const BlockQ8_K* const a[], __
         keep_chain(sumi[r]);
       }
     }
-    const __m256 dw = _mm256_cvtph_ps(load128(pb + kQ6KD));
-    __m256i bias_sc[8];
-    for (int t = 0; t < 8; ++t) bias_sc[t] = interleave16<true>(pb + kQ6KScales + 16 * t, pb + kQ6KScales + 16 * t + 8);
-    for (int r = 0; r < R; ++r) {
-      // Codes are value + 32: subtract 32 * sum over sub-blocks of scale * bsum.
-      __m256i bias = _mm256_madd_epi16(bias_sc[0], bcast4(a[r][i].bsums));
-      for (int t = 1; t < 8; ++t) bias = _mm256_add_epi32(bias, _mm256_madd_epi16(bias_sc[t], bcast4(a[r][i].bsums + 2 * t)));
-      const __m256i isum = _mm256_sub_epi32(sumi[r], _mm256_slli_epi32(bias, 5));
-      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(a[r][i].d)), _mm256_cvtepi32_ps(isum), acc[r]);
-    }
+    finish_q6_k_block<R>(pb, a, i, sumi, acc);
   }
 }
 
