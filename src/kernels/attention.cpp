@@ -373,9 +373,9 @@ int64_t attention_partial_floats(int64_t n_rows, int64_t n_heads, int64_t head_d
 }
 
 int64_t attention_scratch_floats(const KvLayerView& kv, const AttentionParams& p) {
-  // K and V of one head's block, scores and weights of one block (padded to 8), the rotated
-  // queries of a tile (kv.rotate_k), the states of every (row, query head) of a tile, and one
-  // span's partial for a tile (attention_rows over several spans).
+  // attend_keys' blocks (blocks_floats), the rotated queries of a tile (kv.rotate_k), the states
+  // of every (row, query head) of a tile, and one span's partial for a tile (attention_rows over
+  // several spans).
   return blocks_floats(kv) + kAttentionTileRows * p.n_heads * kv.head_dim +
          2 * kAttentionTileRows * p.n_heads + attention_partial_floats(kAttentionTileRows, p.n_heads, kv.head_dim);
 }

@@ -314,23 +314,22 @@ void Forward::attend_tiles(const Batch& b, const kernels::KvLayerView& view, con
     }, 16);
     return;
   }
+  // One partial per (tile, span), sized for a full tile, in tile then span order.
+  const int64_t part_floats = kernels::attention_partial_floats(kernels::kAttentionTileRows, c_.n_heads, c_.head_dim);
+  if (attn_partials_.size() < size_t(n_spans * part_floats)) attn_partials_.resize(size_t(n_spans * part_floats));
   span_units_.clear();
   span_begin_.clear();
-  int64_t floats = 0;
+  span_parts_.clear();
   for (size_t i = 0; i < tiles_.size(); ++i) {
     const kernels::SpanRange spans = kernels::attention_spans(b.positions[tiles_[i].row], tiles_[i].n_rows, ap.window);
     span_begin_.push_back(int64_t(span_units_.size()));
     for (int64_t j = spans.first; j <= spans.last; ++j) {
-      span_units_.push_back({int64_t(i), j, floats});
-      floats += kernels::attention_partial_floats(tiles_[i].n_rows, c_.n_heads, c_.head_dim);
+      float* base = attn_partials_.data() + int64_t(span_units_.size()) * part_floats;
+      span_units_.push_back({int64_t(i), j});
+      span_parts_.push_back(kernels::attention_partial_at(base, tiles_[i].n_rows, c_.n_heads, c_.head_dim));
     }
   }
   span_begin_.push_back(int64_t(span_units_.size()));
-  if (attn_partials_.size() < size_t(floats)) attn_partials_.resize(size_t(floats));
-  span_parts_.clear();
-  for (const SpanUnit& su : span_units_)
-    span_parts_.push_back(kernels::attention_partial_at(attn_partials_.data() + su.offset, tiles_[size_t(su.tile)].n_rows,
-                                                        c_.n_heads, c_.head_dim));
   pool_.parallel_for(int64_t(span_units_.size()) * runs, 1, [&](int64_t begin, int64_t end, int thread) {
     for (int64_t u = begin; u < end; ++u) {
       const size_t i = size_t(u / runs);

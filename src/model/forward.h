@@ -148,7 +148,7 @@ class Forward {
   std::vector<AttnTile> tiles_;
   // attend_tiles split by span: one partial per (tile, span), tile i's at span_begin_[i] on.
   struct SpanUnit {
-    int64_t tile, span, offset;  // offset: floats into attn_partials_
+    int64_t tile, span;
   };
   std::vector<SpanUnit> span_units_;
   std::vector<int64_t> span_begin_;
