@@ -8,6 +8,8 @@
 // panel as the file (8 x 18), and the same float steps as every other kernel (gemm.h).
 // Q8_0: 8 vectors of signed codes laid out the same way, then the 8 scales (8 x 34 bytes);
 // |w| (once per panel block) times sign-adjusted activations keeps vpmaddubsw from saturating.
+// Where AVX-512 VNNI is compiled in, vpdpbusd replaces the vpmaddubsw chains (exact int32 either
+// way, so the same bits) and the Q8_0 panel holds its codes + 128, unsigned.
 #include "kernels/quant/simd.h"
 
 #if KVASIR_HAVE_AVX2
@@ -29,6 +31,37 @@ struct Prep {
   int32_t corr;  // 8 * sum of the activation block (the code offset)
 };
 
+#if KVASIR_HAVE_VNNI
+// With VNNI one vpdpbusd per 4 elements adds the nibble codes' products into each column's int32
+// lane (two chains a row, so the adds overlap); starting a chain at -corr takes the offset away.
+template <int R>
+void panel_q4_0(const uint8_t* panel, int64_t nb, const BlockQ8_0* const a[], const Prep* const pr[], __m256 acc[]) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t* pb = panel + size_t(i) * kQ4_0Block;
+    for (int l = 0; l < 3; ++l) _mm_prefetch(reinterpret_cast<const char*>(pb) + 2048 + 64 * l, _MM_HINT_T0);
+    __m256i v[8];
+    for (int m = 0; m < 4; ++m) {
+      const __m256i l = load256(pb + 32 * m);
+      v[2 * m] = _mm256_and_si256(l, low4);
+      v[2 * m + 1] = _mm256_and_si256(_mm256_srli_epi16(l, 4), low4);
+    }
+    const __m256 dw = _mm256_cvtph_ps(load128(pb + kQ4_0Codes));
+    for (int r = 0; r < R; ++r) {
+      const int8_t* q = a[r][i].qs;
+      __m256i s0 = _mm256_dpbusd_epi32(_mm256_set1_epi32(-pr[r][i].corr), v[0], bcast4(q));
+      __m256i s1 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), v[1], bcast4(q + 4));
+      for (int k = 2; k < 8; k += 2) {
+        s0 = _mm256_dpbusd_epi32(s0, v[k], bcast4(q + 4 * k));
+        s1 = _mm256_dpbusd_epi32(s1, v[k + 1], bcast4(q + 4 * k + 4));
+      }
+      const __m256i isum = _mm256_add_epi32(s0, s1);
+      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(pr[r][i].da)), _mm256_cvtepi32_ps(isum), acc[r]);
+    }
+  }
+}
+#else
 template <int R>
 void panel_q4_0(const uint8_t* panel, int64_t nb, const BlockQ8_0* const a[], const Prep* const pr[], __m256 acc[]) {
   const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
@@ -56,10 +89,45 @@ void panel_q4_0(const uint8_t* panel, int64_t nb, const BlockQ8_0* const a[], co
   }
 }
 
-// da[r][i]: row r's block scales as floats (computed once per call). Only the first row group
-// of a panel block streams it from memory (prefetched 2 KiB ahead); the others find it in L2.
+#endif
+
+// Q8_0: pr[r][i] holds row r's block scales as floats (computed once per call). Only the first
+// row group of a panel block streams it from memory (prefetched 2 KiB ahead); the others find
+// it in L2.
+#if KVASIR_HAVE_VNNI
+// With VNNI the panel stores the codes moved to unsigned (w ^ 0x80 = w + 128), so one vpdpbusd
+// per 4 elements multiplies them by the activation bytes; 128 * sum(a) of the block comes off.
+constexpr bool kQ8_0Unsigned = true;
+
 template <int R>
-void panel_q8_0(const uint8_t* panel, int64_t nb, const BlockQ8_0* const a[], const float* const da[], bool stream,
+void panel_q8_0(const uint8_t* panel, int64_t nb, const BlockQ8_0* const a[], const Prep* const pr[], bool stream,
+                __m256 acc[]) {
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t* pb = panel + size_t(i) * kQ8_0Block;
+    if (stream)
+      for (int l = 0; l < 5; ++l) _mm_prefetch(reinterpret_cast<const char*>(pb) + 2048 + 64 * l, _MM_HINT_T0);
+    __m256i s0[R], s1[R];
+    for (int r = 0; r < R; ++r) s0[r] = _mm256_set1_epi32(-pr[r][i].corr), s1[r] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k += 2) {
+      const __m256i w0 = load256(pb + 32 * k), w1 = load256(pb + 32 * k + 32);
+      for (int r = 0; r < R; ++r) {
+        s0[r] = _mm256_dpbusd_epi32(s0[r], w0, bcast4(a[r][i].qs + 4 * k));
+        s1[r] = _mm256_dpbusd_epi32(s1[r], w1, bcast4(a[r][i].qs + 4 * k + 4));
+      }
+    }
+    const __m256 dw = _mm256_cvtph_ps(load128(pb + kQ8_0Codes));
+    for (int r = 0; r < R; ++r)
+      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(pr[r][i].da)),
+                               _mm256_cvtepi32_ps(_mm256_add_epi32(s0[r], s1[r])), acc[r]);
+  }
+}
+#else
+constexpr bool kQ8_0Unsigned = false;
+
+template <int R>
+void panel_q8_0(const uint8_t* panel, int64_t nb, const BlockQ8_0* const a[], const Prep* const pr[], bool stream,
                 __m256 acc[]) {
   const __m256i ones = _mm256_set1_epi16(1);
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
@@ -80,9 +148,11 @@ void panel_q8_0(const uint8_t* panel, int64_t nb, const BlockQ8_0* const a[], co
     }
     const __m256 dw = _mm256_cvtph_ps(load128(pb + kQ8_0Codes));
     for (int r = 0; r < R; ++r)
-      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(da[r][i])), _mm256_cvtepi32_ps(isum[r]), acc[r]);
+      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(pr[r][i].da)), _mm256_cvtepi32_ps(isum[r]), acc[r]);
   }
 }
+
+#endif
 
 void pack_q8_0(const uint8_t* w, size_t w_stride, int64_t n_rows, int64_t nb, uint8_t* dst) {
   for (int64_t i = 0; i < nb; ++i) {
@@ -91,6 +161,7 @@ void pack_q8_0(const uint8_t* w, size_t w_stride, int64_t n_rows, int64_t nb, ui
     for (int c = 0; c < 8; ++c) {
       const auto& b = reinterpret_cast<const BlockQ8_0*>(w + size_t(std::min<int64_t>(c, n_rows - 1)) * w_stride)[i];
       codes[c] = load256(b.qs);
+      if (kQ8_0Unsigned) codes[c] = _mm256_xor_si256(codes[c], _mm256_set1_epi8(char(0x80)));
       d[c] = b.d;
     }
     transpose8x8_epi32(codes);
@@ -130,8 +201,7 @@ void prepack_panel(DType wtype, const uint8_t* w, size_t w_stride, int64_t n_row
 }
 
 size_t prepacked_scratch_bytes(DType wtype, int64_t n_in, int64_t n_rows) {
-  if (wtype == DType::Q8_0) return size_t(n_rows * (n_in / kQ)) * sizeof(float);
-  if (wtype != DType::Q4_0) return 0;
+  if (wtype != DType::Q4_0 && wtype != DType::Q8_0) return 0;
   return size_t(n_rows * (n_in / kQ)) * sizeof(Prep);
 }
 
@@ -140,26 +210,27 @@ void gemm_prepacked(DType wtype, const uint8_t* panels, size_t panel_bytes, int6
                     void* scratch) {
   const int64_t nb = n_in / kQ;
   if (wtype == DType::Q8_0) {
-    auto* da = static_cast<float*>(scratch);
+    auto* prep = static_cast<Prep*>(scratch);
     for (int64_t r = 0; r < n_rows; ++r) {
       const auto* a = reinterpret_cast<const BlockQ8_0*>(act + size_t(r) * a_stride);
-      for (int64_t i = 0; i < nb; ++i) da[r * nb + i] = half_to_float(a[i].d);
+      for (int64_t i = 0; i < nb; ++i)
+        prep[r * nb + i] = {half_to_float(a[i].d), kQ8_0Unsigned ? 128 * sum_i8_32(a[i].qs) : 0};
     }
     return for_prepacked_panels(panel_bytes, out_begin, out_end, n_rows, y, y_stride,
                                 [&](int64_t p, int64_t r0, int R, __m256 acc[]) {
                                   const BlockQ8_0* a[kRowGroup];
-                                  const float* d[kRowGroup];
+                                  const Prep* pr[kRowGroup];
                                   for (int r = 0; r < R; ++r) {
                                     a[r] = reinterpret_cast<const BlockQ8_0*>(act + size_t(r0 + r) * a_stride);
-                                    d[r] = da + (r0 + r) * nb;
+                                    pr[r] = prep + (r0 + r) * nb;
                                   }
                                   const uint8_t* panel = panels + size_t(p) * panel_bytes;
                                   const bool stream = r0 == 0;
                                   switch (R) {
-                                    case 1: return panel_q8_0<1>(panel, nb, a, d, stream, acc);
-                                    case 2: return panel_q8_0<2>(panel, nb, a, d, stream, acc);
-                                    case 3: return panel_q8_0<3>(panel, nb, a, d, stream, acc);
-                                    default: return panel_q8_0<4>(panel, nb, a, d, stream, acc);
+                                    case 1: return panel_q8_0<1>(panel, nb, a, pr, stream, acc);
+                                    case 2: return panel_q8_0<2>(panel, nb, a, pr, stream, acc);
+                                    case 3: return panel_q8_0<3>(panel, nb, a, pr, stream, acc);
+                                    default: return panel_q8_0<4>(panel, nb, a, pr, stream, acc);
                                   }
                                 });
   }

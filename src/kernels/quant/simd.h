@@ -18,6 +18,14 @@
 #define KVASIR_HAVE_AVX512_FLOAT 0
 #endif
 
+// The integer dot steps use vpdpbusd (u8 x s8 -> int32, four products a lane, no saturation)
+// where the target has AVX-512 VNNI + VL: the same exact int32 sums in fewer instructions.
+#if KVASIR_HAVE_AVX2 && defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__AVX512BW__)
+#define KVASIR_HAVE_VNNI 1
+#else
+#define KVASIR_HAVE_VNNI 0
+#endif
+
 #if KVASIR_HAVE_AVX2
 namespace kvasir::kernels::simd {
 
