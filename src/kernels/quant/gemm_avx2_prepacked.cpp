@@ -154,6 +154,81 @@ void panel_q8_0(const uint8_t* panel, int64_t nb, const BlockQ8_0* const a[], co
 
 #endif
 
+#if KVASIR_HAVE_VNNI
+template <int R>
+void split_halves(const __m512 acc[], __m256 acc0[], __m256 acc1[]) {
+  for (int r = 0; r < R; ++r) acc0[r] = _mm512_castps512_ps256(acc[r]), acc1[r] = _mm512_extractf32x8_ps(acc[r], 1);
+}
+
+// The two-panel forms (16 columns a register, see kPanelsPerStep): panel p at `panel`, p + 1 at
+// panel + panel_bytes; per lane the same integer sums and float steps as the one-panel kernels.
+template <int R>
+void panel2_q4_0(const uint8_t* panel, size_t panel_bytes, int64_t nb, const BlockQ8_0* const a[],
+                 const Prep* const pr[], __m256 acc0[], __m256 acc1[]) {
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t* p0 = panel + size_t(i) * kQ4_0Block;
+    const uint8_t* p1 = p0 + panel_bytes;
+    for (int l = 0; l < 3; ++l) {
+      _mm_prefetch(reinterpret_cast<const char*>(p0) + 2048 + 64 * l, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(p1) + 2048 + 64 * l, _MM_HINT_T0);
+    }
+    __m512i v[8];
+    for (int m = 0; m < 4; ++m) {
+      const __m512i l = load_pair(p0 + 32 * m, p1 + 32 * m);
+      v[2 * m] = _mm512_and_si512(l, low4);
+      v[2 * m + 1] = _mm512_and_si512(_mm512_srli_epi16(l, 4), low4);
+    }
+    const __m512 dw = load_pair_half(p0 + kQ4_0Codes, p1 + kQ4_0Codes);
+    for (int r = 0; r < R; ++r) {
+      const int8_t* q = a[r][i].qs;
+      __m512i s0 = _mm512_dpbusd_epi32(_mm512_set1_epi32(-pr[r][i].corr), v[0], bcast4_512(q));
+      __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v[1], bcast4_512(q + 4));
+      for (int k = 2; k < 8; k += 2) {
+        s0 = _mm512_dpbusd_epi32(s0, v[k], bcast4_512(q + 4 * k));
+        s1 = _mm512_dpbusd_epi32(s1, v[k + 1], bcast4_512(q + 4 * k + 4));
+      }
+      acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(pr[r][i].da)),
+                               _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), acc[r]);
+    }
+  }
+  split_halves<R>(acc, acc0, acc1);
+}
+
+template <int R>
+void panel2_q8_0(const uint8_t* panel, size_t panel_bytes, int64_t nb, const BlockQ8_0* const a[],
+                 const Prep* const pr[], bool stream, __m256 acc0[], __m256 acc1[]) {
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t* p0 = panel + size_t(i) * kQ8_0Block;
+    const uint8_t* p1 = p0 + panel_bytes;
+    if (stream)
+      for (int l = 0; l < 5; ++l) {
+        _mm_prefetch(reinterpret_cast<const char*>(p0) + 2048 + 64 * l, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(p1) + 2048 + 64 * l, _MM_HINT_T0);
+      }
+    __m512i s0[R], s1[R];
+    for (int r = 0; r < R; ++r) s0[r] = _mm512_set1_epi32(-pr[r][i].corr), s1[r] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k += 2) {
+      const __m512i w0 = load_pair(p0 + 32 * k, p1 + 32 * k), w1 = load_pair(p0 + 32 * k + 32, p1 + 32 * k + 32);
+      for (int r = 0; r < R; ++r) {
+        s0[r] = _mm512_dpbusd_epi32(s0[r], w0, bcast4_512(a[r][i].qs + 4 * k));
+        s1[r] = _mm512_dpbusd_epi32(s1[r], w1, bcast4_512(a[r][i].qs + 4 * k + 4));
+      }
+    }
+    const __m512 dw = load_pair_half(p0 + kQ8_0Codes, p1 + kQ8_0Codes);
+    for (int r = 0; r < R; ++r)
+      acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(pr[r][i].da)),
+                               _mm512_cvtepi32_ps(_mm512_add_epi32(s0[r], s1[r])), acc[r]);
+  }
+  split_halves<R>(acc, acc0, acc1);
+}
+#endif
+
 void pack_q8_0(const uint8_t* w, size_t w_stride, int64_t n_rows, int64_t nb, uint8_t* dst) {
   for (int64_t i = 0; i < nb; ++i) {
     __m256i codes[8];
@@ -217,22 +292,24 @@ void gemm_prepacked(DType wtype, const uint8_t* panels, size_t panel_bytes, int6
         prep[r * nb + i] = {half_to_float(a[i].d), kQ8_0Unsigned ? 128 * sum_i8_32(a[i].qs) : 0};
     }
     return for_prepacked_panels(panel_bytes, out_begin, out_end, n_rows, y, y_stride,
-                                [&](int64_t p, int64_t r0, int R, __m256 acc[]) {
-                                  const BlockQ8_0* a[kRowGroup];
-                                  const Prep* pr[kRowGroup];
-                                  for (int r = 0; r < R; ++r) {
-                                    a[r] = reinterpret_cast<const BlockQ8_0*>(act + size_t(r0 + r) * a_stride);
-                                    pr[r] = prep + (r0 + r) * nb;
-                                  }
-                                  const uint8_t* panel = panels + size_t(p) * panel_bytes;
-                                  const bool stream = r0 == 0;
-                                  switch (R) {
-                                    case 1: return panel_q8_0<1>(panel, nb, a, pr, stream, acc);
-                                    case 2: return panel_q8_0<2>(panel, nb, a, pr, stream, acc);
-                                    case 3: return panel_q8_0<3>(panel, nb, a, pr, stream, acc);
-                                    default: return panel_q8_0<4>(panel, nb, a, pr, stream, acc);
-                                  }
-                                });
+                                [&](int64_t p, int np, int64_t r0, int R, float (*out)[8 * kPanelsPerStep]) {
+      const BlockQ8_0* a[kRowGroup];
+      const Prep* pr[kRowGroup];
+      for (int r = 0; r < R; ++r) {
+        a[r] = reinterpret_cast<const BlockQ8_0*>(act + size_t(r0 + r) * a_stride);
+        pr[r] = prep + (r0 + r) * nb;
+      }
+      const uint8_t* panel = panels + size_t(p) * panel_bytes;
+      const bool stream = r0 == 0;
+      with_rows(R, [&]<int kR>() {
+        run_panels<kR>(np, out, [&](__m256 acc[]) { panel_q8_0<kR>(panel, nb, a, pr, stream, acc); },
+                       [&]([[maybe_unused]] __m256 acc0[], [[maybe_unused]] __m256 acc1[]) {
+#if KVASIR_HAVE_VNNI
+                         panel2_q8_0<kR>(panel, panel_bytes, nb, a, pr, stream, acc0, acc1);
+#endif
+                       });
+      });
+    });
   }
   if (wtype != DType::Q4_0)
     return gemm_prepacked_k(wtype, panels, panel_bytes, n_in, out_begin, out_end, act, a_stride, n_rows, y, y_stride);
@@ -241,7 +318,8 @@ void gemm_prepacked(DType wtype, const uint8_t* panels, size_t panel_bytes, int6
     const auto* a = reinterpret_cast<const BlockQ8_0*>(act + size_t(r) * a_stride);
     for (int64_t i = 0; i < nb; ++i) prep[r * nb + i] = {half_to_float(a[i].d), 8 * sum_i8_32(a[i].qs)};
   }
-  for_prepacked_panels(panel_bytes, out_begin, out_end, n_rows, y, y_stride, [&](int64_t p, int64_t r0, int R, __m256 acc[]) {
+  for_prepacked_panels(panel_bytes, out_begin, out_end, n_rows, y, y_stride,
+                       [&](int64_t p, int np, int64_t r0, int R, float (*out)[8 * kPanelsPerStep]) {
     const BlockQ8_0* a[kRowGroup];
     const Prep* pr[kRowGroup];
     for (int r = 0; r < R; ++r) {
@@ -249,12 +327,14 @@ void gemm_prepacked(DType wtype, const uint8_t* panels, size_t panel_bytes, int6
       pr[r] = prep + (r0 + r) * nb;
     }
     const uint8_t* panel = panels + size_t(p) * panel_bytes;
-    switch (R) {
-      case 1: return panel_q4_0<1>(panel, nb, a, pr, acc);
-      case 2: return panel_q4_0<2>(panel, nb, a, pr, acc);
-      case 3: return panel_q4_0<3>(panel, nb, a, pr, acc);
-      default: return panel_q4_0<4>(panel, nb, a, pr, acc);
-    }
+    with_rows(R, [&]<int kR>() {
+      run_panels<kR>(np, out, [&](__m256 acc[]) { panel_q4_0<kR>(panel, nb, a, pr, acc); },
+                     [&]([[maybe_unused]] __m256 acc0[], [[maybe_unused]] __m256 acc1[]) {
+#if KVASIR_HAVE_VNNI
+                       panel2_q4_0<kR>(panel, panel_bytes, nb, a, pr, acc0, acc1);
+#endif
+                     });
+    });
   });
 }
 

@@ -114,7 +114,9 @@ void panel_q4_k(const uint8_t* panel, int64_t nb, const BlockQ8_K* const a[], __
 // panel_q4_k with 512-bit registers: sub-blocks j and j + 1 side by side (one per 256-bit half),
 // each half computing exactly the int16 and int32 lane sums of the 256-bit kernel; the halves'
 // int32 sums are added at the end (exact), so the float steps and results are the same bits.
-inline __m512i pair256(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
+#if !KVASIR_HAVE_VNNI
+inline __m512i pair256(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_zextsi256_si512(lo), hi, 1); }
+#endif
 
 // Each row's two halves' int32 lane sums added (exact).
 template <int R>
@@ -226,6 +228,102 @@ void panel_q6_k(const uint8_t* panel, int64_t nb, const BlockQ8_K* const a[], __
   }
 }
 
+#if KVASIR_HAVE_VNNI
+// The two-panel forms (see kPanelsPerStep): panel p at `panel`, p + 1 at panel + panel_bytes.
+// vpdpbusd gives a sub-block's exact code sums per column in int32, times the column's scale in
+// int32: the same sums as the vpmaddubsw / vpmaddwd kernels, so the same bits after finish_*.
+// Row r's int32 sums of both panels, one per 256-bit half, finished panel by panel.
+template <int R, class Finish>
+void finish_pair(const uint8_t* p0, const uint8_t* p1, const BlockQ8_K* const a[], int64_t i, const __m512i sumi[],
+                 __m256 acc0[], __m256 acc1[], Finish&& finish) {
+  __m256i lo[R], hi[R];
+  for (int r = 0; r < R; ++r) lo[r] = _mm512_castsi512_si256(sumi[r]), hi[r] = _mm512_extracti64x4_epi64(sumi[r], 1);
+  finish(p0, a, i, lo, acc0);
+  finish(p1, a, i, hi, acc1);
+}
+
+// 8 bytes at p0 and 8 at p1 -> 16 int32 lanes.
+template <bool kSigned>
+inline __m512i widen_pair(const uint8_t* p0, const uint8_t* p1) {
+  const __m128i b = _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p0)),
+                                       _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p1)));
+  return kSigned ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b);
+}
+
+template <int R>
+void panel2_q4_k(const uint8_t* panel, size_t panel_bytes, int64_t nb, const BlockQ8_K* const a[], __m256 acc0[],
+                 __m256 acc1[]) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t* p0 = panel + size_t(i) * kQ4KBlock;
+    const uint8_t* p1 = p0 + panel_bytes;
+    __m512i sumi[R];
+    for (int j = 0; j < 8; ++j) {
+      for (int l = 0; l < 2; ++l) {
+        _mm_prefetch(reinterpret_cast<const char*>(p0) + 2048 + 128 * j + 64 * l, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(p1) + 2048 + 128 * j + 64 * l, _MM_HINT_T0);
+      }
+      __m512i v[8];
+      for (int m = 0; m < 4; ++m) {
+        const __m512i c = load_pair(p0 + 128 * j + 32 * m, p1 + 128 * j + 32 * m);
+        v[2 * m] = _mm512_and_si512(c, m4);
+        v[2 * m + 1] = _mm512_and_si512(_mm512_srli_epi16(c, 4), m4);
+      }
+      const __m512i sc = widen_pair<false>(p0 + kQ4KScales + 8 * j, p1 + kQ4KScales + 8 * j);
+      for (int r = 0; r < R; ++r) {
+        const int8_t* q = a[r][i].qs + 32 * j;
+        __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v[0], bcast4_512(q));
+        __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v[1], bcast4_512(q + 4));
+        for (int k = 2; k < 8; k += 2) {
+          s0 = _mm512_dpbusd_epi32(s0, v[k], bcast4_512(q + 4 * k));
+          s1 = _mm512_dpbusd_epi32(s1, v[k + 1], bcast4_512(q + 4 * k + 4));
+        }
+        const __m512i t = _mm512_mullo_epi32(_mm512_add_epi32(s0, s1), sc);
+        sumi[r] = j == 0 ? t : _mm512_add_epi32(sumi[r], t);
+      }
+    }
+    finish_pair<R>(p0, p1, a, i, sumi, acc0, acc1, finish_q4_k_block<R>);
+  }
+}
+
+template <int R>
+void panel2_q6_k(const uint8_t* panel, size_t panel_bytes, int64_t nb, const BlockQ8_K* const a[], __m256 acc0[],
+                 __m256 acc1[]) {
+  const __m512i low2 = _mm512_set1_epi8(3), m4 = _mm512_set1_epi8(0x0F);
+  for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t* p0 = panel + size_t(i) * kQ6KBlock;
+    const uint8_t* p1 = p0 + panel_bytes;
+    __m512i sumi[R];
+    for (int s = 0; s < 16; ++s) {
+      _mm_prefetch(reinterpret_cast<const char*>(p0) + 2048 + 64 * s, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(p1) + 2048 + 64 * s, _MM_HINT_T0);
+      __m512i v[4];
+      for (int h = 0; h < 2; ++h) {
+        const __m512i c = load_pair(p0 + 64 * s + 32 * h, p1 + 64 * s + 32 * h);
+        v[2 * h] = _mm512_and_si512(c, m4);
+        v[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(c, 4), m4);
+      }
+      const __m512i hb = load_pair(p0 + kQ6KHigh + 32 * s, p1 + kQ6KHigh + 32 * s);
+      for (int k = 0; k < 4; ++k)
+        v[k] = _mm512_or_si512(v[k], _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hb, 2 * k), low2), 4));
+      const __m512i sc = widen_pair<true>(p0 + kQ6KScales + 8 * s, p1 + kQ6KScales + 8 * s);
+      for (int r = 0; r < R; ++r) {
+        const int8_t* q = a[r][i].qs + 16 * s;
+        const __m512i s01 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), v[0], bcast4_512(q)), v[1],
+                                                bcast4_512(q + 4));
+        const __m512i s23 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), v[2], bcast4_512(q + 8)),
+                                                v[3], bcast4_512(q + 12));
+        const __m512i t = _mm512_mullo_epi32(_mm512_add_epi32(s01, s23), sc);
+        sumi[r] = s == 0 ? t : _mm512_add_epi32(sumi[r], t);
+      }
+    }
+    finish_pair<R>(p0, p1, a, i, sumi, acc0, acc1, finish_q6_k_block<R>);
+  }
+}
+#endif
+
 // Packs the 8 rows' 32-element code groups g (element order) into 8 transposed vectors.
 inline void transpose_group(__m256i codes[8], __m256i out[8]) {
   for (int c = 0; c < 8; ++c) out[c] = codes[c];
@@ -303,34 +401,29 @@ void prepack_k_panel(DType wtype, const uint8_t* w, size_t w_stride, int64_t n_r
   }
 }
 
-static void k_panel(DType wtype, const uint8_t* panel, int64_t n_in, const uint8_t* const act[], int R,
-                            __m256 acc[]) {
-  const BlockQ8_K* a[kRowGroup];
-  for (int r = 0; r < R; ++r) a[r] = reinterpret_cast<const BlockQ8_K*>(act[r]);
-  const int64_t nb = n_in / kQK;
-  if (wtype == DType::Q4_K) {
-    switch (R) {
-      case 1: return KVASIR_Q4K_PANEL<1>(panel, nb, a, acc);
-      case 2: return KVASIR_Q4K_PANEL<2>(panel, nb, a, acc);
-      case 3: return KVASIR_Q4K_PANEL<3>(panel, nb, a, acc);
-      default: return KVASIR_Q4K_PANEL<4>(panel, nb, a, acc);
-    }
-  }
-  switch (R) {
-    case 1: return KVASIR_Q6K_PANEL<1>(panel, nb, a, acc);
-    case 2: return KVASIR_Q6K_PANEL<2>(panel, nb, a, acc);
-    case 3: return KVASIR_Q6K_PANEL<3>(panel, nb, a, acc);
-    default: return KVASIR_Q6K_PANEL<4>(panel, nb, a, acc);
-  }
-}
-
 void gemm_prepacked_k(DType wtype, const uint8_t* panels, size_t panel_bytes, int64_t n_in, int64_t out_begin,
                       int64_t out_end, const uint8_t* act, size_t a_stride, int64_t n_rows, float* y,
                       int64_t y_stride) {
-  for_prepacked_panels(panel_bytes, out_begin, out_end, n_rows, y, y_stride, [&](int64_t p, int64_t r0, int R, __m256 acc[]) {
-    const uint8_t* a[kRowGroup];
-    for (int r = 0; r < R; ++r) a[r] = act + size_t(r0 + r) * a_stride;
-    k_panel(wtype, panels + size_t(p) * panel_bytes, n_in, a, R, acc);
+  const int64_t nb = n_in / kQK;
+  const bool q4 = wtype == DType::Q4_K;
+  for_prepacked_panels(panel_bytes, out_begin, out_end, n_rows, y, y_stride,
+                       [&](int64_t p, int np, int64_t r0, int R, float (*out)[8 * kPanelsPerStep]) {
+    const BlockQ8_K* a[kRowGroup];
+    for (int r = 0; r < R; ++r) a[r] = reinterpret_cast<const BlockQ8_K*>(act + size_t(r0 + r) * a_stride);
+    const uint8_t* panel = panels + size_t(p) * panel_bytes;
+    with_rows(R, [&]<int kR>() {
+      run_panels<kR>(np, out,
+                     [&](__m256 acc[]) {
+                       if (q4) KVASIR_Q4K_PANEL<kR>(panel, nb, a, acc);
+                       else KVASIR_Q6K_PANEL<kR>(panel, nb, a, acc);
+                     },
+                     [&]([[maybe_unused]] __m256 acc0[], [[maybe_unused]] __m256 acc1[]) {
+#if KVASIR_HAVE_VNNI
+                       if (q4) panel2_q4_k<kR>(panel, panel_bytes, nb, a, acc0, acc1);
+                       else panel2_q6_k<kR>(panel, panel_bytes, nb, a, acc0, acc1);
+#endif
+                     });
+    });
   });
 }
 
