@@ -1,5 +1,5 @@
-// Decode kernels on weights repacked once (PackedMatrix, kernels/matmul.h), Q4_0 and Q8_0 (the
-// k-quants are in gemm_avx2_prepacked_k.cpp). Q4_0: a panel block
+// Kernels on weights repacked once (PackedMatrix, kernels/matmul.h), Q4_0, Q8_0 and (VNNI builds)
+// Q5_0; the k-quants are in gemm_avx2_prepacked_k.cpp. Q4_0: a panel block
 // holds the codes of 8 rows x 32 elements as 4 vectors of nibbles, low nibbles = elements
 // 4(2m)..4(2m)+3 of each row (4 bytes per row, row c at bytes 4c..4c+3), high nibbles = the next
 // 4 elements, then the 8 row scales (fp16). Two ANDs and a shift give the vectors the packed
@@ -28,18 +28,40 @@ constexpr size_t kQ8_0Block = kQ8_0Codes + 16;
 
 struct Prep {
   float da;
-  int32_t corr;  // 8 * sum of the activation block (the code offset)
+  int32_t corr;  // the code offset (Q4_0 8, Q5_0 16, unsigned Q8_0 128) times the activation block's sum
 };
 
 #if KVASIR_HAVE_VNNI
-// With VNNI one vpdpbusd per 4 elements adds the nibble codes' products into each column's int32
-// lane (two chains a row, so the adds overlap); starting a chain at -corr takes the offset away.
-template <int R>
+// Q5_0 (VNNI builds only): the Q4_0 panel block with the codes' fifth bits after the nibbles, 32
+// bytes where bit k of byte 4c + e is the fifth bit of element 4k + e of row c, then the scales
+// (8 x 22 bytes, as in the file). Codes 0..31 with an offset of 16.
+constexpr size_t kQ5_0High = kQ4_0Codes, kQ5_0Scales = kQ5_0High + 32, kQ5_0Block = kQ5_0Scales + 16;
+template <bool kQ5>
+constexpr size_t kScalesAt = kQ5 ? kQ5_0Scales : kQ4_0Codes;
+template <bool kQ5>
+constexpr size_t kBlockBytes = kScalesAt<kQ5> + 16;
+
+// Code vector k's fifth bits moved to bit 4 of their bytes (a 16-bit shift by at most 4 never
+// carries the neighbouring byte's bits into bit 4).
+template <class V>
+inline V fifth_of(V hb, int k) {
+  if constexpr (sizeof(V) == 32) {
+    const __m256i t = k < 4 ? _mm256_slli_epi16(hb, 4 - k) : _mm256_srli_epi16(hb, k - 4);
+    return _mm256_and_si256(t, _mm256_set1_epi8(0x10));
+  } else {
+    const __m512i t = k < 4 ? _mm512_slli_epi16(hb, 4 - k) : _mm512_srli_epi16(hb, k - 4);
+    return _mm512_and_si512(t, _mm512_set1_epi8(0x10));
+  }
+}
+
+// With VNNI one vpdpbusd per 4 elements adds the codes' products into each column's int32 lane
+// (two chains a row, so the adds overlap); starting a chain at -corr takes the offset away.
+template <int R, bool kQ5>
 void panel_q4_0(const uint8_t* panel, int64_t nb, const BlockQ8_0* const a[], const Prep* const pr[], __m256 acc[]) {
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
-    const uint8_t* pb = panel + size_t(i) * kQ4_0Block;
+    const uint8_t* pb = panel + size_t(i) * kBlockBytes<kQ5>;
     for (int l = 0; l < 3; ++l) _mm_prefetch(reinterpret_cast<const char*>(pb) + 2048 + 64 * l, _MM_HINT_T0);
     __m256i v[8];
     for (int m = 0; m < 4; ++m) {
@@ -47,7 +69,11 @@ void panel_q4_0(const uint8_t* panel, int64_t nb, const BlockQ8_0* const a[], co
       v[2 * m] = _mm256_and_si256(l, low4);
       v[2 * m + 1] = _mm256_and_si256(_mm256_srli_epi16(l, 4), low4);
     }
-    const __m256 dw = _mm256_cvtph_ps(load128(pb + kQ4_0Codes));
+    if constexpr (kQ5) {
+      const __m256i hb = load256(pb + kQ5_0High);
+      for (int k = 0; k < 8; ++k) v[k] = _mm256_or_si256(v[k], fifth_of(hb, k));
+    }
+    const __m256 dw = _mm256_cvtph_ps(load128(pb + kScalesAt<kQ5>));
     for (int r = 0; r < R; ++r) {
       const int8_t* q = a[r][i].qs;
       __m256i s0 = _mm256_dpbusd_epi32(_mm256_set1_epi32(-pr[r][i].corr), v[0], bcast4(q));
@@ -62,8 +88,9 @@ void panel_q4_0(const uint8_t* panel, int64_t nb, const BlockQ8_0* const a[], co
   }
 }
 #else
-template <int R>
+template <int R, bool kQ5>
 void panel_q4_0(const uint8_t* panel, int64_t nb, const BlockQ8_0* const a[], const Prep* const pr[], __m256 acc[]) {
+  static_assert(!kQ5, "Q5_0 is prepacked only where VNNI is compiled in");
   const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
@@ -162,14 +189,14 @@ void split_halves(const __m512 acc[], __m256 acc0[], __m256 acc1[]) {
 
 // The two-panel forms (16 columns a register, see kPanelsPerStep): panel p at `panel`, p + 1 at
 // panel + panel_bytes; per lane the same integer sums and float steps as the one-panel kernels.
-template <int R>
+template <int R, bool kQ5>
 void panel2_q4_0(const uint8_t* panel, size_t panel_bytes, int64_t nb, const BlockQ8_0* const a[],
                  const Prep* const pr[], __m256 acc0[], __m256 acc1[]) {
   const __m512i low4 = _mm512_set1_epi8(0x0F);
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
-    const uint8_t* p0 = panel + size_t(i) * kQ4_0Block;
+    const uint8_t* p0 = panel + size_t(i) * kBlockBytes<kQ5>;
     const uint8_t* p1 = p0 + panel_bytes;
     for (int l = 0; l < 3; ++l) {
       _mm_prefetch(reinterpret_cast<const char*>(p0) + 2048 + 64 * l, _MM_HINT_T0);
@@ -181,7 +208,11 @@ void panel2_q4_0(const uint8_t* panel, size_t panel_bytes, int64_t nb, const Blo
       v[2 * m] = _mm512_and_si512(l, low4);
       v[2 * m + 1] = _mm512_and_si512(_mm512_srli_epi16(l, 4), low4);
     }
-    const __m512 dw = load_pair_half(p0 + kQ4_0Codes, p1 + kQ4_0Codes);
+    if constexpr (kQ5) {
+      const __m512i hb = load_pair(p0 + kQ5_0High, p1 + kQ5_0High);
+      for (int k = 0; k < 8; ++k) v[k] = _mm512_or_si512(v[k], fifth_of(hb, k));
+    }
+    const __m512 dw = load_pair_half(p0 + kScalesAt<kQ5>, p1 + kScalesAt<kQ5>);
     for (int r = 0; r < R; ++r) {
       const int8_t* q = a[r][i].qs;
       __m512i s0 = _mm512_dpbusd_epi32(_mm512_set1_epi32(-pr[r][i].corr), v[0], bcast4_512(q));
@@ -246,18 +277,33 @@ void pack_q8_0(const uint8_t* w, size_t w_stride, int64_t n_rows, int64_t nb, ui
   }
 }
 
-}  // namespace
-
-size_t prepacked_panel_bytes(DType wtype, int64_t n_in) {
-  if (wtype == DType::Q4_0) return size_t(n_in / kQ) * kQ4_0Block;
-  if (wtype == DType::Q8_0) return size_t(n_in / kQ) * kQ8_0Block;
-  return prepacked_k_panel_bytes(wtype, n_in);
+#if KVASIR_HAVE_VNNI
+void pack_q5_0(const uint8_t* w, size_t w_stride, int64_t n_rows, int64_t nb, uint8_t* dst) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+  for (int64_t i = 0; i < nb; ++i) {
+    __m256i codes[8];
+    alignas(16) uint16_t d[8];
+    for (int c = 0; c < 8; ++c) {
+      const auto& b = reinterpret_cast<const BlockQ5_0*>(w + size_t(std::min<int64_t>(c, n_rows - 1)) * w_stride)[i];
+      codes[c] = _mm256_or_si256(unpack_nibbles(b.qs), fifth_bits(b.qh));
+      d[c] = b.d;
+    }
+    transpose8x8_epi32(codes);
+    uint8_t* pb = dst + size_t(i) * kQ5_0Block;
+    __m256i hb = _mm256_setzero_si256();
+    for (int k = 0; k < 8; ++k)
+      hb = _mm256_or_si256(hb, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(codes[k], 4), one), k));
+    for (int m = 0; m < 4; ++m)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(pb + 32 * m),
+                          _mm256_or_si256(_mm256_and_si256(codes[2 * m], low4),
+                                          _mm256_slli_epi16(_mm256_and_si256(codes[2 * m + 1], low4), 4)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(pb + kQ5_0High), hb);
+    std::memcpy(pb + kQ5_0Scales, d, 16);
+  }
 }
+#endif
 
-void prepack_panel(DType wtype, const uint8_t* w, size_t w_stride, int64_t n_rows, int64_t n_in, uint8_t* dst) {
-  if (wtype == DType::Q8_0) return pack_q8_0(w, w_stride, n_rows, n_in / kQ, dst);
-  if (wtype != DType::Q4_0) return prepack_k_panel(wtype, w, w_stride, n_rows, n_in, dst);
-  const int64_t nb = n_in / kQ;
+void pack_q4_0(const uint8_t* w, size_t w_stride, int64_t n_rows, int64_t nb, uint8_t* dst) {
   for (int64_t i = 0; i < nb; ++i) {
     __m256i codes[8];
     alignas(16) uint16_t d[8];
@@ -275,8 +321,58 @@ void prepack_panel(DType wtype, const uint8_t* w, size_t w_stride, int64_t n_row
   }
 }
 
+// Q4_0 (kQ5 false) and Q5_0: unsigned codes whose offset (8 / 16) comes back as offset times
+// the activation block's sum (exact), computed once per call into prep.
+template <bool kQ5>
+void gemm_nibbles(const uint8_t* panels, size_t panel_bytes, int64_t nb, int64_t out_begin, int64_t out_end,
+                  const uint8_t* act, size_t a_stride, int64_t n_rows, float* y, int64_t y_stride, Prep* prep) {
+  constexpr int kOffset = kQ5 ? 16 : 8;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const auto* a = reinterpret_cast<const BlockQ8_0*>(act + size_t(r) * a_stride);
+    for (int64_t i = 0; i < nb; ++i) prep[r * nb + i] = {half_to_float(a[i].d), kOffset * sum_i8_32(a[i].qs)};
+  }
+  for_prepacked_panels(panel_bytes, out_begin, out_end, n_rows, y, y_stride,
+                       [&](int64_t p, int np, int64_t r0, int R, float (*out)[8 * kPanelsPerStep]) {
+    const BlockQ8_0* a[kRowGroup];
+    const Prep* pr[kRowGroup];
+    for (int r = 0; r < R; ++r) {
+      a[r] = reinterpret_cast<const BlockQ8_0*>(act + size_t(r0 + r) * a_stride);
+      pr[r] = prep + (r0 + r) * nb;
+    }
+    const uint8_t* panel = panels + size_t(p) * panel_bytes;
+    with_rows(R, [&]<int kR>() {
+      run_panels<kR>(np, out, [&](__m256 acc[]) { panel_q4_0<kR, kQ5>(panel, nb, a, pr, acc); },
+                     [&]([[maybe_unused]] __m256 acc0[], [[maybe_unused]] __m256 acc1[]) {
+#if KVASIR_HAVE_VNNI
+                       panel2_q4_0<kR, kQ5>(panel, panel_bytes, nb, a, pr, acc0, acc1);
+#endif
+                     });
+    });
+  });
+}
+
+}  // namespace
+
+size_t prepacked_panel_bytes(DType wtype, int64_t n_in) {
+  if (wtype == DType::Q4_0) return size_t(n_in / kQ) * kQ4_0Block;
+  if (wtype == DType::Q8_0) return size_t(n_in / kQ) * kQ8_0Block;
+#if KVASIR_HAVE_VNNI
+  if (wtype == DType::Q5_0) return size_t(n_in / kQ) * kQ5_0Block;
+#endif
+  return prepacked_k_panel_bytes(wtype, n_in);
+}
+
+void prepack_panel(DType wtype, const uint8_t* w, size_t w_stride, int64_t n_rows, int64_t n_in, uint8_t* dst) {
+  if (wtype == DType::Q4_0) return pack_q4_0(w, w_stride, n_rows, n_in / kQ, dst);
+  if (wtype == DType::Q8_0) return pack_q8_0(w, w_stride, n_rows, n_in / kQ, dst);
+#if KVASIR_HAVE_VNNI
+  if (wtype == DType::Q5_0) return pack_q5_0(w, w_stride, n_rows, n_in / kQ, dst);
+#endif
+  prepack_k_panel(wtype, w, w_stride, n_rows, n_in, dst);
+}
+
 size_t prepacked_scratch_bytes(DType wtype, int64_t n_in, int64_t n_rows) {
-  if (wtype != DType::Q4_0 && wtype != DType::Q8_0) return 0;
+  if (wtype != DType::Q4_0 && wtype != DType::Q5_0 && wtype != DType::Q8_0) return 0;
   return size_t(n_rows * (n_in / kQ)) * sizeof(Prep);
 }
 
@@ -284,6 +380,14 @@ void gemm_prepacked(DType wtype, const uint8_t* panels, size_t panel_bytes, int6
                     int64_t out_end, const uint8_t* act, size_t a_stride, int64_t n_rows, float* y, int64_t y_stride,
                     void* scratch) {
   const int64_t nb = n_in / kQ;
+  if (wtype == DType::Q4_0)
+    return gemm_nibbles<false>(panels, panel_bytes, nb, out_begin, out_end, act, a_stride, n_rows, y, y_stride,
+                               static_cast<Prep*>(scratch));
+#if KVASIR_HAVE_VNNI
+  if (wtype == DType::Q5_0)
+    return gemm_nibbles<true>(panels, panel_bytes, nb, out_begin, out_end, act, a_stride, n_rows, y, y_stride,
+                              static_cast<Prep*>(scratch));
+#endif
   if (wtype == DType::Q8_0) {
     auto* prep = static_cast<Prep*>(scratch);
     for (int64_t r = 0; r < n_rows; ++r) {
@@ -311,31 +415,7 @@ void gemm_prepacked(DType wtype, const uint8_t* panels, size_t panel_bytes, int6
       });
     });
   }
-  if (wtype != DType::Q4_0)
-    return gemm_prepacked_k(wtype, panels, panel_bytes, n_in, out_begin, out_end, act, a_stride, n_rows, y, y_stride);
-  auto* prep = static_cast<Prep*>(scratch);
-  for (int64_t r = 0; r < n_rows; ++r) {
-    const auto* a = reinterpret_cast<const BlockQ8_0*>(act + size_t(r) * a_stride);
-    for (int64_t i = 0; i < nb; ++i) prep[r * nb + i] = {half_to_float(a[i].d), 8 * sum_i8_32(a[i].qs)};
-  }
-  for_prepacked_panels(panel_bytes, out_begin, out_end, n_rows, y, y_stride,
-                       [&](int64_t p, int np, int64_t r0, int R, float (*out)[8 * kPanelsPerStep]) {
-    const BlockQ8_0* a[kRowGroup];
-    const Prep* pr[kRowGroup];
-    for (int r = 0; r < R; ++r) {
-      a[r] = reinterpret_cast<const BlockQ8_0*>(act + size_t(r0 + r) * a_stride);
-      pr[r] = prep + (r0 + r) * nb;
-    }
-    const uint8_t* panel = panels + size_t(p) * panel_bytes;
-    with_rows(R, [&]<int kR>() {
-      run_panels<kR>(np, out, [&](__m256 acc[]) { panel_q4_0<kR>(panel, nb, a, pr, acc); },
-                     [&]([[maybe_unused]] __m256 acc0[], [[maybe_unused]] __m256 acc1[]) {
-#if KVASIR_HAVE_VNNI
-                       panel2_q4_0<kR>(panel, panel_bytes, nb, a, pr, acc0, acc1);
-#endif
-                     });
-    });
-  });
+  gemm_prepacked_k(wtype, panels, panel_bytes, n_in, out_begin, out_end, act, a_stride, n_rows, y, y_stride);
 }
 
 }  // namespace kvasir::kernels::simd
