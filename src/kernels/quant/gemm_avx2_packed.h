@@ -69,6 +69,18 @@ inline __m512i bcast4_512(const void* p) {
 }
 #endif
 
+// Software prefetch of the panels kPrefetchAhead bytes ahead of the block being read: hardware
+// prefetch alone leaves DRAM idle between blocks in one-row decode. A block's kernel calls
+// prefetch_part for k = 0..kParts-1; together they cover all kBlock bytes (a part left
+// uncovered, such as a Q6_K block's high bits, halved Q6_K decode speed).
+inline constexpr size_t kPrefetchAhead = 2048;
+template <size_t kBlock, int kParts>
+inline void prefetch_part(const uint8_t* pb, int k) {
+  constexpr size_t kStep = (kBlock + kParts - 1) / kParts;
+  const char* p = reinterpret_cast<const char*>(pb) + kPrefetchAhead + kStep * size_t(k);
+  for (size_t o = 0; o < kStep; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+}
+
 inline size_t round64(size_t b) { return (b + 63) & ~size_t(63); }
 
 // Packed weights per column block: about half of a core's L2, so that the panels and the

@@ -62,7 +62,7 @@ void panel_q4_0(const uint8_t* panel, int64_t nb, const BlockQ8_0* const a[], co
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* pb = panel + size_t(i) * kBlockBytes<kQ5>;
-    for (int l = 0; l < 3; ++l) _mm_prefetch(reinterpret_cast<const char*>(pb) + 2048 + 64 * l, _MM_HINT_T0);
+    prefetch_part<kBlockBytes<kQ5>, 1>(pb, 0);
     __m256i v[8];
     for (int m = 0; m < 4; ++m) {
       const __m256i l = load256(pb + 32 * m);
@@ -95,8 +95,7 @@ void panel_q4_0(const uint8_t* panel, int64_t nb, const BlockQ8_0* const a[], co
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* pb = panel + size_t(i) * kQ4_0Block;
-    // Hardware prefetch alone leaves DRAM idle between blocks; 2 KiB ahead, 3 lines a block.
-    for (int l = 0; l < 3; ++l) _mm_prefetch(reinterpret_cast<const char*>(pb) + 2048 + 64 * l, _MM_HINT_T0);
+    prefetch_part<kQ4_0Block, 1>(pb, 0);
     __m256i v[8];
     for (int m = 0; m < 4; ++m) {
       const __m256i l = load256(pb + 32 * m);
@@ -133,7 +132,7 @@ void panel_q8_0(const uint8_t* panel, int64_t nb, const BlockQ8_0* const a[], co
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* pb = panel + size_t(i) * kQ8_0Block;
     if (stream)
-      for (int l = 0; l < 5; ++l) _mm_prefetch(reinterpret_cast<const char*>(pb) + 2048 + 64 * l, _MM_HINT_T0);
+      prefetch_part<kQ8_0Block, 1>(pb, 0);
     __m256i s0[R], s1[R];
     for (int r = 0; r < R; ++r) s0[r] = _mm256_set1_epi32(-pr[r][i].corr), s1[r] = _mm256_setzero_si256();
 #pragma GCC unroll 8
@@ -161,7 +160,7 @@ void panel_q8_0(const uint8_t* panel, int64_t nb, const BlockQ8_0* const a[], co
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* pb = panel + size_t(i) * kQ8_0Block;
     if (stream)
-      for (int l = 0; l < 5; ++l) _mm_prefetch(reinterpret_cast<const char*>(pb) + 2048 + 64 * l, _MM_HINT_T0);
+      prefetch_part<kQ8_0Block, 1>(pb, 0);
     __m256i isum[R];
 #pragma GCC unroll 8
     for (int k = 0; k < 8; ++k) {
@@ -198,10 +197,8 @@ void panel2_q4_0(const uint8_t* panel, size_t panel_bytes, int64_t nb, const Blo
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* p0 = panel + size_t(i) * kBlockBytes<kQ5>;
     const uint8_t* p1 = p0 + panel_bytes;
-    for (int l = 0; l < 3; ++l) {
-      _mm_prefetch(reinterpret_cast<const char*>(p0) + 2048 + 64 * l, _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(p1) + 2048 + 64 * l, _MM_HINT_T0);
-    }
+    prefetch_part<kBlockBytes<kQ5>, 1>(p0, 0);
+    prefetch_part<kBlockBytes<kQ5>, 1>(p1, 0);
     __m512i v[8];
     for (int m = 0; m < 4; ++m) {
       const __m512i l = load_pair(p0 + 32 * m, p1 + 32 * m);
@@ -236,11 +233,10 @@ void panel2_q8_0(const uint8_t* panel, size_t panel_bytes, int64_t nb, const Blo
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* p0 = panel + size_t(i) * kQ8_0Block;
     const uint8_t* p1 = p0 + panel_bytes;
-    if (stream)
-      for (int l = 0; l < 5; ++l) {
-        _mm_prefetch(reinterpret_cast<const char*>(p0) + 2048 + 64 * l, _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(p1) + 2048 + 64 * l, _MM_HINT_T0);
-      }
+    if (stream) {
+      prefetch_part<kQ8_0Block, 1>(p0, 0);
+      prefetch_part<kQ8_0Block, 1>(p1, 0);
+    }
     __m512i s0[R], s1[R];
     for (int r = 0; r < R; ++r) s0[r] = _mm512_set1_epi32(-pr[r][i].corr), s1[r] = _mm512_setzero_si512();
 #pragma GCC unroll 8

@@ -86,7 +86,7 @@ void panel_q4_k(const uint8_t* panel, int64_t nb, const BlockQ8_K* const a[], __
     const uint8_t* pb = panel + size_t(i) * kQ4KBlock;
     __m256i sumi[R];
     for (int j = 0; j < 8; ++j) {
-      for (int l = 0; l < 2; ++l) _mm_prefetch(reinterpret_cast<const char*>(pb) + 2048 + 128 * j + 64 * l, _MM_HINT_T0);
+      prefetch_part<kQ4KBlock, 8>(pb, j);
       __m256i v[8];
       for (int m = 0; m < 4; ++m) nibble_vectors(pb + 128 * j + 32 * m, v[2 * m], v[2 * m + 1]);
       const __m256i sc = dup16<false>(pb + kQ4KScales + 8 * j);
@@ -132,7 +132,7 @@ void panel_q4_k_512(const uint8_t* panel, int64_t nb, const BlockQ8_K* const a[]
     const uint8_t* pb = panel + size_t(i) * kQ4KBlock;
     __m512i sumi[R];
     for (int j = 0; j < 8; j += 2) {
-      for (int l = 0; l < 4; ++l) _mm_prefetch(reinterpret_cast<const char*>(pb) + 2048 + 128 * j + 64 * l, _MM_HINT_T0);
+      prefetch_part<kQ4KBlock, 4>(pb, j / 2);
       __m512i v[8];
       for (int m = 0; m < 4; ++m) {
         const __m512i c = pair256(loadu(pb + 128 * j + 32 * m), loadu(pb + 128 * (j + 1) + 32 * m));
@@ -163,7 +163,7 @@ void panel_q6_k_512(const uint8_t* panel, int64_t nb, const BlockQ8_K* const a[]
     const uint8_t* pb = panel + size_t(i) * kQ6KBlock;
     __m512i sumi[R];
     for (int s = 0; s < 16; s += 2) {
-      for (int l = 0; l < 2; ++l) _mm_prefetch(reinterpret_cast<const char*>(pb) + 2048 + 64 * (s + l), _MM_HINT_T0);
+      prefetch_part<kQ6KBlock, 8>(pb, s / 2);
       __m512i v[4];
       for (int h = 0; h < 2; ++h) {
         const __m512i c = pair256(loadu(pb + 64 * s + 32 * h), loadu(pb + 64 * (s + 1) + 32 * h));
@@ -206,7 +206,7 @@ void panel_q6_k(const uint8_t* panel, int64_t nb, const BlockQ8_K* const a[], __
     const uint8_t* pb = panel + size_t(i) * kQ6KBlock;
     __m256i sumi[R];
     for (int s = 0; s < 16; ++s) {
-      _mm_prefetch(reinterpret_cast<const char*>(pb) + 2048 + 64 * s, _MM_HINT_T0);
+      prefetch_part<kQ6KBlock, 16>(pb, s);
       // Sub-block s = code vectors 4s..4s+3: low nibbles from chunks 2s, 2s+1, high bits from chunk s.
       __m256i v[4];
       nibble_vectors(pb + 64 * s, v[0], v[1]);
@@ -260,10 +260,8 @@ void panel2_q4_k(const uint8_t* panel, size_t panel_bytes, int64_t nb, const Blo
     const uint8_t* p1 = p0 + panel_bytes;
     __m512i sumi[R];
     for (int j = 0; j < 8; ++j) {
-      for (int l = 0; l < 2; ++l) {
-        _mm_prefetch(reinterpret_cast<const char*>(p0) + 2048 + 128 * j + 64 * l, _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(p1) + 2048 + 128 * j + 64 * l, _MM_HINT_T0);
-      }
+      prefetch_part<kQ4KBlock, 8>(p0, j);
+      prefetch_part<kQ4KBlock, 8>(p1, j);
       __m512i v[8];
       for (int m = 0; m < 4; ++m) {
         const __m512i c = load_pair(p0 + 128 * j + 32 * m, p1 + 128 * j + 32 * m);
@@ -297,8 +295,8 @@ void panel2_q6_k(const uint8_t* panel, size_t panel_bytes, int64_t nb, const Blo
     const uint8_t* p1 = p0 + panel_bytes;
     __m512i sumi[R];
     for (int s = 0; s < 16; ++s) {
-      _mm_prefetch(reinterpret_cast<const char*>(p0) + 2048 + 64 * s, _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(p1) + 2048 + 64 * s, _MM_HINT_T0);
+      prefetch_part<kQ6KBlock, 16>(p0, s);
+      prefetch_part<kQ6KBlock, 16>(p1, s);
       __m512i v[4];
       for (int h = 0; h < 2; ++h) {
         const __m512i c = load_pair(p0 + 64 * s + 32 * h, p1 + 64 * s + 32 * h);
