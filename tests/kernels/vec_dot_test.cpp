@@ -171,7 +171,8 @@ namespace {
 // A build with AVX2/FMA/F16C must install the SIMD kernels, not silently fall back.
 TEST(VecDotTypes, SimdInstalledWhereCompiledIn) {
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-  EXPECT_STREQ(kernels::kernel_isa(), KVASIR_HAVE_AVX512_FLOAT ? "avx2+avx512" : "avx2");
+  EXPECT_STREQ(kernels::kernel_isa(),
+               KVASIR_HAVE_VNNI ? "avx2+avx512+vnni" : KVASIR_HAVE_AVX512_FLOAT ? "avx2+avx512" : "avx2");
   for (DType t : weight_types()) {
     const auto* tr = kernels::quant_traits(t);
     EXPECT_NE(tr->vec_dot, tr->vec_dot_ref) << dtype_name(t);

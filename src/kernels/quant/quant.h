@@ -37,7 +37,8 @@ QuantizeWeightedFn weighted_quantizer(DType type);
 // have traits too, with null vec_dot / vec_dot_ref (nothing is multiplied in those types).
 const QuantTraits* quant_traits(DType type);
 
-// "avx2" when the AVX2/FMA/F16C kernels were compiled in, else "scalar".
+// "avx2" when the AVX2/FMA/F16C kernels were compiled in ("avx2+avx512" with the 512-bit float
+// tiles, "avx2+avx512+vnni" with the vpdpbusd integer kernels too), else "scalar".
 const char* kernel_isa();
 
 }  // namespace kvasir::kernels

@@ -58,7 +58,10 @@ const QuantTraits* quant_traits(DType type) {
   return nullptr;
 }
 
-const char* kernel_isa() { return KVASIR_HAVE_AVX512_FLOAT ? "avx2+avx512" : KVASIR_HAVE_AVX2 ? "avx2" : "scalar"; }
+const char* kernel_isa() {
+  if (KVASIR_HAVE_VNNI) return "avx2+avx512+vnni";
+  return KVASIR_HAVE_AVX512_FLOAT ? "avx2+avx512" : KVASIR_HAVE_AVX2 ? "avx2" : "scalar";
+}
 
 QuantizeWeightedFn weighted_quantizer(DType type) {
   switch (type) {
