@@ -83,6 +83,14 @@ void prepack_k_panel(DType wtype, const uint8_t* w, size_t w_stride, int64_t n_r
 void gemm_prepacked_k(DType wtype, const uint8_t* panels, size_t panel_bytes, int64_t n_in, int64_t out_begin,
                       int64_t out_end, const uint8_t* act, size_t a_stride, int64_t n_rows, float* y,
                       int64_t y_stride);
+// The float half (F32, F16, BF16; gemm_avx2_prepacked_float.cpp): a packed form only where the
+// 512-bit float tiles are compiled in and n_in % 8 == 0 (panel bytes 0 otherwise).
+size_t prepacked_float_panel_bytes(DType wtype, int64_t n_in);
+void prepack_float_panel(DType wtype, const uint8_t* w, size_t w_stride, int64_t n_rows, int64_t n_in, uint8_t* dst);
+size_t prepacked_float_scratch_bytes(DType wtype, int64_t n_in, int64_t n_rows);
+void gemm_prepacked_float(DType wtype, const uint8_t* panels, size_t panel_bytes, int64_t n_in, int64_t out_begin,
+                          int64_t out_end, const uint8_t* act, size_t a_stride, int64_t n_rows, float* y,
+                          int64_t y_stride, void* scratch);
 // Packed panels for the heavy types of prefill; false when the type has no packed kernel.
 bool gemm_packed(const GemmTile& t, void* scratch);
 size_t gemm_packed_scratch_bytes(DType wtype, int64_t n, int64_t n_rows);
