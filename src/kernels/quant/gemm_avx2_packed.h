@@ -95,10 +95,12 @@ inline constexpr int kPanelsPerStep = KVASIR_HAVE_VNNI ? 2 : 1;
 
 // Pairs pay from a full row group on; decode (1-3 rows) streams one panel at a time, which
 // measured 3-10% faster there (two panels' streams at once read memory less evenly).
-inline constexpr int64_t kPairMinRows = kRowGroup;
+inline constexpr int64_t kPairMinRows = 4;
+// Rows the packed-at-load kernels take at once (each panel block is decoded once for them).
+inline constexpr int64_t kPanelRowGroup = KVASIR_HAVE_VNNI ? 8 : 4;
 
 // Walks repacked weights (PackedMatrix): outputs [out_begin, out_end) of n_rows activation rows,
-// panels in blocks that stay in L2 while every row group of kRowGroup rows passes over them.
+// panels in blocks that stay in L2 while every row group of kPanelRowGroup rows passes over them.
 // panel(p, np, r0, R, out) writes out[r][8q + c] = column c of panel p + q (q < np <=
 // kPanelsPerStep) for rows r0..r0+R-1.
 template <class PanelFn>
@@ -110,11 +112,11 @@ void for_prepacked_panels(size_t panel_bytes, int64_t out_begin, int64_t out_end
   const int64_t per_block = (fit + step - 1) / step * step;
   for (int64_t p0 = first; p0 <= last; p0 += per_block) {
     const int64_t p1 = std::min(last + 1, p0 + per_block);
-    for (int64_t r0 = 0; r0 < n_rows; r0 += kRowGroup) {
-      const int R = int(std::min<int64_t>(kRowGroup, n_rows - r0));
+    for (int64_t r0 = 0; r0 < n_rows; r0 += kPanelRowGroup) {
+      const int R = int(std::min<int64_t>(kPanelRowGroup, n_rows - r0));
       for (int64_t p = p0; p < p1; p += step) {
         const int np = int(std::min<int64_t>(step, p1 - p));
-        alignas(64) float out[kRowGroup][8 * kPanelsPerStep];
+        alignas(64) float out[kPanelRowGroup][8 * kPanelsPerStep];
         panel(p, np, r0, R, out);
         for (int q = 0; q < np; ++q) {
           const int64_t pq = p + q;
@@ -140,14 +142,22 @@ void run_panels(int np, float (*out)[8 * kPanelsPerStep], One&& one, [[maybe_unu
     for (int r = 0; r < R; ++r) _mm256_store_ps(out[r] + 8 * q, acc[q][r]);
 }
 
-// Calls f.template operator()<R>() for R = 1..kRowGroup.
+// Calls f.template operator()<R>() for R = 1..kPanelRowGroup.
 template <class F>
 void with_rows(int R, F&& f) {
   switch (R) {
     case 1: return f.template operator()<1>();
     case 2: return f.template operator()<2>();
     case 3: return f.template operator()<3>();
+    case 4: return f.template operator()<4>();
+#if KVASIR_HAVE_VNNI
+    case 5: return f.template operator()<5>();
+    case 6: return f.template operator()<6>();
+    case 7: return f.template operator()<7>();
+    default: return f.template operator()<8>();
+#else
     default: return f.template operator()<4>();
+#endif
   }
 }
 

@@ -331,8 +331,8 @@ void gemm_nibbles(const uint8_t* panels, size_t panel_bytes, int64_t nb, int64_t
   }
   for_prepacked_panels(panel_bytes, out_begin, out_end, n_rows, y, y_stride,
                        [&](int64_t p, int np, int64_t r0, int R, float (*out)[8 * kPanelsPerStep]) {
-    const BlockQ8_0* a[kRowGroup];
-    const Prep* pr[kRowGroup];
+    const BlockQ8_0* a[kPanelRowGroup];
+    const Prep* pr[kPanelRowGroup];
     for (int r = 0; r < R; ++r) {
       a[r] = reinterpret_cast<const BlockQ8_0*>(act + size_t(r0 + r) * a_stride);
       pr[r] = prep + (r0 + r) * nb;
@@ -409,8 +409,8 @@ void gemm_prepacked(DType wtype, const uint8_t* panels, size_t panel_bytes, int6
     }
     return for_prepacked_panels(panel_bytes, out_begin, out_end, n_rows, y, y_stride,
                                 [&](int64_t p, int np, int64_t r0, int R, float (*out)[8 * kPanelsPerStep]) {
-      const BlockQ8_0* a[kRowGroup];
-      const Prep* pr[kRowGroup];
+      const BlockQ8_0* a[kPanelRowGroup];
+      const Prep* pr[kPanelRowGroup];
       for (int r = 0; r < R; ++r) {
         a[r] = reinterpret_cast<const BlockQ8_0*>(act + size_t(r0 + r) * a_stride);
         pr[r] = prep + (r0 + r) * nb;

@@ -61,7 +61,7 @@ void run_float(const uint8_t* panels, size_t panel_bytes, int64_t n, int64_t out
                const float* rows, int64_t row_stride, int64_t n_rows, float* y, int64_t y_stride) {
   for_prepacked_panels(panel_bytes, out_begin, out_end, n_rows, y, y_stride,
                        [&](int64_t p, int np, int64_t r0, int R, float (*out)[8 * kPanelsPerStep]) {
-    const float* a[kRowGroup];
+    const float* a[kPanelRowGroup];
     for (int r = 0; r < R; ++r) a[r] = rows + (r0 + r) * row_stride;
     for (int q = 0; q < np; ++q)
       with_rows(R, [&]<int kR>() { panel_float<kType, kR>(panels + size_t(p + q) * panel_bytes, n, a, out, q); });

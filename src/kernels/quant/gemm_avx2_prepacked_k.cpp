@@ -406,7 +406,7 @@ void gemm_prepacked_k(DType wtype, const uint8_t* panels, size_t panel_bytes, in
   const bool q4 = wtype == DType::Q4_K;
   for_prepacked_panels(panel_bytes, out_begin, out_end, n_rows, y, y_stride,
                        [&](int64_t p, int np, int64_t r0, int R, float (*out)[8 * kPanelsPerStep]) {
-    const BlockQ8_K* a[kRowGroup];
+    const BlockQ8_K* a[kPanelRowGroup];
     for (int r = 0; r < R; ++r) a[r] = reinterpret_cast<const BlockQ8_K*>(act + size_t(r0 + r) * a_stride);
     const uint8_t* panel = panels + size_t(p) * panel_bytes;
     with_rows(R, [&]<int kR>() {
