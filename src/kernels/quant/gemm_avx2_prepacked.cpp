@@ -26,7 +26,7 @@ constexpr size_t kQ4_0Block = kQ4_0Codes + 16;      // + 8 fp16 scales
 constexpr size_t kQ8_0Codes = 256;                  // 8 x 32 bytes of int8
 constexpr size_t kQ8_0Block = kQ8_0Codes + 16;
 
-bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+[[maybe_unused]] bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 
 struct Prep {
   float da;
