@@ -91,7 +91,9 @@ TEST(MoeGroup, EverySlotOnceUnderItsExpertInOrder) {
           const int32_t s = order[size_t(p)];
           EXPECT_EQ(ids[size_t(s)], e);
           EXPECT_EQ(pos[size_t(s)], p);
-          if (p > off[size_t(e)]) EXPECT_LT(order[size_t(p) - 1], s);
+          if (p > off[size_t(e)]) {
+            EXPECT_LT(order[size_t(p) - 1], s);
+          }
           ++seen[size_t(s)];
         }
       }
