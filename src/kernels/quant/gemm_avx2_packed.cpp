@@ -124,39 +124,21 @@ struct Q5_0K : UnsignedK<16, 4> {
   }
 };
 
+#if KVASIR_HAVE_VNNI
+// vpdpbusd takes unsigned weights: the panel holds w + 128, an offset like Q4_0's 8 (the bound of
+// UnsignedK's int16 steps does not apply: its VNNI form sums in int32).
+struct Q8_0K : UnsignedK<128, 8> {
+  static void pack(const uint8_t* const cols[8], int64_t i, uint8_t* dst) {
+    pack_simple<BlockQ8_0>(cols, i, dst,
+                           [](const BlockQ8_0& b) { return _mm256_xor_si256(load256(b.qs), _mm256_set1_epi8(char(0x80))); });
+  }
+};
+#else
 // Signed codes: |w| (shared by the rows) times the activations with w's sign moved onto them.
 struct Q8_0K {
   static constexpr int kBlock = kQ;
   static constexpr size_t kPanelBytes = kSimplePanelBytes;
   using Prep = PrepQ8;
-#if KVASIR_HAVE_VNNI
-  // vpdpbusd takes unsigned weights: the panel holds w + 128, and 128 * sum(a) comes off.
-  static void prep(const uint8_t* row, int64_t nb, Prep* out) { prep_q8_0<128>(row, nb, out); }
-  static void pack(const uint8_t* const cols[8], int64_t i, uint8_t* dst) {
-    pack_simple<BlockQ8_0>(cols, i, dst,
-                           [](const BlockQ8_0& b) { return _mm256_xor_si256(load256(b.qs), _mm256_set1_epi8(char(0x80))); });
-  }
-
-  template <int R>
-  static void micro(const uint8_t* panel, int64_t nb, const uint8_t* const a[], const Prep* const pr[], float* y,
-                    int64_t ys, int nc) {
-    __m256 acc[R];
-    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < nb; ++i) {
-      const uint8_t* pb = panel + size_t(i) * kPanelBytes;
-      __m256i isum[R];
-#pragma GCC unroll 8
-      for (int k = 0; k < 8; ++k) {
-        const __m256i wv = _mm256_load_si256(reinterpret_cast<const __m256i*>(pb + 32 * k));
-        for (int r = 0; r < R; ++r)
-          isum[r] = _mm256_dpbusd_epi32(k == 0 ? _mm256_setzero_si256() : isum[r], wv,
-                                        bcast4(a[r] + size_t(i) * sizeof(BlockQ8_0) + 2 + 4 * k));
-      }
-      finish_block<R, true>(pb, isum, pr, i, acc);
-    }
-    for (int r = 0; r < R; ++r) store_lanes(y + r * ys, acc[r], nc);
-  }
-#else
   static void prep(const uint8_t* row, int64_t nb, Prep* out) { prep_q8_0<0>(row, nb, out); }
   static void pack(const uint8_t* const cols[8], int64_t i, uint8_t* dst) {
     pack_simple<BlockQ8_0>(cols, i, dst, [](const BlockQ8_0& b) { return load256(b.qs); });
@@ -186,8 +168,8 @@ struct Q8_0K {
     }
     for (int r = 0; r < R; ++r) store_lanes(y + r * ys, acc[r], nc);
   }
-#endif
 };
+#endif
 
 }  // namespace
 

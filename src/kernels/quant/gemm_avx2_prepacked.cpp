@@ -319,15 +319,16 @@ void pack_q4_0(const uint8_t* w, size_t w_stride, int64_t n_rows, int64_t nb, ui
   }
 }
 
-// Q4_0 (kQ5 false) and Q5_0: unsigned codes whose offset (8 / 16) comes back as offset times
-// the activation block's sum (exact), computed once per call into prep.
-template <bool kQ5>
-void gemm_nibbles(const uint8_t* panels, size_t panel_bytes, int64_t nb, int64_t out_begin, int64_t out_end,
-                  const uint8_t* act, size_t a_stride, int64_t n_rows, float* y, int64_t y_stride, Prep* prep) {
-  constexpr int kOffset = kQ5 ? 16 : 8;
+// The kernels that take Q8_0 activations (Q4_0, Q5_0, Q8_0): each (row, block)'s scale and
+// offset x block sum computed once per call into prep, then the panels row group by row group;
+// kernels.template operator()<R>(panel, np, a, pr, first_group, out) runs one or two panels.
+template <class Kernels>
+void gemm_q8_0_acts(const uint8_t* panels, size_t panel_bytes, int64_t nb, int64_t out_begin, int64_t out_end,
+                    const uint8_t* act, size_t a_stride, int64_t n_rows, float* y, int64_t y_stride, Prep* prep,
+                    int offset, Kernels&& kernels) {
   for (int64_t r = 0; r < n_rows; ++r) {
     const auto* a = reinterpret_cast<const BlockQ8_0*>(act + size_t(r) * a_stride);
-    for (int64_t i = 0; i < nb; ++i) prep[r * nb + i] = {half_to_float(a[i].d), kOffset * sum_i8_32(a[i].qs)};
+    for (int64_t i = 0; i < nb; ++i) prep[r * nb + i] = {half_to_float(a[i].d), offset ? offset * sum_i8_32(a[i].qs) : 0};
   }
   for_prepacked_panels(panel_bytes, out_begin, out_end, n_rows, y, y_stride,
                        [&](int64_t p, int np, int64_t r0, int R, float (*out)[8 * kPanelsPerStep]) {
@@ -338,14 +339,40 @@ void gemm_nibbles(const uint8_t* panels, size_t panel_bytes, int64_t nb, int64_t
       pr[r] = prep + (r0 + r) * nb;
     }
     const uint8_t* panel = panels + size_t(p) * panel_bytes;
-    with_rows(R, [&]<int kR>() {
-      run_panels<kR>(np, out, [&](__m256 acc[]) { panel_q4_0<kR, kQ5>(panel, nb, a, pr, acc); },
-                     [&]([[maybe_unused]] __m256 acc0[], [[maybe_unused]] __m256 acc1[]) {
+    with_rows(R, [&]<int kR>() { kernels.template operator()<kR>(panel, np, a, pr, r0 == 0, out); });
+  });
+}
+
+// Q4_0 (kQ5 false) and Q5_0: unsigned codes with an offset of 8 / 16.
+template <bool kQ5>
+void gemm_nibbles(const uint8_t* panels, size_t panel_bytes, int64_t nb, int64_t out_begin, int64_t out_end,
+                  const uint8_t* act, size_t a_stride, int64_t n_rows, float* y, int64_t y_stride, Prep* prep) {
+  gemm_q8_0_acts(panels, panel_bytes, nb, out_begin, out_end, act, a_stride, n_rows, y, y_stride, prep, kQ5 ? 16 : 8,
+                 [&]<int kR>(const uint8_t* panel, int np, const BlockQ8_0* const a[], const Prep* const pr[], bool,
+                             float (*out)[8 * kPanelsPerStep]) {
+    run_panels<kR>(np, out, [&](__m256 acc[]) { panel_q4_0<kR, kQ5>(panel, nb, a, pr, acc); },
+                   [&]([[maybe_unused]] __m256 acc0[], [[maybe_unused]] __m256 acc1[]) {
 #if KVASIR_HAVE_VNNI
-                       panel2_q4_0<kR, kQ5>(panel, panel_bytes, nb, a, pr, acc0, acc1);
+                     panel2_q4_0<kR, kQ5>(panel, panel_bytes, nb, a, pr, acc0, acc1);
 #endif
-                     });
-    });
+                   });
+  });
+}
+
+// Q8_0: the first row group of a panel block streams it from memory (prefetched); the others
+// find it in L2.
+void gemm_q8_0(const uint8_t* panels, size_t panel_bytes, int64_t nb, int64_t out_begin, int64_t out_end,
+               const uint8_t* act, size_t a_stride, int64_t n_rows, float* y, int64_t y_stride, Prep* prep) {
+  gemm_q8_0_acts(panels, panel_bytes, nb, out_begin, out_end, act, a_stride, n_rows, y, y_stride, prep,
+                 kQ8_0Unsigned ? 128 : 0,
+                 [&]<int kR>(const uint8_t* panel, int np, const BlockQ8_0* const a[], const Prep* const pr[],
+                             bool stream, float (*out)[8 * kPanelsPerStep]) {
+    run_panels<kR>(np, out, [&](__m256 acc[]) { panel_q8_0<kR>(panel, nb, a, pr, stream, acc); },
+                   [&]([[maybe_unused]] __m256 acc0[], [[maybe_unused]] __m256 acc1[]) {
+#if KVASIR_HAVE_VNNI
+                     panel2_q8_0<kR>(panel, panel_bytes, nb, a, pr, stream, acc0, acc1);
+#endif
+                   });
   });
 }
 
@@ -400,33 +427,9 @@ void gemm_prepacked(DType wtype, const uint8_t* panels, size_t panel_bytes, int6
     return gemm_nibbles<true>(panels, panel_bytes, nb, out_begin, out_end, act, a_stride, n_rows, y, y_stride,
                               static_cast<Prep*>(scratch));
 #endif
-  if (wtype == DType::Q8_0) {
-    auto* prep = static_cast<Prep*>(scratch);
-    for (int64_t r = 0; r < n_rows; ++r) {
-      const auto* a = reinterpret_cast<const BlockQ8_0*>(act + size_t(r) * a_stride);
-      for (int64_t i = 0; i < nb; ++i)
-        prep[r * nb + i] = {half_to_float(a[i].d), kQ8_0Unsigned ? 128 * sum_i8_32(a[i].qs) : 0};
-    }
-    return for_prepacked_panels(panel_bytes, out_begin, out_end, n_rows, y, y_stride,
-                                [&](int64_t p, int np, int64_t r0, int R, float (*out)[8 * kPanelsPerStep]) {
-      const BlockQ8_0* a[kPanelRowGroup];
-      const Prep* pr[kPanelRowGroup];
-      for (int r = 0; r < R; ++r) {
-        a[r] = reinterpret_cast<const BlockQ8_0*>(act + size_t(r0 + r) * a_stride);
-        pr[r] = prep + (r0 + r) * nb;
-      }
-      const uint8_t* panel = panels + size_t(p) * panel_bytes;
-      const bool stream = r0 == 0;
-      with_rows(R, [&]<int kR>() {
-        run_panels<kR>(np, out, [&](__m256 acc[]) { panel_q8_0<kR>(panel, nb, a, pr, stream, acc); },
-                       [&]([[maybe_unused]] __m256 acc0[], [[maybe_unused]] __m256 acc1[]) {
-#if KVASIR_HAVE_VNNI
-                         panel2_q8_0<kR>(panel, panel_bytes, nb, a, pr, stream, acc0, acc1);
-#endif
-                       });
-      });
-    });
-  }
+  if (wtype == DType::Q8_0)
+    return gemm_q8_0(panels, panel_bytes, nb, out_begin, out_end, act, a_stride, n_rows, y, y_stride,
+                     static_cast<Prep*>(scratch));
   gemm_prepacked_k(wtype, panels, panel_bytes, n_in, out_begin, out_end, act, a_stride, n_rows, y, y_stride);
 }
 
