@@ -18,6 +18,11 @@ namespace {
 // the step's serial parts costs little idle time at the join (`kvasir batch` A/B, 6 rounds:
 // 16 medians ~4% faster than 4, within this machine's noise; 32 no better).
 constexpr int kLinearChunksPerThread = 16;
+// From 16 rows on, fewer and larger chunks: every chunk's kernel call prepares each activation
+// block again (scale, code-offset sum), ~6% of a 32-row decode step at 16 chunks a thread
+// (batched decode x32 +7-9%, A/B with batched_decode_bench).
+constexpr int kLinearChunksPerThreadBatched = 4;
+constexpr int64_t kBatchedRows = 16;
 
 // Rows below which per-row kernels run on the calling thread: a pool round trip costs more.
 constexpr int64_t kParallelRows = 4;
@@ -208,7 +213,7 @@ void Forward::run_segments(const std::vector<Segment>& segs) {
       offset += w.n_out;
       if (offset >= e) break;
     }
-  }, kLinearChunksPerThread);
+  }, segs.front().rows >= kBatchedRows ? kLinearChunksPerThreadBatched : kLinearChunksPerThread);
 }
 
 void Forward::linear(std::initializer_list<LinearJob> jobs, const float* x, int64_t T) {
