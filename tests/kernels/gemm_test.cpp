@@ -3,6 +3,7 @@
 // every float operation of an output, so any difference is a bug, not rounding.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 
@@ -154,6 +155,41 @@ namespace {
 
 // Weights repacked once for decode give bitwise the same outputs as the file's layout, for any
 // output range (panels cut anywhere) and row count.
+// BF16 follows vdpbf16ps (gemm.h): products that land below the normal range and denormal
+// inputs count as zero. Tiny operands whose products are all denormal must give exactly 0 on
+// every path, and a mix of tiny and ordinary values the scalar twin's bits.
+TEST(GemmBf16, FlushesDenormalsLikeVdpbf16ps) {
+  if (!kernels::gemm_has_simd(DType::BF16)) GTEST_SKIP() << "no SIMD tiles compiled in";
+  const int64_t n = 96, cols = 5, rows = 3;  // three 32-element chunks, no tail
+  auto bits = [](float f) { uint32_t u; std::memcpy(&u, &f, 4); return uint16_t(u >> 16); };
+  std::mt19937 rng(5);
+  for (bool mixed : {false, true}) {
+    std::vector<uint16_t> w(size_t(cols * n)), a(size_t(rows * n));
+    for (auto& v : w) v = bits(std::ldexp(1.f + float(rng() % 100) / 100, -70) * (rng() % 2 ? 1 : -1));
+    for (size_t i = 0; i < a.size(); ++i) {
+      float f = std::ldexp(1.f + float(rng() % 100) / 100, -60);  // products near 2^-130: denormal
+      if (mixed && i % 7 == 0) f = float(rng() % 9) - 4;          // ordinary values
+      if (i % 11 == 0) f = std::ldexp(1.f, -130);                 // a denormal input
+      a[i] = bits(f);
+    }
+    kernels::GemmTile tile{.wtype = DType::BF16, .n = n, .w = reinterpret_cast<const uint8_t*>(w.data()),
+                           .w_stride = size_t(n) * 2, .n_cols = cols, .a = reinterpret_cast<const uint8_t*>(a.data()),
+                           .a_stride = size_t(n) * 2, .n_rows = rows, .y = nullptr, .y_stride = cols};
+    std::vector<float> want(size_t(rows * cols)), got(size_t(rows * cols));
+    tile.y = want.data();
+    kernels::gemm_ref(tile);
+    std::vector<uint8_t> scratch(kernels::gemm_scratch_bytes(DType::BF16, n, rows) + 64);
+    tile.y = got.data();
+    kernels::gemm_simd(tile, scratch.data() + (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64) % 64);
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (!mixed) {
+        EXPECT_EQ(std::fabs(want[i]), 0.f) << "tiny products are flushed: " << want[i];
+      }
+      EXPECT_TRUE(same_bits(got[i], want[i])) << (mixed ? "mixed " : "tiny ") << i << ": " << got[i] << " vs " << want[i];
+    }
+  }
+}
+
 TEST_P(Gemm, PackedMatrixMatchesFileLayoutBitwise) {
   const DType t = GetParam();
   const int64_t n = 2 * std::max<int64_t>(256, block_size(t)), n_out = 37, rows = 9;

@@ -13,10 +13,14 @@
 //       Q4_1 / Q5_1:          acc = fmaf(mw_i, sa_i, acc)         [sa_i = Q8_1's fp16 d*sum]
 //       Q2_K / Q4_K / Q5_K:   acc = fmaf(-(dmin_i * da_i), float(msum_i), acc)
 //     starting from acc = 0; y = acc.
-//  float types (F32, F16, BF16; activations widened exactly to f32):
+//  float types (F32, F16; activations widened exactly to f32):
 //     eight lane sums acc[l] = fmaf(w[k], a[k], acc[l]) over k = 8j + l in order, reduced as
 //     ((acc0+acc4) + (acc2+acc6)) + ((acc1+acc5) + (acc3+acc7)), then the tail k >= n & ~7:
 //     y = fmaf(w[k], a[k], y) in order.
+//  BF16 (activations BF16), the order of AVX512-BF16's vdpbf16ps: sixteen lane sums over
+//     32-element chunks, lane j adding w[32m+2j+1]*a[32m+2j+1] and then w[32m+2j]*a[32m+2j]
+//     as fmaf, with denormal inputs read as zero and every denormal result flushed to (signed)
+//     zero; acc[l] = lane[l] + lane[l+8] reduced as above; then the tail k >= n & ~31 as above.
 //
 // The SIMD kernels obey it with explicit FMA intrinsics (no product is ever left for the
 // compiler to contract), so they are bitwise equal to the scalar twin gemm_ref(); the tests

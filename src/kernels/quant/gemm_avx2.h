@@ -68,6 +68,7 @@ inline __m256i fifth_bits(const uint8_t* qh) { return _mm256_and_si256(bits_to_b
 
 // Tiles of the float types and the quantized types; each handles any n_cols / n_rows.
 void gemm_float(const GemmTile& t, void* scratch);
+void gemm_bf16(const GemmTile& t);  // BF16's own order (gemm.h); gemm_float calls it
 void gemm_direct(const GemmTile& t);
 // Weights repacked once for decode (PackedMatrix); prepacked_panel_bytes is 0 for types
 // without a packed form. prepack_panel packs n_rows (<= 8; repeats pad) rows of w.

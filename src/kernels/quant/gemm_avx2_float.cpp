@@ -192,7 +192,7 @@ void gemm_float(const GemmTile& t, void* scratch) {
   switch (t.wtype) {
     case DType::F32: return run<F32W, float>(t, widened);
     case DType::F16: return run<F16W, uint16_t>(t, widened);
-    case DType::BF16: return run<BF16W, uint16_t>(t, widened);
+    case DType::BF16: return gemm_bf16(t);
     default: std::abort();
   }
 }

@@ -1,10 +1,10 @@
 // The float types (F32, F16, BF16) repacked once at load (PackedMatrix), where the 512-bit float
-// tiles are compiled in and rows are a multiple of 8 elements. A panel holds 8 weight rows
-// interleaved by k-step: for each 8 elements of the row, the 8 rows' 8 elements in row order
-// (128 bytes for the 16-bit types). A one-row GEMV then reads one sequential stream instead of 8
+// tiles are compiled in and rows are a multiple of 8 elements (BF16: of 32, and only with
+// AVX512-BF16). A panel holds 8 weight rows interleaved by k-step: for each 8 elements of the
+// row, the 8 rows' 8 elements in row order (128 bytes for F16); BF16 interleaves 32-element
+// chunks, its own order (gemm.h). A one-row GEMV then reads one sequential stream instead of 8
 // rows of a few KiB each (16 short streams on 2 threads left DRAM half idle: 20-27 GB/s). The
-// arithmetic is micro512's (gemm_avx2_float.cpp): a register holds rows 2p and 2p + 1's 8 lanes,
-// each output one FMA chain per lane and the same reduction, so the same bits.
+// arithmetic is micro512's (gemm_avx2_float.cpp) and gemm_avx2_bf16.cpp's: the same bits.
 #include "kernels/quant/simd.h"
 
 #if KVASIR_HAVE_AVX512_FLOAT
@@ -28,8 +28,7 @@ size_t elem_bytes(DType t) { return t == DType::F32 ? 4 : 2; }
 template <DType kType>
 inline __m512 wide16(const uint8_t* p) {
   if constexpr (kType == DType::F32) return _mm512_loadu_ps(p);
-  else if constexpr (kType == DType::F16) return _mm512_cvtph_ps(load256(p));
-  else return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(load256(p)), 16));
+  else return _mm512_cvtph_ps(load256(p));
 }
 
 // Panel q of a step for R rows: out[r][8q + c] = row r . weight row c.
@@ -68,23 +67,74 @@ void run_float(const uint8_t* panels, size_t panel_bytes, int64_t n, int64_t out
   });
 }
 
+#if defined(__AVX512BF16__)
+// BF16 in its own order (gemm.h, vdpbf16ps's): the panel interleaves the 8 rows by 32-element
+// chunks (64 bytes a row), and each row's 16 lanes take a chunk per vdpbf16ps. R <= 2 rows a
+// pass (16 accumulators + 8 weight registers).
+template <int R>
+void panel_bf16(const uint8_t* panel, int64_t n, const uint16_t* const a[], float* const out[]) {
+  __m512 acc[R][8];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < 8; ++c) acc[r][c] = _mm512_setzero_ps();
+  for (int64_t s = 0; s < n / 32; ++s) {
+    const uint8_t* ps = panel + size_t(s) * 512;
+    if (R == 1) prefetch_part<512, 1>(ps, 0);
+    __m512bh w[8];
+    for (int c = 0; c < 8; ++c) w[c] = (__m512bh)_mm512_loadu_si512(ps + 64 * c);
+    for (int r = 0; r < R; ++r) {
+      const __m512bh av = (__m512bh)_mm512_loadu_si512(a[r] + 32 * s);
+      for (int c = 0; c < 8; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], w[c], av);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < 8; ++c)
+      out[r][c] = hsum(_mm256_add_ps(_mm512_castps512_ps256(acc[r][c]), _mm512_extractf32x8_ps(acc[r][c], 1)));
+}
+
+void run_bf16(const uint8_t* panels, size_t panel_bytes, int64_t n, int64_t out_begin, int64_t out_end,
+              const uint8_t* act, size_t a_stride, int64_t n_rows, float* y, int64_t y_stride) {
+  for_prepacked_panels(panel_bytes, out_begin, out_end, n_rows, y, y_stride,
+                       [&](int64_t p, int np, int64_t r0, int R, float (*out)[8 * kPanelsPerStep]) {
+    for (int q = 0; q < np; ++q)
+      for (int r = 0; r < R; r += 2) {
+        const uint16_t* a[2];
+        float* o[2];
+        for (int i = 0; i < 2; ++i) {
+          a[i] = reinterpret_cast<const uint16_t*>(act + size_t(r0 + std::min(r + i, R - 1)) * a_stride);
+          o[i] = out[std::min(r + i, R - 1)] + 8 * q;
+        }
+        const uint8_t* panel = panels + size_t(p + q) * panel_bytes;
+        if (R - r >= 2) panel_bf16<2>(panel, n, a, o);
+        else panel_bf16<1>(panel, n, a, o);
+      }
+  });
+}
+#endif
+
 }  // namespace
 
 size_t prepacked_float_panel_bytes(DType wtype, int64_t n_in) {
+#if defined(__AVX512BF16__)
+  if (wtype == DType::BF16) return n_in % 32 == 0 ? size_t(n_in) * 8 * 2 : 0;
+#else
+  if (wtype == DType::BF16) return 0;  // its own order (gemm.h) runs on the file layout
+#endif
   if (!is_float(wtype) || n_in % 8 != 0) return 0;
   return size_t(n_in) * 8 * elem_bytes(wtype);
 }
 
 void prepack_float_panel(DType wtype, const uint8_t* w, size_t w_stride, int64_t n_rows, int64_t n_in, uint8_t* dst) {
-  const size_t chunk = 8 * elem_bytes(wtype);  // 8 elements of one row
-  for (int64_t s = 0; s < n_in / 8; ++s)
+  // 8 elements of one row a piece (32 for BF16's chunks), the 8 rows' pieces in row order.
+  const size_t chunk = (wtype == DType::BF16 ? 32 : 8) * elem_bytes(wtype);
+  const int64_t per = wtype == DType::BF16 ? 32 : 8;
+  for (int64_t s = 0; s < n_in / per; ++s)
     for (int c = 0; c < 8; ++c)
       std::memcpy(dst + (size_t(s) * 8 + size_t(c)) * chunk, w + size_t(std::min<int64_t>(c, n_rows - 1)) * w_stride + size_t(s) * chunk,
                   chunk);
 }
 
 size_t prepacked_float_scratch_bytes(DType wtype, int64_t n_in, int64_t n_rows) {
-  return wtype == DType::F32 ? 0 : size_t(n_rows * n_in) * sizeof(float);
+  return wtype == DType::F16 ? size_t(n_rows * n_in) * sizeof(float) : 0;
 }
 
 void gemm_prepacked_float(DType wtype, const uint8_t* panels, size_t panel_bytes, int64_t n_in, int64_t out_begin,
@@ -93,21 +143,17 @@ void gemm_prepacked_float(DType wtype, const uint8_t* panels, size_t panel_bytes
   if (wtype == DType::F32)
     return run_float<DType::F32>(panels, panel_bytes, n_in, out_begin, out_end, reinterpret_cast<const float*>(act),
                                  int64_t(a_stride / 4), n_rows, y, y_stride);
-  // F16 / BF16 activations widened once per call (exact).
+#if defined(__AVX512BF16__)
+  if (wtype == DType::BF16)
+    return run_bf16(panels, panel_bytes, n_in, out_begin, out_end, act, a_stride, n_rows, y, y_stride);
+#endif
+  // F16 activations widened once per call (exact).
   auto* rows = static_cast<float*>(scratch);
   for (int64_t r = 0; r < n_rows; ++r) {
     const auto* src = reinterpret_cast<const uint16_t*>(act + size_t(r) * a_stride);
-    float* dst = rows + r * n_in;
-    for (int64_t k = 0; k < n_in; k += 8) {
-      const __m128i h = load128(src + k);
-      _mm256_storeu_ps(dst + k, wtype == DType::F16
-                                    ? _mm256_cvtph_ps(h)
-                                    : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
-    }
+    for (int64_t k = 0; k < n_in; k += 8) _mm256_storeu_ps(rows + r * n_in + k, _mm256_cvtph_ps(load128(src + k)));
   }
-  if (wtype == DType::F16)
-    return run_float<DType::F16>(panels, panel_bytes, n_in, out_begin, out_end, rows, n_in, n_rows, y, y_stride);
-  run_float<DType::BF16>(panels, panel_bytes, n_in, out_begin, out_end, rows, n_in, n_rows, y, y_stride);
+  run_float<DType::F16>(panels, panel_bytes, n_in, out_begin, out_end, rows, n_in, n_rows, y, y_stride);
 }
 
 }  // namespace kvasir::kernels::simd

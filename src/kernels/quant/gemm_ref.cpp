@@ -166,6 +166,25 @@ float dot_float(int64_t n, const T* w, const T* a, Widen widen) {
   return s;
 }
 
+// BF16 (gemm.h): vdpbf16ps's order and flushing over 32-element chunks, then the float tail.
+float flush(float x) { return std::fpclassify(x) == FP_SUBNORMAL ? std::copysign(0.f, x) : x; }
+
+float dot_bf16_pairs(int64_t n, const uint16_t* w, const uint16_t* a) {
+  auto in = [](uint16_t h) { return flush(bf16_to_f32(h)); };  // denormal inputs read as zero
+  float lane[16] = {};
+  const int64_t n32 = n & ~int64_t(31);
+  for (int64_t k = 0; k < n32; k += 32)
+    for (int j = 0; j < 16; ++j) {
+      lane[j] = flush(std::fma(in(w[k + 2 * j + 1]), in(a[k + 2 * j + 1]), lane[j]));
+      lane[j] = flush(std::fma(in(w[k + 2 * j]), in(a[k + 2 * j]), lane[j]));
+    }
+  float l[8];
+  for (int i = 0; i < 8; ++i) l[i] = lane[i] + lane[i + 8];
+  float s = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+  for (int64_t k = n32; k < n; ++k) s = std::fma(bf16_to_f32(w[k]), bf16_to_f32(a[k]), s);
+  return s;
+}
+
 float dot_any(DType t, int64_t n, const uint8_t* w, const uint8_t* a) {
   switch (t) {
     case DType::F32:
@@ -173,7 +192,7 @@ float dot_any(DType t, int64_t n, const uint8_t* w, const uint8_t* a) {
     case DType::F16:
       return dot_float(n, reinterpret_cast<const uint16_t*>(w), reinterpret_cast<const uint16_t*>(a), fp16_to_f32);
     case DType::BF16:
-      return dot_float(n, reinterpret_cast<const uint16_t*>(w), reinterpret_cast<const uint16_t*>(a), bf16_to_f32);
+      return dot_bf16_pairs(n, reinterpret_cast<const uint16_t*>(w), reinterpret_cast<const uint16_t*>(a));
     default:
       return dot_contract(t, n, w, a);
   }
