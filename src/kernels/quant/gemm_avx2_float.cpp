@@ -1,5 +1,5 @@
-// Float matmul tiles (F32, F16, BF16 weights): register tiles of up to 4 activation rows x 4
-// weight rows, one 8-lane FMA accumulator per output (the contract in gemm.h). Activation rows
+// Float matmul tiles (F32, F16 weights; BF16 has its own order, gemm_avx2_bf16.cpp): register
+// tiles of up to 4 activation rows x 4 weight rows, one 8-lane FMA accumulator per output (the contract in gemm.h). Activation rows
 // are widened to f32 once per row group (exact), weight vectors once per k-step and shared by
 // every row of the tile. Column blocks keep the weights a row group sweeps in L2. With AVX-512
 // the tile holds two outputs per register (micro512), the same operations per output.
@@ -24,11 +24,6 @@ struct F16W {
   using T = uint16_t;
   static __m256 load(const T* p) { return _mm256_cvtph_ps(load128(p)); }
   static float scalar(T v) { return half_to_float(v); }
-};
-struct BF16W {
-  using T = uint16_t;
-  static __m256 load(const T* p) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(load128(p)), 16)); }
-  static float scalar(T v) { return bf16_to_f32(v); }
 };
 
 // y[r][c] for R rows (f32, stride `as` floats) and C weight rows (stride `ws` elements).
@@ -74,11 +69,8 @@ template <class L>
 __m512 load_pair(const typename L::T* w0, const typename L::T* w1) {
   if constexpr (std::is_same_v<L, F32W>) {
     return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(w0)), _mm256_loadu_ps(w1), 1);
-  } else if constexpr (std::is_same_v<L, F16W>) {
-    return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(load128(w0)), load128(w1), 1));
   } else {
-    const __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(load128(w0)), load128(w1), 1);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(load128(w0)), load128(w1), 1));
   }
 }
 
