@@ -86,6 +86,7 @@ inline size_t round64(size_t b) { return (b + 63) & ~size_t(63); }
 // Packed weights per column block: about half of a core's L2, so that the panels and the
 // activation rows a row group reads stay cached.
 inline constexpr size_t kPackedBudget = 256u << 10;
+// Rows the per-call packed kernels (run_packed) take at once.
 inline constexpr int64_t kRowGroup = 4;
 
 // Panels one call of a panel function covers: where AVX-512 VNNI is compiled in, two adjacent
@@ -93,8 +94,8 @@ inline constexpr int64_t kRowGroup = 4;
 // broadcast activation feeds 16 columns per instruction.
 inline constexpr int kPanelsPerStep = KVASIR_HAVE_VNNI ? 2 : 1;
 
-// Pairs pay from a full row group on; decode (1-3 rows) streams one panel at a time, which
-// measured 3-10% faster there (two panels' streams at once read memory less evenly).
+// Pairs pay from 4 rows on; decode (1-3 rows) streams one panel at a time, which measured
+// 3-10% faster there (two panels' streams at once read memory less evenly).
 inline constexpr int64_t kPairMinRows = 4;
 // Rows the packed-at-load kernels take at once (each panel block is decoded once for them).
 inline constexpr int64_t kPanelRowGroup = KVASIR_HAVE_VNNI ? 8 : 4;
