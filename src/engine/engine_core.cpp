@@ -11,6 +11,7 @@
 #include "engine/stop_matcher.h"
 #include "runtime/cpu_runner.h"
 #include "sched/scheduler.h"
+#include "spec/controller.h"
 #include "spec/model_drafter.h"
 #include "spec/ngram.h"
 
@@ -155,10 +156,7 @@ struct EngineCore::Impl {
   // Model drafting (draft model, early exit, layer skip); destroyed before the runner it may share.
   std::unique_ptr<spec::ModelDrafter> drafter;
   std::vector<spec::DraftJob> draft_jobs;
-  // What one draft token costs, relative to a decode step's time (a moving average of measured
-  // draft forwards; a prior until measured).
-  double draft_token_cost = 0.05;
-  bool draft_cost_measured = false;  // the first measurement replaces the prior
+  spec::DraftCostModel draft_cost;  // what the draft model's forwards take (model drafting)
 
   Impl(std::unique_ptr<runtime::ModelRunner> r, const Tokenizer& t, const EngineOptions& o, sched::Scheduler s,
        int32_t len)
@@ -188,8 +186,10 @@ struct EngineCore::Impl {
     Live* live;
     std::vector<int32_t> draft;
     int32_t k = 0, most = 0;  // rows chosen; rows the proposer can fill
+    int32_t left = 0;         // tokens the request may still generate beyond this step's own
   };
-  void draft_with_model(std::vector<SpecCandidate>& cands, int32_t decodes);
+  spec::DraftCosts draft_costs(double step) const;
+  void draft_with_model(std::vector<SpecCandidate>& cands);
   Delta& delta_for(std::vector<Delta>& out, std::unordered_map<RequestId, size_t>& index, RequestId id);
 };
 
@@ -480,17 +480,12 @@ void EngineCore::Impl::watch_trigger(Live& l, int32_t token) const {
 }
 
 // Drafts for the requests that decode next step (n-gram: what followed the latest earlier
-// occurrence of their last tokens). The controller spends draft rows where they pay for the whole
-// step: every decoding request yields one token, and a draft row at position k of a request
-// yields one more with probability g = a_1 ... a_k (a_j: that request's acceptance rate at draft
-// position j, given the ones before were accepted) for a cost c (a row's time relative to the
-// step, from the scheduler's fitted step-cost model; a row wants logits, so on a large vocabulary
-// it costs an output head of its own). The step's tokens per unit of time T / C grows with a row
-// exactly when g / c > T / C, so rows are added best first while that holds: K per request and
-// step, 0 where drafting does not pay, with every request's rows competing for the same step. A
-// request without rows for 16 steps is probed with one (when a sure token would pay for a row),
-// so that its estimate can recover; every
-// 8th step drafts for nobody, which keeps the plain step's cost measured.
+// occurrence of their last tokens), as many rows each as spec::plan_draft_rows finds paying for
+// the whole step, from each request's acceptance per draft position and the measured costs: a
+// verify row (the scheduler's step-cost model), and for a model drafter its forwards and its
+// catch-up on context it has not seen (spec::DraftCostModel). A request without rows for 16
+// steps is probed with one (when a sure token would pay for it), so that its estimate can
+// recover; every 8th step drafts for nobody, which keeps the plain step's cost measured.
 void EngineCore::Impl::propose_drafts() {
   const SpecOptions& o = options.spec;
   if (o.method == SpecMethod::none) return;
@@ -505,47 +500,49 @@ void EngineCore::Impl::propose_drafts() {
     const int32_t left = l->params.stop.max_tokens - r->num_generated() - 1;  // beyond the step's own token
     if (left <= 0) continue;
     if (drafter) {  // drafted after the controller chose K: model drafts cost time
-      cands.push_back({id, l.get(), {}, 0, std::min(o.max_k, left)});
+      cands.push_back({id, l.get(), {}, 0, std::min(o.max_k, left), left});
       continue;
     }
     std::vector<int32_t> draft = spec::propose_ngram(r->tokens, o.max_k);
     const int32_t most = std::min(int32_t(draft.size()), left);
-    if (most > 0) cands.push_back({id, l.get(), std::move(draft), 0, most});
+    if (most > 0) cands.push_back({id, l.get(), std::move(draft), 0, most, left});
   }
   if (!o.adaptive) {
     for (auto& c : cands) c.k = c.most;
   } else {
-    const sched::StepCostModel& cost = scheduler.step_cost();
-    const double step = cost.decode_time(std::max(decodes, 1));
-    double row = step > 0 && cost.draft_row_ns() > 0 ? cost.draft_row_ns() / step : 0.1;  // a prior until measured
-    if (drafter) row += draft_token_cost;
-    auto rate = [](const SpecCandidate& c, int32_t j) { return std::clamp(c.live->accept_rate(size_t(j)), 0.0, 0.999); };
-    std::vector<std::pair<double, size_t>> heap;  // (gain of the candidate's next row, candidate)
-    for (size_t i = 0; i < cands.size(); ++i) heap.push_back({rate(cands[i], 0), i});
-    std::make_heap(heap.begin(), heap.end());
-    double tokens = double(decodes), time = 1.0;
-    while (!heap.empty()) {
-      std::pop_heap(heap.begin(), heap.end());
-      const auto [gain, i] = heap.back();
-      heap.pop_back();
-      if (gain * time <= 1.02 * row * tokens) break;  // a margin: no rows that barely pay
+    // Costs are relative to a plain decode step: nothing is drafted until one was measured.
+    const double step = scheduler.step_cost().decode_time(std::max(decodes, 1));
+    if (step <= 0) return;
+    const spec::DraftCosts costs = draft_costs(step);
+    std::vector<spec::DraftCandidate> plan(cands.size());
+    for (size_t i = 0; i < cands.size(); ++i) {
       SpecCandidate& c = cands[i];
-      ++c.k;
-      tokens += gain;
-      time += row;
-      if (c.k < c.most) {
-        heap.push_back({gain * rate(c, c.k), i});
-        std::push_heap(heap.begin(), heap.end());
-      }
+      c.live->accept_rate(size_t(c.most - 1));  // every position has an estimate
+      double expected = 1, g = 1;  // tokens per step while drafting
+      for (int32_t j = 0; j < c.most; ++j) expected += (g *= std::clamp(c.live->spec_accept[size_t(j)], 0.0, 0.999));
+      plan[i] = {.accept = c.live->spec_accept,
+                 .most = c.most,
+                 .catch_up = drafter ? drafter->unseen(c.id, scheduler.find(c.id)->tokens) : 0,
+                 .horizon = std::clamp(double(c.left) / expected, 1.0, 64.0)};
     }
-    // Probing pays only where a sure draft token would: not when rows cost more than they can earn.
-    const bool sure_row_pays = time > 1.02 * row * tokens;
-    for (auto& c : cands) {
+    spec::plan_draft_rows(plan, decodes, costs);
+    if (drafter && !draft_cost.measured()) {
+      // Until the draft's forwards are measured (its priors say nothing about this draft), one
+      // request tries it whatever the plan: the one with the least to catch up, with two
+      // positions so that a plain draft forward is timed too.
+      size_t best = 0;
+      for (size_t i = 1; i < plan.size(); ++i)
+        if (plan[i].catch_up < plan[best].catch_up) best = i;
+      for (size_t i = 0; i < plan.size(); ++i) plan[i].k = i == best ? std::min(plan[i].most, 2) : 0;
+    }
+    for (size_t i = 0; i < cands.size(); ++i) {
+      SpecCandidate& c = cands[i];
+      c.k = plan[i].k;
       if (c.k > 0) c.live->spec_idle_steps = 0;
-      else if (sure_row_pays && ++c.live->spec_idle_steps >= 16) c.k = 1, c.live->spec_idle_steps = 0;
+      else if (plan[i].sure_row_pays && ++c.live->spec_idle_steps >= 16) c.k = 1, c.live->spec_idle_steps = 0;
     }
   }
-  if (drafter) draft_with_model(cands, decodes);
+  if (drafter) draft_with_model(cands);
   for (auto& c : cands) {
     c.k = std::min(c.k, int32_t(c.draft.size()));
     if (c.k == 0) continue;
@@ -554,27 +551,40 @@ void EngineCore::Impl::propose_drafts() {
   }
 }
 
-// Runs the draft model for the candidates the controller gave rows, batched, and learns what a
-// draft token costs relative to a decode step (what the controller weighs against acceptance).
-void EngineCore::Impl::draft_with_model(std::vector<SpecCandidate>& cands, int32_t decodes) {
+// The controller's costs, relative to a plain step of `step` ns: priors until measured (hopeful,
+// so that a proposer is tried; the first measurement replaces them).
+spec::DraftCosts EngineCore::Impl::draft_costs(double step) const {
+  const sched::StepCostModel& cost = scheduler.step_cost();
+  spec::DraftCosts c;
+  if (cost.draft_row_ns() > 0) c.verify_row = cost.draft_row_ns() / step;
+  if (!drafter) return c;
+  c.draft_forward = 0.05;
+  if (draft_cost.measured()) {
+    c.draft_forward = draft_cost.forward_fixed_ns() / step;
+    c.draft_row = draft_cost.per_row_ns() / step;
+  }
+  // A catch-up token costs at most what the target's own prefill token does (a draft is smaller).
+  const double catch_up_ns = draft_cost.catch_up_token_ns() >= 0 ? draft_cost.catch_up_token_ns() : cost.prefill_token_ns();
+  c.catch_up_token = catch_up_ns / step;
+  return c;
+}
+
+// Runs the draft model for the candidates the controller gave rows, batched, and feeds what its
+// forwards took to the draft's cost model.
+void EngineCore::Impl::draft_with_model(std::vector<SpecCandidate>& cands) {
   draft_jobs.clear();
   for (const SpecCandidate& c : cands)
     if (c.k > 0) draft_jobs.push_back({.id = c.id, .context = scheduler.find(c.id)->tokens, .k = c.k});
   if (draft_jobs.empty()) return;
   const Status s = drafter->propose(draft_jobs);
-  scheduler.exclude_time(drafter->last_propose_ns());  // the step-cost model prices target forwards only
+  const spec::ModelDrafter::Timing& t = drafter->last_timing();
+  scheduler.exclude_time(t.total_ns);  // the step-cost model prices target forwards only
   if (!s) return;  // no drafts this step; the drafter has forgotten these requests
   size_t j = 0;
   for (SpecCandidate& c : cands)
     if (c.k > 0) c.draft = std::move(draft_jobs[j++].draft);
-  // A draft token's cost relative to a decode step, from the positions that cost like decode
-  // steps (the first also catches up on the verified tokens: a whole prompt the first time).
-  const double step = scheduler.step_cost().decode_time(std::max(decodes, 1));
-  const double per_token = drafter->ns_per_draft_token();
-  if (per_token >= 0 && step > 0) {
-    draft_token_cost = draft_cost_measured ? 0.8 * draft_token_cost + 0.2 * per_token / step : per_token / step;
-    draft_cost_measured = true;
-  }
+  for (const auto& [rows, ns] : t.later) draft_cost.observe_forward(rows, double(ns));
+  draft_cost.observe_first(t.first_logits, t.first_catch_up, double(t.first_ns));
 }
 
 // Stop rules, detokenization and the scheduler's output for the tokens pick_token chose, in

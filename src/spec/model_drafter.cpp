@@ -67,7 +67,7 @@ Status ModelDrafter::propose(std::span<DraftJob> jobs) {
   for (const DraftJob& j : jobs) busy.insert(j.id);
   const int64_t start = clock_();
   ++calls_;
-  ns_per_token_ = -1;
+  timing_ = {};
   pending_.clear();
   int32_t max_k = 0;
   for (DraftJob& j : jobs) {
@@ -96,9 +96,10 @@ Status ModelDrafter::propose(std::span<DraftJob> jobs) {
     held.assign(j.context.begin(), j.context.end());
     max_k = std::max(max_k, k);
   }
+  for (const Row& r : pending_) timing_.first_logits += r.out != nullptr;
+  timing_.first_catch_up = int32_t(pending_.size()) - timing_.first_logits;
   Status s = flush();
-  const int64_t t0 = clock_();
-  int64_t later_tokens = 0;
+  timing_.first_ns = clock_() - start;
   for (int32_t d = 1; s && d < max_k; ++d) {
     pending_.clear();
     for (DraftJob& j : jobs) {
@@ -107,17 +108,27 @@ Status ModelDrafter::propose(std::span<DraftJob> jobs) {
       pending_.push_back({j.draft[size_t(d - 1)], n - 1 + d, j.id, &j.draft[size_t(d)]});
       held_.at(j.id).tokens.push_back(j.draft[size_t(d - 1)]);
     }
-    later_tokens += int64_t(pending_.size());
-    if (!pending_.empty()) s = flush();
+    if (pending_.empty()) continue;
+    const int64_t t0 = clock_();
+    s = flush();
+    if (s) timing_.later.push_back({int32_t(pending_.size()), clock_() - t0});
   }
-  if (s && later_tokens > 0) ns_per_token_ = double(clock_() - t0) / double(later_tokens);
   for (DraftJob& j : jobs) {
     const auto end = std::find(j.draft.begin(), j.draft.end(), -1);
     j.draft.erase(end, j.draft.end());
     if (!s) release(j.id);  // a failed forward leaves the draft KV undefined
   }
-  propose_ns_ = clock_() - start;
+  timing_.total_ns = clock_() - start;
   return s;
+}
+
+int32_t ModelDrafter::unseen(int64_t id, std::span<const int32_t> context) const {
+  const int32_t n = int32_t(context.size());
+  const auto it = held_.find(id);
+  if (it == held_.end()) return std::max(n - 1, 0);
+  const std::vector<int32_t>& held = it->second.tokens;
+  const size_t same = size_t(std::mismatch(held.begin(), held.end(), context.begin(), context.end()).first - held.begin());
+  return std::max(n - 1 - int32_t(same), 0);
 }
 
 Status ModelDrafter::flush() {

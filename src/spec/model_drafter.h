@@ -37,12 +37,19 @@ class ModelDrafter {
 
   // Fills every job's draft. Jobs must name distinct requests.
   Status propose(std::span<DraftJob> jobs);
-  // What the last propose() took in all, and per token on draft positions after the first
-  // (forwards of one row per drafting request, like decode steps; the first position also
-  // catches up on the verified tokens, a prompt's worth the first time), by the clock given at
-  // creation; per token -1 when it drafted no such position.
-  int64_t last_propose_ns() const { return propose_ns_; }
-  double ns_per_draft_token() const { return ns_per_token_; }
+  // Context tokens a proposal for `id` would compute before its first draft position (what the
+  // draft KV lacks, the last token aside: that one is fed for logits in any case).
+  int32_t unseen(int64_t id, std::span<const int32_t> context) const;
+  // What the last propose() took, by the clock given at creation: in all; its first position
+  // (one logits row per request after the context it had not seen: a prompt's worth the first
+  // time); and each later position, a forward of one row per request still drafting.
+  struct Timing {
+    int64_t total_ns = 0;
+    int32_t first_logits = 0, first_catch_up = 0;
+    int64_t first_ns = 0;
+    std::vector<std::pair<int32_t, int64_t>> later;  // (rows, ns) per later position
+  };
+  const Timing& last_timing() const { return timing_; }
   // Forgets a request (finished, aborted or preempted): its draft blocks go back to the pool.
   void release(int64_t id);
   // The draft pool's blocks (stats: nothing leaks).
@@ -70,8 +77,7 @@ class ModelDrafter {
   std::unordered_map<int64_t, Held> held_;
   uint64_t calls_ = 0;
   std::function<int64_t()> clock_;
-  int64_t propose_ns_ = 0;
-  double ns_per_token_ = -1;
+  Timing timing_;
   struct Row {
     int32_t token, pos;
     int64_t id;

@@ -1,0 +1,96 @@
+#include "spec/controller.h"
+
+#include <algorithm>
+
+namespace kvasir::spec {
+
+namespace {
+
+double rate(const DraftCandidate& c, int32_t j) {
+  if (c.accept.empty()) return 0;
+  return std::clamp(c.accept[std::min(size_t(j), c.accept.size() - 1)], 0.0, 0.999);
+}
+
+}  // namespace
+
+void plan_draft_rows(std::span<DraftCandidate> cands, int32_t decodes, const DraftCosts& costs) {
+  double tokens = double(std::max(decodes, 1)), time = 1.0;
+  std::vector<double> gain(cands.size(), 1.0);  // chance that every row so far is accepted
+  std::vector<size_t> active;
+  for (size_t i = 0; i < cands.size(); ++i) {
+    cands[i].k = 0;
+    if (cands[i].most > 0) active.push_back(i);
+  }
+  struct Row {
+    double gain, cost;
+    size_t cand;
+  };
+  std::vector<Row> rows;
+  for (int32_t j = 0; !active.empty(); ++j) {
+    rows.clear();
+    for (size_t i : active) {
+      const DraftCandidate& c = cands[i];
+      if (c.most <= j) continue;
+      double cost = costs.verify_row + costs.draft_row;
+      if (j == 0) cost += costs.catch_up_token * c.catch_up / std::max(c.horizon, 1.0);
+      rows.push_back({gain[i] * rate(c, j), std::max(cost, 1e-9), i});
+    }
+    std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+      return a.gain * b.cost > b.gain * a.cost || (a.gain * b.cost == b.gain * a.cost && a.cand < b.cand);
+    });
+    // The prefix with the best step rate, the depth's forward included.
+    double best = tokens / time, g = 0, k = 0, best_g = 0, best_k = 0;
+    size_t best_m = 0;
+    for (size_t m = 0; m < rows.size(); ++m) {
+      g += rows[m].gain;
+      k += rows[m].cost;
+      const double r = (tokens + g) / (time + costs.draft_forward + k);
+      if (r > best) best = r, best_m = m + 1, best_g = g, best_k = k;
+    }
+    const double extra_time = costs.draft_forward + best_k;
+    if (best_m == 0 || best_g * time <= kRowMargin * tokens * extra_time) break;
+    tokens += best_g;
+    time += extra_time;
+    active.clear();
+    for (size_t m = 0; m < best_m; ++m) {
+      cands[rows[m].cand].k = j + 1;
+      gain[rows[m].cand] = rows[m].gain;
+      active.push_back(rows[m].cand);
+    }
+  }
+  // A probe's one sure row: its own forward unless the step drafts anyway.
+  const bool forward_planned = std::any_of(cands.begin(), cands.end(), [](const DraftCandidate& c) { return c.k > 0; });
+  for (DraftCandidate& c : cands) {
+    const double cost = costs.verify_row + costs.draft_row + (forward_planned ? 0 : costs.draft_forward) +
+                        costs.catch_up_token * c.catch_up / std::max(c.horizon, 1.0);
+    c.sure_row_pays = time > kRowMargin * tokens * cost;
+  }
+}
+
+void DraftCostModel::observe_forward(int32_t rows, double ns) {
+  constexpr double kKeep = 0.9;  // recent forwards weigh most (the machine's load changes)
+  const double x = rows, y = std::max(ns, 0.0);
+  w_ = kKeep * w_ + 1;
+  sx_ = kKeep * sx_ + x;
+  sxx_ = kKeep * sxx_ + x * x;
+  sy_ = kKeep * sy_ + y;
+  sxy_ = kKeep * sxy_ + x * y;
+  const double var = w_ * sxx_ - sx_ * sx_;
+  row_ns_ = 0;
+  fixed_ns_ = sy_ / w_;
+  if (var > 1e-6 * w_ * w_) {  // row counts varied: fit the slope
+    row_ns_ = std::max(0.0, (w_ * sxy_ - sx_ * sy_) / var);
+    fixed_ns_ = (sy_ - row_ns_ * sx_) / w_;
+    if (fixed_ns_ < 0) fixed_ns_ = 0, row_ns_ = sy_ / sx_;
+  }
+}
+
+void DraftCostModel::observe_first(int32_t logits_rows, int32_t catch_up_tokens, double ns) {
+  // With little to catch up it is a plain forward (all there is to time when K is 1).
+  if (catch_up_tokens < std::max(logits_rows, 4)) return observe_forward(logits_rows + catch_up_tokens, ns);
+  const double plain = measured() ? forward_ns(logits_rows) : 0.0;
+  const double per = std::max(0.0, ns - plain) / catch_up_tokens;
+  catch_up_ns_ = catch_up_ns_ < 0 ? per : 0.8 * catch_up_ns_ + 0.2 * per;
+}
+
+}  // namespace kvasir::spec

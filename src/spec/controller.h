@@ -1,0 +1,65 @@
+// The speculation controller: how many draft rows each decoding request gets in the next step,
+// chosen so that the step's tokens per unit of time are as high as the estimates allow.
+//
+// Costs are in units of a plain decode step's time. A draft row at position j of a request yields
+// one more token with probability g = a_0 ... a_j (a_j: that request's acceptance at position j
+// given the ones before were accepted) and costs a verify row in the target's forward. A model
+// drafter adds its own forwards: one per draft position, whose time is a fixed part (the draft's
+// weights are read once whatever its rows) plus a part per row, and before its first position it
+// computes the context it has not seen (a whole prompt the first time). That catch-up is an
+// investment in the request's later steps, so it is spread over the steps the request is
+// expected to keep drafting for. n-gram drafts cost only their verify rows.
+//
+// Depth by depth, the requests still drafting are ordered by gain per cost and the prefix that
+// gives the best step rate is taken, if its extra tokens per extra time beat the step's rate so
+// far by a margin; otherwise drafting stops at that depth. K = 0 (no rows) where nothing pays.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace kvasir::spec {
+
+struct DraftCosts {
+  double verify_row = 0.1;      // one more row wanting logits in the target's forward
+  double draft_forward = 0;     // a draft forward's fixed part
+  double draft_row = 0;         // a draft forward's part per row
+  double catch_up_token = 0;    // one context token the draft has not seen
+};
+
+struct DraftCandidate {
+  std::span<const double> accept;  // acceptance per draft position (missing positions: the last one)
+  int32_t most = 0;                // rows the proposer can fill
+  int32_t catch_up = 0;            // context tokens the draft must compute first (model drafts)
+  double horizon = 1;              // steps the catch-up is spread over (>= 1)
+  int32_t k = 0;                   // out: rows chosen
+  bool sure_row_pays = false;      // out: whether one sure draft token would pay (probing)
+};
+
+inline constexpr double kRowMargin = 1.02;  // no rows that barely pay
+
+// Fills every candidate's k (0..most) and sure_row_pays for a step with `decodes` decoding
+// requests (candidates among them).
+void plan_draft_rows(std::span<DraftCandidate> cands, int32_t decodes, const DraftCosts& costs);
+
+// What a model drafter's forwards cost, fitted online from its measured forwards: a fixed part
+// plus a part per row (decayed least squares; with one row count seen, all fixed), and the cost
+// of a catch-up token (the first forward's time beyond a plain forward of its logits rows; a
+// first forward with little to catch up counts as a plain one).
+class DraftCostModel {
+ public:
+  void observe_forward(int32_t rows, double ns);
+  void observe_first(int32_t logits_rows, int32_t catch_up_tokens, double ns);
+  bool measured() const { return w_ > 0; }
+  double forward_fixed_ns() const { return fixed_ns_; }
+  double per_row_ns() const { return row_ns_; }
+  double forward_ns(int32_t rows) const { return fixed_ns_ + row_ns_ * rows; }
+  // -1 until a first forward with catch-up was seen.
+  double catch_up_token_ns() const { return catch_up_ns_; }
+
+ private:
+  double w_ = 0, sx_ = 0, sxx_ = 0, sy_ = 0, sxy_ = 0;  // decayed sums over (rows, ns)
+  double fixed_ns_ = 0, row_ns_ = 0, catch_up_ns_ = -1;
+};
+
+}  // namespace kvasir::spec

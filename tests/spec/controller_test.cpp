@@ -1,0 +1,90 @@
+// The speculation controller's plan (pure function) and the draft cost model's fit, on cases
+// whose right answer follows from the step-rate arithmetic by hand.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "spec/controller.h"
+
+namespace kvasir::spec {
+namespace {
+
+std::vector<int32_t> plan(std::vector<DraftCandidate>& c, int32_t decodes, const DraftCosts& costs) {
+  plan_draft_rows(c, decodes, costs);
+  std::vector<int32_t> k;
+  for (const auto& x : c) k.push_back(x.k);
+  return k;
+}
+
+TEST(SpecController, FreeDraftsGetEveryRowThatPays) {
+  const std::vector<double> sure = {0.999}, never = {0.0}, half = {0.5};
+  std::vector<DraftCandidate> c = {{.accept = sure, .most = 4}, {.accept = never, .most = 4}, {.accept = half, .most = 4}};
+  // Rows cost 0.1 of a step: a sure row always pays; a never-accepted one never. Depth by depth
+  // at 3 decodes: the first rows (0.999 and 0.5 for 0.1 each, against 3 tokens per step) pay;
+  // the second ones are 0.998 and 0.25 against 4.5 tokens in 1.2 steps: only the sure one.
+  EXPECT_EQ(plan(c, 3, {.verify_row = 0.1}), (std::vector<int32_t>{4, 0, 1}));
+  // Alone: 0.5 for 0.1 against 1 token per step pays; 0.25 against 1.5 / 1.1 x 0.1 x 1.02 = 0.139
+  // pays; 0.125 against 1.75 / 1.2 x 0.1 x 1.02 = 0.149 does not.
+  std::vector<DraftCandidate> alone = {{.accept = half, .most = 4}};
+  EXPECT_EQ(plan(alone, 1, {.verify_row = 0.1}), (std::vector<int32_t>{2}));
+  EXPECT_TRUE(alone[0].sure_row_pays);
+  std::vector<DraftCandidate> none = {{.accept = never, .most = 4}};
+  EXPECT_EQ(plan(none, 1, {.verify_row = 0.1}), (std::vector<int32_t>{0}));
+  EXPECT_TRUE(none[0].sure_row_pays);  // probing may try it
+}
+
+TEST(SpecController, ADraftForwardIsSharedByTheRequestsDraftingTogether) {
+  const std::vector<double> a = {0.8};
+  // A draft forward costs 0.6 of a step whatever its rows; a verify row 0.05. One request at one
+  // decode: 0.8 more tokens for 0.65: (1.8 / 1.65) pays. Four decoding requests, of which only
+  // one may draft: 4.8 / 1.65 = 2.9 < 4: no. All four drafting: 7.2 / 1.8 = 4 ... with the 2%
+  // margin 3.2 / 0.8 = 4 is not above 4.08: no; at 0.9 acceptance 3.6 / 0.8 = 4.5 pays.
+  const DraftCosts costs{.verify_row = 0.05, .draft_forward = 0.6};
+  std::vector<DraftCandidate> one = {{.accept = a, .most = 1}};
+  EXPECT_EQ(plan(one, 1, costs), (std::vector<int32_t>{1}));
+  std::vector<DraftCandidate> one_of_four = {{.accept = a, .most = 1}};
+  EXPECT_EQ(plan(one_of_four, 4, costs), (std::vector<int32_t>{0}));
+  EXPECT_FALSE(one_of_four[0].sure_row_pays);  // 5 / 1.65 < 4: not even a sure token pays
+  std::vector<DraftCandidate> four(4, DraftCandidate{.accept = a, .most = 1});
+  EXPECT_EQ(plan(four, 4, costs), (std::vector<int32_t>{0, 0, 0, 0}));
+  const std::vector<double> b = {0.9};
+  for (auto& x : four) x.accept = b;
+  EXPECT_EQ(plan(four, 4, costs), (std::vector<int32_t>{1, 1, 1, 1}));
+}
+
+TEST(SpecController, CatchUpIsSpreadOverTheRequestsHorizon) {
+  const std::vector<double> a = {0.9};
+  const DraftCosts costs{.verify_row = 0.05, .draft_forward = 0.2, .catch_up_token = 0.01};
+  // 300 unseen tokens cost 3 steps: over 1 step they never pay, over 64 steps they add 0.047.
+  std::vector<DraftCandidate> c = {{.accept = a, .most = 2, .catch_up = 300, .horizon = 1}};
+  EXPECT_EQ(plan(c, 1, costs), (std::vector<int32_t>{0}));
+  EXPECT_FALSE(c[0].sure_row_pays);
+  c[0].horizon = 64;
+  EXPECT_GT(plan(c, 1, costs)[0], 0);
+  // Only the candidate that has seen its context drafts when the other's catch-up cannot pay.
+  std::vector<DraftCandidate> two = {{.accept = a, .most = 1, .catch_up = 300, .horizon = 1},
+                                     {.accept = a, .most = 1, .catch_up = 0, .horizon = 1}};
+  EXPECT_EQ(plan(two, 2, costs), (std::vector<int32_t>{0, 1}));
+}
+
+TEST(SpecCostModel, FitsAFixedPartAndAPartPerRow) {
+  DraftCostModel m;
+  EXPECT_FALSE(m.measured());
+  m.observe_forward(4, 1000 + 4 * 50);
+  EXPECT_DOUBLE_EQ(m.forward_ns(4), 1200);  // one row count seen: all of it fixed
+  EXPECT_DOUBLE_EQ(m.per_row_ns(), 0);
+  for (int32_t rows : {1, 8, 2, 6, 3}) m.observe_forward(rows, 1000 + rows * 50);
+  EXPECT_NEAR(m.forward_fixed_ns(), 1000, 1e-6);
+  EXPECT_NEAR(m.per_row_ns(), 50, 1e-6);
+  // A first forward of 4 logits rows after 100 unseen tokens that took 1200 + 100 x 30 ns.
+  EXPECT_LT(m.catch_up_token_ns(), 0);
+  m.observe_first(4, 100, 1200 + 100 * 30);
+  EXPECT_NEAR(m.catch_up_token_ns(), 30, 1e-9);
+  m.observe_first(4, 2, 1000 + 6 * 50);  // little catch-up: a plain forward of 6 rows
+  EXPECT_NEAR(m.catch_up_token_ns(), 30, 1e-9);
+  EXPECT_NEAR(m.forward_fixed_ns(), 1000, 1e-6);
+  EXPECT_NEAR(m.per_row_ns(), 50, 1e-6);
+}
+
+}  // namespace
+}  // namespace kvasir::spec
