@@ -5,9 +5,10 @@
 // step and the K/V bytes read per second; with --cached every sequence reads sequence 0's
 // blocks, which leaves the arithmetic alone (the data stays in cache).
 //
-// -H / -G / -D set the query heads, KV heads and head dim (Gemma 3 270M: -H 4 -G 1 -D 256).
+// -H / -G / -D set the query heads, KV heads and head dim (Gemma 3 270M: -H 4 -G 1 -D 256);
+// -k the K/V type (f16, f32, q8_0, q4_0).
 //
-//   attention_bench [-s 64] [-d 176] [-l 12] [-t 2] [-r 9] [-H 12] [-G 12] [-D 64] [--cached]
+//   attention_bench [-s 64] [-d 176] [-l 12] [-t 2] [-r 9] [-H 12] [-G 12] [-D 64] [-k f16] [--cached]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -29,6 +30,7 @@ int main(int argc, char** argv) {
   int64_t seqs = 64, depth = 176, layers = 12, reps = 9, heads = 12, kv_heads = 12, hd = 64;
   int threads = 2;
   bool cached = false;
+  DType type = DType::F16;
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
     if (k == "--cached") cached = true;
@@ -40,8 +42,13 @@ int main(int argc, char** argv) {
     else if (i + 1 < argc && k == "-H") heads = std::atoll(argv[++i]);
     else if (i + 1 < argc && k == "-G") kv_heads = std::atoll(argv[++i]);
     else if (i + 1 < argc && k == "-D") hd = std::atoll(argv[++i]);
+    else if (i + 1 < argc && k == "-k") {
+      const auto t = dtype_from_name(argv[++i]);
+      if (!t) return std::fprintf(stderr, "unknown K/V type %s\n", argv[i]), 2;
+      type = *t;
+    }
     else {
-      std::fprintf(stderr, "usage: %s [-s SEQS] [-d DEPTH] [-l LAYERS] [-t THREADS] [-r REPS] [-H HEADS] [-G KV_HEADS] [-D HEAD_DIM] [--cached]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [-s SEQS] [-d DEPTH] [-l LAYERS] [-t THREADS] [-r REPS] [-H HEADS] [-G KV_HEADS] [-D HEAD_DIM] [-k TYPE] [--cached]\n", argv[0]);
       return 2;
     }
   }
@@ -52,7 +59,7 @@ int main(int argc, char** argv) {
   c.n_heads = heads;
   c.n_kv_heads = kv_heads;
   c.head_dim = hd;
-  auto kv = KvCache::create(c, {blocks, bs, DType::F16});
+  auto kv = KvCache::create(c, {blocks, bs, type});
   if (!kv) return std::fprintf(stderr, "%s\n", kv.error().c_str()), 1;
   std::mt19937 rng(1);
   std::vector<int32_t> ids(static_cast<size_t>(blocks));
@@ -73,7 +80,7 @@ int main(int argc, char** argv) {
 
   ThreadPool tp(threads);
   const kernels::AttentionParams ap{heads, 0, 0.125f, 0.f};
-  const int64_t scratch_floats = (kernels::attention_scratch_floats({nullptr, nullptr, DType::F16, bs, kv_heads, hd}, ap) + 15) & ~15;
+  const int64_t scratch_floats = (kernels::attention_scratch_floats({nullptr, nullptr, type, bs, kv_heads, hd}, ap) + 15) & ~15;
   std::vector<float> scratch(size_t(scratch_floats * threads));
   const int64_t heads_per_unit = std::max<int64_t>(1, kv_heads / threads), runs = (kv_heads + heads_per_unit - 1) / heads_per_unit;
   std::vector<double> ms;
@@ -94,8 +101,8 @@ int main(int argc, char** argv) {
   }
   std::sort(ms.begin(), ms.end());
   const double med = ms[ms.size() / 2];
-  const double bytes = double(seqs * (depth + 1) * layers * kv_heads * hd * 2 * 2);
-  std::printf("attention: %lld seqs at depth %lld, %lld layers, %d threads%s: median %.2f ms/step (min %.2f), %.1f GB/s of K/V\n",
-              (long long)seqs, (long long)depth, (long long)layers, threads, cached ? " (cached)" : "", med, ms.front(),
+  const double bytes = double(seqs * (depth + 1) * layers * 2) * double(row_bytes(type, kv_heads * hd));
+  std::printf("attention (%s K/V): %lld seqs at depth %lld, %lld layers, %d threads%s: median %.2f ms/step (min %.2f), %.1f GB/s of K/V\n",
+              std::string(dtype_name(type)).c_str(), (long long)seqs, (long long)depth, (long long)layers, threads, cached ? " (cached)" : "", med, ms.front(),
               bytes / med / 1e6);
 }

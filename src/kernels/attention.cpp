@@ -199,16 +199,23 @@ struct HeadState {
 };
 
 // The online-softmax step of one head between its scores s[0, n) and its values: soft-capping,
-// the block max, rescaling acc to it, the weights w = exp(s - max) and their sum (in key order).
-// Returns the correction that the state update applies to the old sum.
-inline float softmax_step(float* s, int64_t n, const AttentionParams& p, const HeadState& st, float* acc, int64_t hd,
-                          float* w, float& sum, float& new_max) {
+// the block max, rescaling acc to it and the weights w = exp(s - max). Returns the correction
+// that the state update applies to the old sum.
+inline float softmax_weights(float* s, int64_t n, const AttentionParams& p, const HeadState& st, float* acc, int64_t hd,
+                             float* w, float& new_max) {
   if (p.softcap > 0)
     for (int64_t t = 0; t < n; ++t) s[t] = p.softcap * std::tanh(s[t] / p.softcap);
   new_max = std::max(st.max, max_of(s, n));
   const float correction = std::exp(st.max - new_max);  // 0 on the first block
   if (correction != 1.f) scale_row(acc, hd, correction);
   exp_shifted(s, n, new_max, w);
+  return correction;
+}
+
+// softmax_weights and the weights' sum (in key order).
+inline float softmax_step(float* s, int64_t n, const AttentionParams& p, const HeadState& st, float* acc, int64_t hd,
+                          float* w, float& sum, float& new_max) {
+  const float correction = softmax_weights(s, n, p, st, acc, hd, w, new_max);
   sum = 0;
   for (int64_t t = 0; t < n; ++t) sum += w[t];
   return correction;
@@ -306,8 +313,13 @@ void attend_heads(const float* q, const T* k, const T* v, int64_t n, int64_t hd,
                   float* w, int64_t ss, HeadState* st, float* acc, Prefetch& pf) {
   scores_heads<T, H>(q, k, n, hd, p.scale, s, ss, pf);
   float correction[H], sum[H], new_max[H];
-  for (int h = 0; h < H; ++h)
-    correction[h] = softmax_step(s + h * ss, n, p, st[h], acc + h * hd, hd, w + h * ss, sum[h], new_max[h]);
+  for (int h = 0; h < H; ++h) {
+    correction[h] = softmax_weights(s + h * ss, n, p, st[h], acc + h * hd, hd, w + h * ss, new_max[h]);
+    sum[h] = 0;
+  }
+  // Each head's sum in key order, the heads' chains side by side (their latency overlaps).
+  for (int64_t t = 0; t < n; ++t)
+    for (int h = 0; h < H; ++h) sum[h] += w[h * ss + t];
   values_heads<T, H>(acc, v, w, ss, n, hd, pf);
   for (int h = 0; h < H; ++h) update_state(st[h], correction[h], sum[h], new_max[h]);
 }
