@@ -155,10 +155,12 @@ TEST(Attention, SlidingWindowIgnoresOldKeys) {
 }
 
 // A tile of consecutive rows (a prefill chunk), split over KV heads as threads do, gives every
-// row bitwise what attention() gives it alone: the batch-invariance half of the kernel.
+// row bitwise what attention() gives it alone: the batch-invariance half of the kernel. (A
+// single row reads F16 and Q8_0 K/V in place; a tile widens or dequantizes it into scratch.)
 TEST(Attention, TileRowsEqualSingleRowsBitwise) {
-  const LayerCase cases[] = {{8, 2, 64, 16, 0, DType::F16}, {4, 1, 36, 4, 7, DType::F32}, {6, 6, 8, 16, 0, DType::F16},
-                             {4, 1, 256, 16, 20, DType::F16}, {2, 2, 100, 3, 0, DType::F32}};
+  const LayerCase cases[] = {{8, 2, 64, 16, 0, DType::F16},   {4, 1, 36, 4, 7, DType::F32},  {6, 6, 8, 16, 0, DType::F16},
+                             {4, 1, 256, 16, 20, DType::F16}, {2, 2, 100, 3, 0, DType::F32}, {16, 2, 64, 16, 0, DType::Q8_0},
+                             {4, 1, 256, 16, 20, DType::Q8_0}, {3, 3, 32, 16, 0, DType::Q8_0}, {8, 2, 64, 16, 0, DType::Q4_0}};
   std::mt19937 rng(11);
   std::normal_distribution<float> nd(0.f, 1.f);
   for (const auto& c : cases) {
