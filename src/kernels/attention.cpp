@@ -371,9 +371,18 @@ void kv_store(const KvLayerView& kv, const int32_t* block_table, int64_t pos, co
 }
 
 namespace {
-// Scratch of attend_keys: K and V of one head's block, and scores and weights of one block for
+// Keys per online-softmax step: one KV block; for head dims up to 16, 64 keys (whole blocks that
+// nest in the spans), since the step's bookkeeping (max, rescale, exp of the correction) would
+// otherwise outweigh the few products per key.
+int64_t keys_per_step(const KvLayerView& kv) {
+  return kv.head_dim <= 16 && kv.block_size < 64 && 64 % kv.block_size == 0 ? 64 : kv.block_size;
+}
+// Scratch of attend_keys: K and V of one head's step, and scores and weights of one step for
 // kMaxPassHeads heads (rows padded by 8).
-int64_t blocks_floats(const KvLayerView& kv) { return 2 * kv.block_size * kv.head_dim + 2 * kMaxPassHeads * (kv.block_size + 8); }
+int64_t blocks_floats(const KvLayerView& kv) {
+  const int64_t n = keys_per_step(kv);
+  return 2 * n * kv.head_dim + 2 * kMaxPassHeads * (n + 8);
+}
 }  // namespace
 
 SpanRange attention_spans(int64_t pos0, int64_t n_rows, int64_t window) {
@@ -437,10 +446,12 @@ void attend_keys(const TileArgs& t, int64_t lo, int64_t hi, Accumulators a, floa
   const int64_t group = p.n_heads / kv.n_kv_heads, n_g = t.kv_end - t.kv_begin;
   const bool f16 = kv.type == DType::F16;
   const auto* quantized = dtype_info(kv.type).block_size > 1 ? quant_traits(kv.type) : nullptr;
-  float* kblk = blocks;          // [bs][hd]
-  float* vblk = kblk + bs * hd;  // [bs][hd]
-  const int64_t ss = bs + 8;
-  float* s = vblk + bs * hd;     // [kMaxPassHeads][bs + 8]
+  const int64_t step = keys_per_step(kv);
+  const bool multi = step > bs;  // a step spans several blocks: always through scratch
+  float* kblk = blocks;            // [step][hd]
+  float* vblk = kblk + step * hd;  // [step][hd]
+  const int64_t ss = step + 8;
+  float* s = vblk + step * hd;     // [kMaxPassHeads][step + 8]
   float* w = s + kMaxPassHeads * ss;
   for (int64_t m = 0; m < t.n_rows; ++m)
     for (int64_t head = t.kv_begin * group; head < t.kv_end * group; ++head) {
@@ -449,21 +460,21 @@ void attend_keys(const TileArgs& t, int64_t lo, int64_t hi, Accumulators a, floa
     }
   const int64_t last = std::min(hi, t.pos0 + t.n_rows - 1);
   const int64_t lo_first = std::max(lo, window_start(t.pos0, p.window));
-  // Blocks outer, heads inner: each (row, head) sees the blocks in order, so the result does not
+  // Steps outer, heads inner: each (row, head) sees the steps in order, so the result does not
   // depend on how the heads are split. One head's rows of a block are contiguous (kv_row).
-  // F16 K/V is read in place (widened in registers) when one query head uses it, and widened
-  // once into scratch when several rows or heads share it; both give bitwise the same floats,
-  // so the choice never shows in a result.
-  // Quantized K/V is always dequantized into scratch, once per head-block.
-  const bool widen = quantized || (f16 && t.n_rows >= 2);
-  for (int64_t start = lo_first - lo_first % bs; start <= last; start += bs) {
-    const int64_t first = std::max(start, lo_first), end = std::min(start + bs - 1, last);
+  // F16 K/V is read in place (widened in registers) when one query head uses one block, and
+  // widened once into scratch when several rows or heads share it; both give bitwise the same
+  // floats, so the choice never shows in a result. Quantized K/V, and steps of several blocks,
+  // always go through scratch, once per head and step.
+  const bool widen = multi || quantized || (f16 && t.n_rows >= 2);
+  for (int64_t start = lo_first - lo_first % step; start <= last; start += step) {
+    const int64_t first = std::max(start, lo_first), end = std::min(start + step - 1, last);
     for (int64_t g = t.kv_begin; g < t.kv_end; ++g) {
       const uint8_t* k0 = kv_row(kv.k, kv, t.block_table, first, g);
       const uint8_t* v0 = kv_row(kv.v, kv, t.block_table, first, g);
       // Fetched while this head-block is computed: the one two steps ahead in (block, head) order.
       Prefetch pf;
-      {
+      if (!multi) {
         int64_t ahead = g + kPrefetchAhead, block_start = start;
         for (; ahead >= t.kv_end; ahead -= n_g) block_start += bs;
         if (block_start <= last) {
@@ -474,16 +485,24 @@ void attend_keys(const TileArgs& t, int64_t lo, int64_t hi, Accumulators a, floa
           pf.v_end = pf.v + bytes;
         }
       }
-      if (quantized) {
-        quantized->dequantize_row(k0, kblk, (end - first + 1) * hd);
-        quantized->dequantize_row(v0, vblk, (end - first + 1) * hd);
-      } else if (widen) {
-        widen_row(k0, true, kblk, (end - first + 1) * hd);
-        widen_row(v0, true, vblk, (end - first + 1) * hd);
+      for (int64_t p0 = first; widen && p0 <= end;) {  // block by block into scratch
+        const int64_t p1 = std::min(end, p0 - p0 % bs + bs - 1), len = (p1 - p0 + 1) * hd;
+        const uint8_t* kr = kv_row(kv.k, kv, t.block_table, p0, g);
+        const uint8_t* vr = kv_row(kv.v, kv, t.block_table, p0, g);
+        float* kd = kblk + (p0 - first) * hd;
+        float* vd = vblk + (p0 - first) * hd;
+        if (quantized) {
+          quantized->dequantize_row(kr, kd, len);
+          quantized->dequantize_row(vr, vd, len);
+        } else {
+          widen_row(kr, f16, kd, len);
+          widen_row(vr, f16, vd, len);
+        }
+        p0 = p1 + 1;
       }
       for (int64_t m = 0; m < t.n_rows; ++m) {
         const int64_t pos = t.pos0 + m;
-        const int64_t t0 = std::max({start, lo, window_start(pos, p.window)}), t1 = std::min({start + bs - 1, hi, pos});
+        const int64_t t0 = std::max({start, lo, window_start(pos, p.window)}), t1 = std::min({start + step - 1, hi, pos});
         if (t0 > t1) continue;
         // The group's query heads of this row: consecutive in q, acc and the states.
         const int64_t head = g * group;
