@@ -188,7 +188,6 @@ struct EngineCore::Impl {
     int32_t k = 0, most = 0;  // rows chosen; rows the proposer can fill
     int32_t left = 0;         // tokens the request may still generate beyond this step's own
   };
-  spec::DraftCosts draft_costs(double step) const;
   void draft_with_model(std::vector<SpecCandidate>& cands);
   Delta& delta_for(std::vector<Delta>& out, std::unordered_map<RequestId, size_t>& index, RequestId id);
 };
@@ -513,7 +512,9 @@ void EngineCore::Impl::propose_drafts() {
     // Costs are relative to a plain decode step: nothing is drafted until one was measured.
     const double step = scheduler.step_cost().decode_time(std::max(decodes, 1));
     if (step <= 0) return;
-    const spec::DraftCosts costs = draft_costs(step);
+    const spec::DraftCosts costs = spec::relative_costs(step, scheduler.step_cost().draft_row_ns(),
+                                                        drafter ? &draft_cost : nullptr,
+                                                        scheduler.step_cost().prefill_token_ns());
     std::vector<spec::DraftCandidate> plan(cands.size());
     for (size_t i = 0; i < cands.size(); ++i) {
       SpecCandidate& c = cands[i];
@@ -549,24 +550,6 @@ void EngineCore::Impl::propose_drafts() {
     c.draft.resize(size_t(c.k));
     (void)scheduler.set_draft(c.id, c.draft);
   }
-}
-
-// The controller's costs, relative to a plain step of `step` ns: priors until measured (hopeful,
-// so that a proposer is tried; the first measurement replaces them).
-spec::DraftCosts EngineCore::Impl::draft_costs(double step) const {
-  const sched::StepCostModel& cost = scheduler.step_cost();
-  spec::DraftCosts c;
-  if (cost.draft_row_ns() > 0) c.verify_row = cost.draft_row_ns() / step;
-  if (!drafter) return c;
-  c.draft_forward = 0.05;
-  if (draft_cost.measured()) {
-    c.draft_forward = draft_cost.forward_fixed_ns() / step;
-    c.draft_row = draft_cost.per_row_ns() / step;
-  }
-  // A catch-up token costs at most what the target's own prefill token does (a draft is smaller).
-  const double catch_up_ns = draft_cost.catch_up_token_ns() >= 0 ? draft_cost.catch_up_token_ns() : cost.prefill_token_ns();
-  c.catch_up_token = catch_up_ns / step;
-  return c;
 }
 
 // Runs the draft model for the candidates the controller gave rows, batched, and feeds what its

@@ -93,4 +93,17 @@ void DraftCostModel::observe_first(int32_t logits_rows, int32_t catch_up_tokens,
   catch_up_ns_ = catch_up_ns_ < 0 ? per : 0.8 * catch_up_ns_ + 0.2 * per;
 }
 
+DraftCosts relative_costs(double step_ns, double verify_row_ns, const DraftCostModel* draft, double prefill_token_ns) {
+  DraftCosts c;
+  if (verify_row_ns > 0) c.verify_row = verify_row_ns / step_ns;
+  if (!draft) return c;
+  c.draft_forward = 0.05;
+  if (draft->measured()) {
+    c.draft_forward = draft->forward_fixed_ns() / step_ns;
+    c.draft_row = draft->per_row_ns() / step_ns;
+  }
+  c.catch_up_token = (draft->catch_up_token_ns() >= 0 ? draft->catch_up_token_ns() : prefill_token_ns) / step_ns;
+  return c;
+}
+
 }  // namespace kvasir::spec

@@ -62,4 +62,10 @@ class DraftCostModel {
   double fixed_ns_ = 0, row_ns_ = 0, catch_up_ns_ = -1;
 };
 
+// The costs relative to a plain decode step of step_ns (> 0): a verify row from verify_row_ns
+// (0: not measured yet, a prior), and with a model drafter (draft non-null) its measured forwards
+// and catch-up tokens. Until measured, a draft forward is priced hopefully (so that it is tried)
+// and a catch-up token as the target's own prefill token (a draft costs no more).
+DraftCosts relative_costs(double step_ns, double verify_row_ns, const DraftCostModel* draft, double prefill_token_ns);
+
 }  // namespace kvasir::spec

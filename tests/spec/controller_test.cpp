@@ -86,5 +86,25 @@ TEST(SpecCostModel, FitsAFixedPartAndAPartPerRow) {
   EXPECT_NEAR(m.per_row_ns(), 50, 1e-6);
 }
 
+TEST(SpecCostModel, CostsRelativeToAPlainStep) {
+  // n-gram: only the verify row, a prior until the scheduler measured one.
+  DraftCosts c = relative_costs(1000, 0, nullptr, 20);
+  EXPECT_DOUBLE_EQ(c.verify_row, 0.1);
+  EXPECT_DOUBLE_EQ(c.draft_forward + c.draft_row + c.catch_up_token, 0);
+  // An unmeasured draft: a hopeful forward, catch-up at the target's prefill token.
+  DraftCostModel m;
+  c = relative_costs(1000, 50, &m, 20);
+  EXPECT_DOUBLE_EQ(c.verify_row, 0.05);
+  EXPECT_DOUBLE_EQ(c.draft_forward, 0.05);
+  EXPECT_DOUBLE_EQ(c.catch_up_token, 0.02);
+  // Measured: its own forward and catch-up figures.
+  for (int32_t rows : {1, 4}) m.observe_forward(rows, 600 + rows * 10);
+  m.observe_first(1, 100, 610 + 100 * 5);
+  c = relative_costs(1000, 50, &m, 20);
+  EXPECT_NEAR(c.draft_forward, 0.6, 1e-9);
+  EXPECT_NEAR(c.draft_row, 0.01, 1e-9);
+  EXPECT_NEAR(c.catch_up_token, 0.005, 1e-9);
+}
+
 }  // namespace
 }  // namespace kvasir::spec
