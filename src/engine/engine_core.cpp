@@ -518,13 +518,11 @@ void EngineCore::Impl::propose_drafts() {
     std::vector<spec::DraftCandidate> plan(cands.size());
     for (size_t i = 0; i < cands.size(); ++i) {
       SpecCandidate& c = cands[i];
-      c.live->accept_rate(size_t(c.most - 1));  // every position has an estimate
-      double expected = 1, g = 1;  // tokens per step while drafting
-      for (int32_t j = 0; j < c.most; ++j) expected += (g *= std::clamp(c.live->spec_accept[size_t(j)], 0.0, 0.999));
+      c.live->accept_rate(size_t(c.most - 1));  // every position has an estimate (a prior at first)
       plan[i] = {.accept = c.live->spec_accept,
                  .most = c.most,
                  .catch_up = drafter ? drafter->unseen(c.id, scheduler.find(c.id)->tokens) : 0,
-                 .horizon = std::clamp(double(c.left) / expected, 1.0, 64.0)};
+                 .left = c.left};
     }
     spec::plan_draft_rows(plan, decodes, costs);
     if (drafter && !draft_cost.measured()) {

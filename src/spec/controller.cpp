@@ -11,6 +11,15 @@ double rate(const DraftCandidate& c, int32_t j) {
   return std::clamp(c.accept[std::min(size_t(j), c.accept.size() - 1)], 0.0, 0.999);
 }
 
+// The candidate's catch-up, spread over the steps it is expected to keep drafting for: its tokens
+// left over the tokens a step yields while every position drafts.
+double catch_up_cost(const DraftCandidate& c, const DraftCosts& costs) {
+  if (c.catch_up == 0) return 0;
+  double per_step = 1, g = 1;
+  for (int32_t j = 0; j < c.most; ++j) per_step += (g *= rate(c, j));
+  return costs.catch_up_token * c.catch_up / std::clamp(double(c.left) / per_step, 1.0, 64.0);
+}
+
 }  // namespace
 
 void plan_draft_rows(std::span<DraftCandidate> cands, int32_t decodes, const DraftCosts& costs) {
@@ -32,7 +41,7 @@ void plan_draft_rows(std::span<DraftCandidate> cands, int32_t decodes, const Dra
       const DraftCandidate& c = cands[i];
       if (c.most <= j) continue;
       double cost = costs.verify_row + costs.draft_row;
-      if (j == 0) cost += costs.catch_up_token * c.catch_up / std::max(c.horizon, 1.0);
+      if (j == 0) cost += catch_up_cost(c, costs);
       rows.push_back({gain[i] * rate(c, j), std::max(cost, 1e-9), i});
     }
     std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
@@ -61,8 +70,8 @@ void plan_draft_rows(std::span<DraftCandidate> cands, int32_t decodes, const Dra
   // A probe's one sure row: its own forward unless the step drafts anyway.
   const bool forward_planned = std::any_of(cands.begin(), cands.end(), [](const DraftCandidate& c) { return c.k > 0; });
   for (DraftCandidate& c : cands) {
-    const double cost = costs.verify_row + costs.draft_row + (forward_planned ? 0 : costs.draft_forward) +
-                        costs.catch_up_token * c.catch_up / std::max(c.horizon, 1.0);
+    const double cost =
+        costs.verify_row + costs.draft_row + (forward_planned ? 0 : costs.draft_forward) + catch_up_cost(c, costs);
     c.sure_row_pays = time > kRowMargin * tokens * cost;
   }
 }

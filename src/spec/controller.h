@@ -8,7 +8,8 @@
 // weights are read once whatever its rows) plus a part per row, and before its first position it
 // computes the context it has not seen (a whole prompt the first time). That catch-up is an
 // investment in the request's later steps, so it is spread over the steps the request is
-// expected to keep drafting for. n-gram drafts cost only their verify rows.
+// expected to keep drafting for (its tokens left over its expected tokens per step, 1 to 64).
+// n-gram drafts cost only their verify rows.
 //
 // Depth by depth, the requests still drafting are ordered by gain per cost and the prefix that
 // gives the best step rate is taken, if its extra tokens per extra time beat the step's rate so
@@ -31,7 +32,7 @@ struct DraftCandidate {
   std::span<const double> accept;  // acceptance per draft position (missing positions: the last one)
   int32_t most = 0;                // rows the proposer can fill
   int32_t catch_up = 0;            // context tokens the draft must compute first (model drafts)
-  double horizon = 1;              // steps the catch-up is spread over (>= 1)
+  int32_t left = 1;                // tokens the request may still generate (spreads the catch-up)
   int32_t k = 0;                   // out: rows chosen
   bool sure_row_pays = false;      // out: whether one sure draft token would pay (probing)
 };

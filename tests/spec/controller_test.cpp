@@ -55,15 +55,16 @@ TEST(SpecController, ADraftForwardIsSharedByTheRequestsDraftingTogether) {
 TEST(SpecController, CatchUpIsSpreadOverTheRequestsHorizon) {
   const std::vector<double> a = {0.9};
   const DraftCosts costs{.verify_row = 0.05, .draft_forward = 0.2, .catch_up_token = 0.01};
-  // 300 unseen tokens cost 3 steps: over 1 step they never pay, over 64 steps they add 0.047.
-  std::vector<DraftCandidate> c = {{.accept = a, .most = 2, .catch_up = 300, .horizon = 1}};
+  // 300 unseen tokens cost 3 steps: spread over 1 step (1 token left) they never pay, over 64
+  // steps (the most; 10,000 tokens left) they add 0.047.
+  std::vector<DraftCandidate> c = {{.accept = a, .most = 2, .catch_up = 300, .left = 1}};
   EXPECT_EQ(plan(c, 1, costs), (std::vector<int32_t>{0}));
   EXPECT_FALSE(c[0].sure_row_pays);
-  c[0].horizon = 64;
+  c[0].left = 10000;
   EXPECT_GT(plan(c, 1, costs)[0], 0);
   // Only the candidate that has seen its context drafts when the other's catch-up cannot pay.
-  std::vector<DraftCandidate> two = {{.accept = a, .most = 1, .catch_up = 300, .horizon = 1},
-                                     {.accept = a, .most = 1, .catch_up = 0, .horizon = 1}};
+  std::vector<DraftCandidate> two = {{.accept = a, .most = 1, .catch_up = 300, .left = 1},
+                                     {.accept = a, .most = 1, .catch_up = 0, .left = 1}};
   EXPECT_EQ(plan(two, 2, costs), (std::vector<int32_t>{0, 1}));
 }
 
