@@ -15,6 +15,19 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// hsum of four vectors at once, [hsum(v0), hsum(v1), hsum(v2), hsum(v3)], the same additions in
+// the same order: lanes l + (l + 4), then (0 + 2) and (1 + 3), then those two.
+inline __m128 hsum4(__m256 v0, __m256 v1, __m256 v2, __m256 v3) {
+  const __m256 x01 = _mm256_add_ps(_mm256_permute2f128_ps(v0, v1, 0x20), _mm256_permute2f128_ps(v0, v1, 0x31));
+  const __m256 x23 = _mm256_add_ps(_mm256_permute2f128_ps(v2, v3, 0x20), _mm256_permute2f128_ps(v2, v3, 0x31));
+  // [v0: 0+2, 1+3, v2: 0+2, 1+3 | v1: ..., v3: ...]
+  const __m256 s = _mm256_add_ps(_mm256_shuffle_ps(x01, x23, _MM_SHUFFLE(1, 0, 1, 0)),
+                                 _mm256_shuffle_ps(x01, x23, _MM_SHUFFLE(3, 2, 3, 2)));
+  // [v0, v2, v0, v2 | v1, v3, v1, v3]
+  const __m256 t = _mm256_add_ps(_mm256_shuffle_ps(s, s, _MM_SHUFFLE(2, 0, 2, 0)), _mm256_shuffle_ps(s, s, _MM_SHUFFLE(3, 1, 3, 1)));
+  return _mm_unpacklo_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+}
+
 inline int hsum_i32(__m256i v) {
   __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
   s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
@@ -27,6 +40,11 @@ inline int hsum_i32(__m128i s) {
   s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
   return _mm_cvtsi128_si32(s);
 }
+
+// prefetcht0 of the line at p, as an asm GCC cannot look into. _mm_prefetch in a kernel's loop
+// made GCC 12 keep a stack copy of every accumulator, stored each step (a store per FMA or two).
+// A hint: it never faults, also past the end of a buffer.
+inline void prefetch_line(const void* p) { asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p))); }
 
 inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
 

@@ -84,8 +84,8 @@ void prepack_k_panel(DType wtype, const uint8_t* w, size_t w_stride, int64_t n_r
 void gemm_prepacked_k(DType wtype, const uint8_t* panels, size_t panel_bytes, int64_t n_in, int64_t out_begin,
                       int64_t out_end, const uint8_t* act, size_t a_stride, int64_t n_rows, float* y,
                       int64_t y_stride);
-// The float half (F32, F16, BF16; gemm_avx2_prepacked_float.cpp): a packed form only where the
-// 512-bit float tiles are compiled in and n_in % 8 == 0 (panel bytes 0 otherwise).
+// The float half (F32, F16, BF16; gemm_avx2_prepacked_float.cpp): a packed form where n_in % 8
+// == 0 (BF16: % 32 == 0, and only with AVX512-BF16); panel bytes 0 otherwise.
 size_t prepacked_float_panel_bytes(DType wtype, int64_t n_in);
 void prepack_float_panel(DType wtype, const uint8_t* w, size_t w_stride, int64_t n_rows, int64_t n_in, uint8_t* dst);
 size_t prepacked_float_scratch_bytes(DType wtype, int64_t n_in, int64_t n_rows);

@@ -40,8 +40,8 @@ void micro(int64_t n, const uint16_t* w, int64_t ws, const uint16_t* a, int64_t 
   for (int64_t k = 0; k < n32; k += 32) {
     // Decode: the next tile's rows are fetched while this one is computed (a hint: it never
     // faults, also past the last row).
-    if (R == 1)
-      for (int c = 0; c < C; ++c) _mm_prefetch(reinterpret_cast<const char*>(w + (C + c) * ws + k), _MM_HINT_T0);
+    if constexpr (R == 1)
+      for (int c = 0; c < C; ++c) prefetch_line(w + (C + c) * ws + k);
     __m512bh wv[C];
     for (int c = 0; c < C; ++c) wv[c] = (__m512bh)_mm512_loadu_si512(w + c * ws + k);
     for (int r = 0; r < R; ++r) {

@@ -28,7 +28,7 @@ struct Prefetcher {
   Prefetcher(const uint8_t* begin, size_t bytes, int64_t steps)
       : p(reinterpret_cast<const char*>(begin)), end(p + bytes), step((bytes / size_t(std::max<int64_t>(steps, 1)) + 127) & ~size_t(63)) {}
   void next() {
-    for (size_t k = 0; k < step && p < end; k += 64, p += 64) _mm_prefetch(p, _MM_HINT_T0);
+    for (size_t k = 0; k < step && p < end; k += 64, p += 64) prefetch_line(p);
   }
 };
 

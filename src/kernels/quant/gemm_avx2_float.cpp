@@ -38,7 +38,7 @@ void micro(int64_t n, const typename L::T* w, int64_t ws, const float* a, int64_
     // Decode: the next tile's rows (C further) are fetched while this one is computed (a hint:
     // it never faults, also past the last row).
     if (R == 1 && k % kLine == 0)
-      for (int c = 0; c < C; ++c) _mm_prefetch(reinterpret_cast<const char*>(w + (C + c) * ws + k), _MM_HINT_T0);
+      for (int c = 0; c < C; ++c) prefetch_line(w + (C + c) * ws + k);
     __m256 wv[C];
     for (int c = 0; c < C; ++c) wv[c] = L::load(w + c * ws + k);
     for (int r = 0; r < R; ++r) {
@@ -87,7 +87,7 @@ void micro512(int C, int64_t n, const typename L::T* w, int64_t ws, const float*
   constexpr int64_t kLine = 64 / sizeof(typename L::T);
   for (int64_t k = 0; k < n8; k += 8) {
     if (R == 1 && k % kLine == 0)
-      for (int c = 0; c < 2 * P; ++c) _mm_prefetch(reinterpret_cast<const char*>(row[c] + 2 * P * ws + k), _MM_HINT_T0);
+      for (int c = 0; c < 2 * P; ++c) prefetch_line(row[c] + 2 * P * ws + k);
     __m512 wv[P];
     for (int p = 0; p < P; ++p) wv[p] = load_pair<L>(row[2 * p] + k, row[2 * p + 1] + k);
     for (int r = 0; r < R; ++r) {

@@ -78,7 +78,7 @@ template <size_t kBlock, int kParts>
 inline void prefetch_part(const uint8_t* pb, int k) {
   constexpr size_t kStep = (kBlock + kParts - 1) / kParts;
   const char* p = reinterpret_cast<const char*>(pb) + kPrefetchAhead + kStep * size_t(k);
-  for (size_t o = 0; o < kStep; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+  for (size_t o = 0; o < kStep; o += 64) prefetch_line(p + o);
 }
 
 inline size_t round64(size_t b) { return (b + 63) & ~size_t(63); }

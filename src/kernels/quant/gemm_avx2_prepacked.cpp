@@ -26,7 +26,7 @@ constexpr size_t kQ4_0Block = kQ4_0Codes + 16;      // + 8 fp16 scales
 constexpr size_t kQ8_0Codes = 256;                  // 8 x 32 bytes of int8
 constexpr size_t kQ8_0Block = kQ8_0Codes + 16;
 
-[[maybe_unused]] bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 
 struct Prep {
   float da;
@@ -384,9 +384,7 @@ size_t prepacked_panel_bytes(DType wtype, int64_t n_in) {
 #if KVASIR_HAVE_VNNI
   if (wtype == DType::Q5_0) return size_t(n_in / kQ) * kQ5_0Block;
 #endif
-#if KVASIR_HAVE_AVX512_FLOAT
   if (is_float_type(wtype)) return prepacked_float_panel_bytes(wtype, n_in);
-#endif
   return prepacked_k_panel_bytes(wtype, n_in);
 }
 
@@ -396,16 +394,12 @@ void prepack_panel(DType wtype, const uint8_t* w, size_t w_stride, int64_t n_row
 #if KVASIR_HAVE_VNNI
   if (wtype == DType::Q5_0) return pack_q5_0(w, w_stride, n_rows, n_in / kQ, dst);
 #endif
-#if KVASIR_HAVE_AVX512_FLOAT
   if (is_float_type(wtype)) return prepack_float_panel(wtype, w, w_stride, n_rows, n_in, dst);
-#endif
   prepack_k_panel(wtype, w, w_stride, n_rows, n_in, dst);
 }
 
 size_t prepacked_scratch_bytes(DType wtype, int64_t n_in, int64_t n_rows) {
-#if KVASIR_HAVE_AVX512_FLOAT
   if (is_float_type(wtype)) return prepacked_float_scratch_bytes(wtype, n_in, n_rows);
-#endif
   if (wtype != DType::Q4_0 && wtype != DType::Q5_0 && wtype != DType::Q8_0) return 0;
   return size_t(n_rows * (n_in / kQ)) * sizeof(Prep);
 }
@@ -413,11 +407,9 @@ size_t prepacked_scratch_bytes(DType wtype, int64_t n_in, int64_t n_rows) {
 void gemm_prepacked(DType wtype, const uint8_t* panels, size_t panel_bytes, int64_t n_in, int64_t out_begin,
                     int64_t out_end, const uint8_t* act, size_t a_stride, int64_t n_rows, float* y, int64_t y_stride,
                     void* scratch) {
-#if KVASIR_HAVE_AVX512_FLOAT
   if (is_float_type(wtype))
     return gemm_prepacked_float(wtype, panels, panel_bytes, n_in, out_begin, out_end, act, a_stride, n_rows, y,
                                 y_stride, scratch);
-#endif
   const int64_t nb = n_in / kQ;
   if (wtype == DType::Q4_0)
     return gemm_nibbles<false>(panels, panel_bytes, nb, out_begin, out_end, act, a_stride, n_rows, y, y_stride,

@@ -1,13 +1,13 @@
-// The float types (F32, F16, BF16) repacked once at load (PackedMatrix), where the 512-bit float
-// tiles are compiled in and rows are a multiple of 8 elements (BF16: of 32, and only with
-// AVX512-BF16). A panel holds 8 weight rows interleaved by k-step: for each 8 elements of the
-// row, the 8 rows' 8 elements in row order (128 bytes for F16); BF16 interleaves 32-element
-// chunks, its own order (gemm.h). A one-row GEMV then reads one sequential stream instead of 8
-// rows of a few KiB each (16 short streams on 2 threads left DRAM half idle: 20-27 GB/s). The
-// arithmetic is micro512's (gemm_avx2_float.cpp) and gemm_avx2_bf16.cpp's: the same bits.
+// The float types (F32, F16, BF16) repacked once at load (PackedMatrix) where rows are a multiple
+// of 8 elements (BF16: of 32, and only with AVX512-BF16). A panel holds 8 weight rows interleaved
+// by k-step: for each 8 elements of the row, the 8 rows' 8 elements in row order (128 bytes for
+// F16); BF16 interleaves 32-element chunks, its own order (gemm.h). A one-row GEMV then reads one
+// sequential stream instead of 8 rows of a few KiB each (16 short streams on 2 threads left DRAM
+// half idle: 20-27 GB/s). The arithmetic is micro's / micro512's (gemm_avx2_float.cpp) and
+// gemm_avx2_bf16.cpp's: the same bits.
 #include "kernels/quant/simd.h"
 
-#if KVASIR_HAVE_AVX512_FLOAT
+#if KVASIR_HAVE_AVX2
 #include <cstddef>
 #include <cstring>
 
@@ -24,6 +24,7 @@ namespace {
 bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 size_t elem_bytes(DType t) { return t == DType::F32 ? 4 : 2; }
 
+#if KVASIR_HAVE_AVX512_FLOAT
 // 16 elements at p (rows 2p and 2p + 1's 8 each) widened to f32 (exact).
 template <DType kType>
 inline __m512 wide16(const uint8_t* p) {
@@ -40,7 +41,7 @@ void panel_float(const uint8_t* panel, int64_t n, const float* const a[], float 
     for (int p = 0; p < 4; ++p) acc[r][p] = _mm512_setzero_ps();
   for (int64_t s = 0; s < n / 8; ++s) {
     const uint8_t* ps = panel + size_t(s) * kStep;
-    if (R == 1) prefetch_part<kStep, 1>(ps, 0);
+    if constexpr (R == 1) prefetch_part<kStep, 1>(ps, 0);
     __m512 w[4];
     for (int p = 0; p < 4; ++p) w[p] = wide16<kType>(ps + p * kStep / 4);
     for (int r = 0; r < R; ++r) {
@@ -54,6 +55,73 @@ void panel_float(const uint8_t* panel, int64_t n, const float* const a[], float 
       out[r][8 * q + c] = hsum(c % 2 == 0 ? _mm512_castps512_ps256(v) : _mm512_extractf32x8_ps(v, 1));
     }
 }
+#else
+// 8 elements of one weight row at p, widened (exact).
+template <DType kType>
+inline __m256 wide8(const uint8_t* p) {
+  if constexpr (kType == DType::F32) return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
+  else return _mm256_cvtph_ps(load128(p));
+}
+
+// An empty asm the compiler cannot see through: the value lives in a register, so it is loaded
+// once and not folded into every FMA as a memory operand (which made the tile load-bound).
+inline void in_register(__m256& v) { asm("" : "+x"(v)); }
+
+// Rows a[0..R) times panel columns [C0, C0 + NC): out[r][C0 + c]. R x NC accumulators, each one
+// output's eight lane sums; the NC outputs of a row reduced together (hsum4, the same bits as
+// hsum). 3 rows x 4 columns fill the 16 registers: 12 sums, 3 activation vectors, 1 weight.
+template <DType kType, int R, int C0, int NC>
+  requires(NC == 4 || NC == 8)
+void panel_cols(const uint8_t* panel, int64_t n, const float* const a[], float* const out[]) {
+  constexpr size_t kElem = kType == DType::F32 ? 4 : 2, kStep = 64 * kElem;  // 8 rows x 8 elements
+  __m256 acc[R][NC];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < NC; ++c) acc[r][c] = _mm256_setzero_ps();
+  for (int64_t s = 0; s < n / 8; ++s) {
+    const uint8_t* ps = panel + size_t(s) * kStep;
+    if constexpr (R == 1) prefetch_part<kStep, 1>(ps, 0);
+    __m256 av[R];
+    for (int r = 0; r < R; ++r) {
+      av[r] = _mm256_loadu_ps(a[r] + 8 * s);
+      in_register(av[r]);
+    }
+    for (int c = 0; c < NC; ++c) {
+      __m256 w = wide8<kType>(ps + size_t(C0 + c) * 8 * kElem);
+      in_register(w);
+      for (int r = 0; r < R; ++r) acc[r][c] = _mm256_fmadd_ps(w, av[r], acc[r][c]);
+    }
+  }
+  // (Pinned again before the reduction: GCC otherwise keeps a copy of every sum on the stack,
+  // stored each step, to feed the reduction's shuffles from memory.)
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < NC; ++c) in_register(acc[r][c]);
+  for (int r = 0; r < R; ++r) {
+    _mm_storeu_ps(out[r] + C0, hsum4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
+    if constexpr (NC == 8) _mm_storeu_ps(out[r] + C0 + 4, hsum4(acc[r][4], acc[r][5], acc[r][6], acc[r][7]));
+  }
+}
+
+// R rows x the panel's 8 columns: one row takes all 8 at once (8 sums); more rows take the
+// panel in halves of 4 columns, 3 rows (then 2, then 1) at a time.
+template <DType kType, int R>
+void panel_rows(const uint8_t* panel, int64_t n, const float* const a[], float* const out[]) {
+  if constexpr (R == 1) {
+    panel_cols<kType, 1, 0, 8>(panel, n, a, out);
+  } else {
+    constexpr int kTake = R >= 3 ? 3 : R;
+    panel_cols<kType, kTake, 0, 4>(panel, n, a, out);
+    panel_cols<kType, kTake, 4, 4>(panel, n, a, out);
+    if constexpr (R > kTake) panel_rows<kType, R - kTake>(panel, n, a + kTake, out + kTake);
+  }
+}
+
+template <DType kType, int R>
+void panel_float(const uint8_t* panel, int64_t n, const float* const a[], float (*out)[8 * kPanelsPerStep], int q) {
+  float* o[R];
+  for (int r = 0; r < R; ++r) o[r] = out[r] + 8 * q;
+  panel_rows<kType, R>(panel, n, a, o);
+}
+#endif
 
 template <DType kType>
 void run_float(const uint8_t* panels, size_t panel_bytes, int64_t n, int64_t out_begin, int64_t out_end,
@@ -78,7 +146,7 @@ void panel_bf16(const uint8_t* panel, int64_t n, const uint16_t* const a[], floa
     for (int c = 0; c < 8; ++c) acc[r][c] = _mm512_setzero_ps();
   for (int64_t s = 0; s < n / 32; ++s) {
     const uint8_t* ps = panel + size_t(s) * 512;
-    if (R == 1) prefetch_part<512, 1>(ps, 0);
+    if constexpr (R == 1) prefetch_part<512, 1>(ps, 0);
     __m512bh w[8];
     for (int c = 0; c < 8; ++c) w[c] = (__m512bh)_mm512_loadu_si512(ps + 64 * c);
     for (int r = 0; r < R; ++r) {
