@@ -187,6 +187,16 @@ TEST(GemmBf16, FlushesDenormalsLikeVdpbf16ps) {
       }
       EXPECT_TRUE(same_bits(got[i], want[i])) << (mixed ? "mixed " : "tiny ") << i << ": " << got[i] << " vs " << want[i];
     }
+    // The same weights packed at load (one row, then all three) flush alike.
+    kernels::PackedMatrix pm = kernels::pack_matrix_alloc(DType::BF16, n, cols);
+    if (pm.empty()) continue;
+    kernels::pack_panels(pm, w.data(), 0, (cols + 7) / 8);
+    for (int64_t r : {int64_t(1), rows}) {
+      std::vector<float> packed(size_t(r * cols), -1.f);
+      kernels::matmul_rows_packed(pm, 0, cols, a.data(), r, packed.data(), cols);
+      for (size_t i = 0; i < packed.size(); ++i)
+        EXPECT_TRUE(same_bits(packed[i], want[i])) << "packed, " << r << " rows, " << i << ": " << packed[i] << " vs " << want[i];
+    }
   }
 }
 

@@ -85,7 +85,7 @@ void gemm_prepacked_k(DType wtype, const uint8_t* panels, size_t panel_bytes, in
                       int64_t out_end, const uint8_t* act, size_t a_stride, int64_t n_rows, float* y,
                       int64_t y_stride);
 // The float half (F32, F16, BF16; gemm_avx2_prepacked_float.cpp): a packed form where n_in % 8
-// == 0 (BF16: % 32 == 0, and only with AVX512-BF16); panel bytes 0 otherwise.
+// == 0 (BF16: % 32 == 0); panel bytes 0 otherwise.
 size_t prepacked_float_panel_bytes(DType wtype, int64_t n_in);
 void prepack_float_panel(DType wtype, const uint8_t* w, size_t w_stride, int64_t n_rows, int64_t n_in, uint8_t* dst);
 size_t prepacked_float_scratch_bytes(DType wtype, int64_t n_in, int64_t n_rows);

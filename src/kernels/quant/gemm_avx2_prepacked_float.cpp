@@ -1,5 +1,5 @@
 // The float types (F32, F16, BF16) repacked once at load (PackedMatrix) where rows are a multiple
-// of 8 elements (BF16: of 32, and only with AVX512-BF16). A panel holds 8 weight rows interleaved
+// of 8 elements (BF16: of 32). A panel holds 8 weight rows interleaved
 // by k-step: for each 8 elements of the row, the 8 rows' 8 elements in row order (128 bytes for
 // F16); BF16 interleaves 32-element chunks, its own order (gemm.h). A one-row GEMV then reads one
 // sequential stream instead of 8 rows of a few KiB each (16 short streams on 2 threads left DRAM
@@ -135,10 +135,11 @@ void run_float(const uint8_t* panels, size_t panel_bytes, int64_t n, int64_t out
   });
 }
 
-#if defined(__AVX512BF16__)
 // BF16 in its own order (gemm.h, vdpbf16ps's): the panel interleaves the 8 rows by 32-element
-// chunks (64 bytes a row), and each row's 16 lanes take a chunk per vdpbf16ps. R <= 2 rows a
-// pass (16 accumulators + 8 weight registers).
+// chunks (64 bytes a row).
+#if defined(__AVX512BF16__)
+// Each row's 16 lanes take a chunk per vdpbf16ps. R <= 2 rows a pass (16 accumulators + 8
+// weight registers).
 template <int R>
 void panel_bf16(const uint8_t* panel, int64_t n, const uint16_t* const a[], float* const out[]) {
   __m512 acc[R][8];
@@ -158,6 +159,60 @@ void panel_bf16(const uint8_t* panel, int64_t n, const uint16_t* const a[], floa
     for (int c = 0; c < 8; ++c)
       out[r][c] = hsum(_mm256_add_ps(_mm512_castps512_ps256(acc[r][c]), _mm512_extractf32x8_ps(acc[r][c], 1)));
 }
+#else
+// Odd and even elements of 16 bf16 at p as f32 (8 lanes each): the high half of every dword,
+// and the low half shifted up (as gemm_avx2_bf16.cpp).
+inline void split_bf16(const void* p, __m256& odd, __m256& even) {
+  const __m256i v = load256(p);
+  odd = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(int(0xFFFF0000u))));
+  even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
+// The FMA emulation of gemm_avx2_bf16.cpp: per output, lanes 0..7 (a chunk's first 16
+// elements) and 8..15 in two registers, odd product then even, under DAZ + FTZ for the chunk
+// loop only. R rows x panel columns [C0, C0 + NC), R * NC <= 4 (8 sums); the passes after the
+// first read the panel from cache, so one-row decode still streams it from memory once.
+template <int R, int C0, int NC>
+void panel_bf16_cols(const uint8_t* panel, int64_t n, const uint16_t* const a[], float* const out[]) {
+  __m256 acc[R][NC][2];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < NC; ++c) acc[r][c][0] = acc[r][c][1] = _mm256_setzero_ps();
+  const unsigned csr = _mm_getcsr();
+  _mm_setcsr(csr | 0x8040);  // FTZ (bit 15) and DAZ (bit 6)
+  for (int64_t s = 0; s < n / 32; ++s) {
+    const uint8_t* ps = panel + size_t(s) * 512;
+    if constexpr (R == 1 && C0 == 0) prefetch_part<512, 1>(ps, 0);
+    for (int h = 0; h < 2; ++h) {
+      __m256 ao[R], ae[R];
+      for (int r = 0; r < R; ++r) split_bf16(a[r] + 32 * s + 16 * h, ao[r], ae[r]);
+      for (int c = 0; c < NC; ++c) {
+        __m256 wo, we;
+        split_bf16(ps + 64 * (C0 + c) + 32 * h, wo, we);
+        for (int r = 0; r < R; ++r) {
+          acc[r][c][h] = _mm256_fmadd_ps(wo, ao[r], acc[r][c][h]);
+          acc[r][c][h] = _mm256_fmadd_ps(we, ae[r], acc[r][c][h]);
+        }
+      }
+    }
+  }
+  _mm_setcsr(csr);
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < NC; ++c) out[r][C0 + c] = hsum(_mm256_add_ps(acc[r][c][0], acc[r][c][1]));
+}
+
+template <int R>
+void panel_bf16(const uint8_t* panel, int64_t n, const uint16_t* const a[], float* const out[]) {
+  if constexpr (R == 1) {
+    panel_bf16_cols<1, 0, 4>(panel, n, a, out);
+    panel_bf16_cols<1, 4, 4>(panel, n, a, out);
+  } else {
+    panel_bf16_cols<2, 0, 2>(panel, n, a, out);
+    panel_bf16_cols<2, 2, 2>(panel, n, a, out);
+    panel_bf16_cols<2, 4, 2>(panel, n, a, out);
+    panel_bf16_cols<2, 6, 2>(panel, n, a, out);
+  }
+}
+#endif
 
 void run_bf16(const uint8_t* panels, size_t panel_bytes, int64_t n, int64_t out_begin, int64_t out_end,
               const uint8_t* act, size_t a_stride, int64_t n_rows, float* y, int64_t y_stride) {
@@ -177,16 +232,11 @@ void run_bf16(const uint8_t* panels, size_t panel_bytes, int64_t n, int64_t out_
       }
   });
 }
-#endif
 
 }  // namespace
 
 size_t prepacked_float_panel_bytes(DType wtype, int64_t n_in) {
-#if defined(__AVX512BF16__)
   if (wtype == DType::BF16) return n_in % 32 == 0 ? size_t(n_in) * 8 * 2 : 0;
-#else
-  if (wtype == DType::BF16) return 0;  // its own order (gemm.h) runs on the file layout
-#endif
   if (!is_float(wtype) || n_in % 8 != 0) return 0;
   return size_t(n_in) * 8 * elem_bytes(wtype);
 }
@@ -211,10 +261,8 @@ void gemm_prepacked_float(DType wtype, const uint8_t* panels, size_t panel_bytes
   if (wtype == DType::F32)
     return run_float<DType::F32>(panels, panel_bytes, n_in, out_begin, out_end, reinterpret_cast<const float*>(act),
                                  int64_t(a_stride / 4), n_rows, y, y_stride);
-#if defined(__AVX512BF16__)
   if (wtype == DType::BF16)
     return run_bf16(panels, panel_bytes, n_in, out_begin, out_end, act, a_stride, n_rows, y, y_stride);
-#endif
   // F16 activations widened once per call (exact).
   auto* rows = static_cast<float*>(scratch);
   for (int64_t r = 0; r < n_rows; ++r) {
