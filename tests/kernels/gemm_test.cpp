@@ -209,8 +209,8 @@ TEST_P(Gemm, PackedMatrixMatchesFileLayoutBitwise) {
   kernels::pack_panels(pm, o.w.data(), 0, (n_out + 7) / 8);
   std::vector<float> want(size_t(rows * n_out));
   kernels::matmul_rows(t, o.w.data(), n, 0, n_out, o.a.data(), rows, want.data(), n_out);
-  // Row groups of 1, 2, 3, 4 + 2, 4 + 3 (or 7), 8 + 1 (or 4 + 4 + 1).
-  for (int64_t r : {int64_t(1), int64_t(2), int64_t(3), int64_t(6), int64_t(7), rows}) {
+  // Every row count of one group (4, 6 or 8 rows by kernel and ISA) and of a group and a rest.
+  for (int64_t r : {int64_t(1), int64_t(2), int64_t(3), int64_t(4), int64_t(5), int64_t(6), int64_t(7), rows}) {
     for (auto [b, e] : {std::pair<int64_t, int64_t>{0, n_out}, {3, 21}, {8, 16}, {36, 37}}) {
       std::vector<float> got(size_t(r * n_out), -1.f);
       kernels::matmul_rows_packed(pm, b, e, o.a.data(), r, got.data(), n_out);

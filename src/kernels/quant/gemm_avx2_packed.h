@@ -101,10 +101,10 @@ inline constexpr int64_t kPairMinRows = 4;
 inline constexpr int64_t kPanelRowGroup = KVASIR_HAVE_VNNI ? 8 : 4;
 
 // Walks repacked weights (PackedMatrix): outputs [out_begin, out_end) of n_rows activation rows,
-// panels in blocks that stay in L2 while every row group of kPanelRowGroup rows passes over them.
+// panels in blocks that stay in L2 while every row group of kRows rows passes over them.
 // panel(p, np, r0, R, out) writes out[r][8q + c] = column c of panel p + q (q < np <=
 // kPanelsPerStep) for rows r0..r0+R-1.
-template <class PanelFn>
+template <int64_t kRows = kPanelRowGroup, class PanelFn>
 void for_prepacked_panels(size_t panel_bytes, int64_t out_begin, int64_t out_end, int64_t n_rows, float* y,
                           int64_t y_stride, PanelFn&& panel) {
   const int64_t first = out_begin / 8, last = (out_end - 1) / 8;
@@ -113,11 +113,11 @@ void for_prepacked_panels(size_t panel_bytes, int64_t out_begin, int64_t out_end
   const int64_t per_block = (fit + step - 1) / step * step;
   for (int64_t p0 = first; p0 <= last; p0 += per_block) {
     const int64_t p1 = std::min(last + 1, p0 + per_block);
-    for (int64_t r0 = 0; r0 < n_rows; r0 += kPanelRowGroup) {
-      const int R = int(std::min<int64_t>(kPanelRowGroup, n_rows - r0));
+    for (int64_t r0 = 0; r0 < n_rows; r0 += kRows) {
+      const int R = int(std::min<int64_t>(kRows, n_rows - r0));
       for (int64_t p = p0; p < p1; p += step) {
         const int np = int(std::min<int64_t>(step, p1 - p));
-        alignas(64) float out[kPanelRowGroup][8 * kPanelsPerStep];
+        alignas(64) float out[kRows][8 * kPanelsPerStep];
         panel(p, np, r0, R, out);
         for (int q = 0; q < np; ++q) {
           const int64_t pq = p + q;
