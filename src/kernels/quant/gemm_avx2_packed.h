@@ -143,22 +143,14 @@ void run_panels(int np, float (*out)[8 * kPanelsPerStep], One&& one, [[maybe_unu
     for (int r = 0; r < R; ++r) _mm256_store_ps(out[r] + 8 * q, acc[q][r]);
 }
 
-// Calls f.template operator()<R>() for R = 1..kPanelRowGroup.
-template <class F>
+// Calls f.template operator()<R>() for R = 1..kMax (larger R: kMax).
+template <int kMax = int(kPanelRowGroup), int kR = 1, class F>
 void with_rows(int R, F&& f) {
-  switch (R) {
-    case 1: return f.template operator()<1>();
-    case 2: return f.template operator()<2>();
-    case 3: return f.template operator()<3>();
-    case 4: return f.template operator()<4>();
-#if KVASIR_HAVE_VNNI
-    case 5: return f.template operator()<5>();
-    case 6: return f.template operator()<6>();
-    case 7: return f.template operator()<7>();
-    default: return f.template operator()<8>();
-#else
-    default: return f.template operator()<4>();
-#endif
+  if constexpr (kR == kMax) {
+    return f.template operator()<kR>();
+  } else {
+    if (R == kR) return f.template operator()<kR>();
+    return with_rows<kMax, kR + 1>(R, f);
   }
 }
 

@@ -124,24 +124,11 @@ void panel_float(const uint8_t* panel, int64_t n, const float* const a[], float 
 #endif
 
 #if KVASIR_HAVE_AVX512_FLOAT
-constexpr int64_t kFloatRows = kPanelRowGroup;
-template <class F>
-void with_float_rows(int R, F&& f) { with_rows(R, f); }
+constexpr int kFloatRows = int(kPanelRowGroup);
 #else
 // Rows a pass of the float panels takes: two 3-row passes (one 3-row tile converts each weight
 // vector for 3 rows; a fourth row alone took 40% of the time for 25% of the products).
-constexpr int64_t kFloatRows = 6;
-template <class F>
-void with_float_rows(int R, F&& f) {
-  switch (R) {
-    case 1: return f.template operator()<1>();
-    case 2: return f.template operator()<2>();
-    case 3: return f.template operator()<3>();
-    case 4: return f.template operator()<4>();
-    case 5: return f.template operator()<5>();
-    default: return f.template operator()<6>();
-  }
-}
+constexpr int kFloatRows = 6;
 #endif
 
 template <DType kType>
@@ -152,7 +139,7 @@ void run_float(const uint8_t* panels, size_t panel_bytes, int64_t n, int64_t out
     const float* a[kFloatRows];
     for (int r = 0; r < R; ++r) a[r] = rows + (r0 + r) * row_stride;
     for (int q = 0; q < np; ++q)
-      with_float_rows(R, [&]<int kR>() { panel_float<kType, kR>(panels + size_t(p + q) * panel_bytes, n, a, out, q); });
+      with_rows<kFloatRows>(R, [&]<int kR>() { panel_float<kType, kR>(panels + size_t(p + q) * panel_bytes, n, a, out, q); });
   });
 }
 
