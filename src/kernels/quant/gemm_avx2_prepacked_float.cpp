@@ -91,10 +91,6 @@ void panel_cols(const uint8_t* panel, int64_t n, const float* const a[], float* 
       for (int r = 0; r < R; ++r) acc[r][c] = _mm256_fmadd_ps(w, av[r], acc[r][c]);
     }
   }
-  // (Pinned again before the reduction: GCC otherwise keeps a copy of every sum on the stack,
-  // stored each step, to feed the reduction's shuffles from memory.)
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < NC; ++c) in_register(acc[r][c]);
   for (int r = 0; r < R; ++r) {
     _mm_storeu_ps(out[r] + C0, hsum4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
     if constexpr (NC == 8) _mm_storeu_ps(out[r] + C0 + 4, hsum4(acc[r][4], acc[r][5], acc[r][6], acc[r][7]));
