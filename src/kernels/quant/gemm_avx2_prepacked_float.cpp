@@ -140,7 +140,7 @@ void run_float(const uint8_t* panels, size_t panel_bytes, int64_t n, int64_t out
 }
 
 // BF16 in its own order (gemm.h, vdpbf16ps's): the panel interleaves the 8 rows by 32-element
-// chunks (64 bytes a row).
+// chunks (64 bytes a row); without vdpbf16ps, in two halves of 4 rows (prepack_float_panel).
 #if defined(__AVX512BF16__)
 // Each row's 16 lanes take a chunk per vdpbf16ps. R <= 2 rows a pass (16 accumulators + 8
 // weight registers).
@@ -163,63 +163,9 @@ void panel_bf16(const uint8_t* panel, int64_t n, const uint16_t* const a[], floa
     for (int c = 0; c < 8; ++c)
       out[r][c] = hsum(_mm256_add_ps(_mm512_castps512_ps256(acc[r][c]), _mm512_extractf32x8_ps(acc[r][c], 1)));
 }
-#else
-// Odd and even elements of 16 bf16 at p as f32 (8 lanes each): the high half of every dword,
-// and the low half shifted up (as gemm_avx2_bf16.cpp).
-inline void split_bf16(const void* p, __m256& odd, __m256& even) {
-  const __m256i v = load256(p);
-  odd = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(int(0xFFFF0000u))));
-  even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-}
-
-// The FMA emulation of gemm_avx2_bf16.cpp: per output, lanes 0..7 (a chunk's first 16
-// elements) and 8..15 in two registers, odd product then even, under DAZ + FTZ for the chunk
-// loop only. R rows x panel columns [C0, C0 + NC), R * NC <= 4 (8 sums); the passes after the
-// first read the panel from cache, so one-row decode still streams it from memory once.
-template <int R, int C0, int NC>
-void panel_bf16_cols(const uint8_t* panel, int64_t n, const uint16_t* const a[], float* const out[]) {
-  __m256 acc[R][NC][2];
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < NC; ++c) acc[r][c][0] = acc[r][c][1] = _mm256_setzero_ps();
-  const unsigned csr = _mm_getcsr();
-  _mm_setcsr(csr | 0x8040);  // FTZ (bit 15) and DAZ (bit 6)
-  for (int64_t s = 0; s < n / 32; ++s) {
-    const uint8_t* ps = panel + size_t(s) * 512;
-    if constexpr (R == 1 && C0 == 0) prefetch_part<512, 1>(ps, 0);
-    for (int h = 0; h < 2; ++h) {
-      __m256 ao[R], ae[R];
-      for (int r = 0; r < R; ++r) split_bf16(a[r] + 32 * s + 16 * h, ao[r], ae[r]);
-      for (int c = 0; c < NC; ++c) {
-        __m256 wo, we;
-        split_bf16(ps + 64 * (C0 + c) + 32 * h, wo, we);
-        for (int r = 0; r < R; ++r) {
-          acc[r][c][h] = _mm256_fmadd_ps(wo, ao[r], acc[r][c][h]);
-          acc[r][c][h] = _mm256_fmadd_ps(we, ae[r], acc[r][c][h]);
-        }
-      }
-    }
-  }
-  _mm_setcsr(csr);
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < NC; ++c) out[r][C0 + c] = hsum(_mm256_add_ps(acc[r][c][0], acc[r][c][1]));
-}
-
-template <int R>
-void panel_bf16(const uint8_t* panel, int64_t n, const uint16_t* const a[], float* const out[]) {
-  if constexpr (R == 1) {
-    panel_bf16_cols<1, 0, 4>(panel, n, a, out);
-    panel_bf16_cols<1, 4, 4>(panel, n, a, out);
-  } else {
-    panel_bf16_cols<2, 0, 2>(panel, n, a, out);
-    panel_bf16_cols<2, 2, 2>(panel, n, a, out);
-    panel_bf16_cols<2, 4, 2>(panel, n, a, out);
-    panel_bf16_cols<2, 6, 2>(panel, n, a, out);
-  }
-}
-#endif
 
 void run_bf16(const uint8_t* panels, size_t panel_bytes, int64_t n, int64_t out_begin, int64_t out_end,
-              const uint8_t* act, size_t a_stride, int64_t n_rows, float* y, int64_t y_stride) {
+              const uint8_t* act, size_t a_stride, int64_t n_rows, float* y, int64_t y_stride, void*) {
   for_prepacked_panels(panel_bytes, out_begin, out_end, n_rows, y, y_stride,
                        [&](int64_t p, int np, int64_t r0, int R, float (*out)[8 * kPanelsPerStep]) {
     for (int q = 0; q < np; ++q)
@@ -236,6 +182,97 @@ void run_bf16(const uint8_t* panels, size_t panel_bytes, int64_t n, int64_t out_
       }
   });
 }
+#else
+// Odd and even elements of 16 bf16 at p as f32 (8 lanes each): the high half of every dword,
+// and the low half shifted up (as gemm_avx2_bf16.cpp).
+inline void split_bf16(const void* p, __m256& odd, __m256& even) {
+  const __m256i v = load256(p);
+  odd = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(int(0xFFFF0000u))));
+  even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
+// The FMA emulation of gemm_avx2_bf16.cpp: per output, lanes 0..7 (a chunk's first 16
+// elements) and 8..15 in two registers, odd product then even, under DAZ + FTZ for the chunk
+// loop only. R rows x panel columns [C0, C0 + NC) of one half (R * NC <= 6: 12 sums). The
+// activations come split already (run_bf16: per 16 elements, the 8 odd then the 8 even as f32),
+// so only the weights pay the split, once for R rows. Each half of the panel is its own
+// sequential stream (prepack_float_panel), so one-row decode reads it in two straight passes.
+template <int R, int C0, int NC>
+void panel_bf16_cols(const uint8_t* panel, int64_t n, const float* const a[], float* const out[]) {
+  static_assert(C0 % 4 + NC <= 4 && R * NC <= 6, "one half of the panel, 12 sums at most");
+  const uint8_t* half = panel + size_t(C0 / 4) * size_t(n) * 8;
+  __m256 acc[R][NC][2];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < NC; ++c) acc[r][c][0] = acc[r][c][1] = _mm256_setzero_ps();
+  const unsigned csr = _mm_getcsr();
+  _mm_setcsr(csr | 0x8040);  // FTZ (bit 15) and DAZ (bit 6)
+  for (int64_t s = 0; s < n / 32; ++s) {
+    const uint8_t* ps = half + size_t(s) * 256;
+    if constexpr (R == 1) prefetch_part<256, 1>(ps, 0);
+    for (int h = 0; h < 2; ++h) {
+      for (int c = 0; c < NC; ++c) {
+        __m256 wo, we;
+        split_bf16(ps + 64 * (C0 % 4 + c) + 32 * h, wo, we);
+        for (int r = 0; r < R; ++r) {
+          const float* ar = a[r] + 32 * s + 16 * h;
+          acc[r][c][h] = _mm256_fmadd_ps(wo, _mm256_loadu_ps(ar), acc[r][c][h]);
+          acc[r][c][h] = _mm256_fmadd_ps(we, _mm256_loadu_ps(ar + 8), acc[r][c][h]);
+        }
+      }
+    }
+  }
+  _mm_setcsr(csr);
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < NC; ++c) out[r][C0 + c] = hsum(_mm256_add_ps(acc[r][c][0], acc[r][c][1]));
+}
+
+// R <= 3 rows x the panel's 8 columns: one row 4 columns a pass, more rows 2.
+template <int R>
+void panel_bf16(const uint8_t* panel, int64_t n, const float* const a[], float* const out[]) {
+  if constexpr (R == 1) {
+    panel_bf16_cols<1, 0, 4>(panel, n, a, out);
+    panel_bf16_cols<1, 4, 4>(panel, n, a, out);
+  } else {
+    panel_bf16_cols<R, 0, 2>(panel, n, a, out);
+    panel_bf16_cols<R, 2, 2>(panel, n, a, out);
+    panel_bf16_cols<R, 4, 2>(panel, n, a, out);
+    panel_bf16_cols<R, 6, 2>(panel, n, a, out);
+  }
+}
+
+// Rows a pass of run_bf16 takes: two 3-row tiles (as the other float panels).
+constexpr int64_t kBf16Rows = 6;
+
+// rows: n_rows x n floats of scratch, each activation row split as panel_bf16_cols reads it
+// (exact: a bf16 is the high half of its f32).
+void run_bf16(const uint8_t* panels, size_t panel_bytes, int64_t n, int64_t out_begin, int64_t out_end,
+              const uint8_t* act, size_t a_stride, int64_t n_rows, float* y, int64_t y_stride, void* scratch) {
+  auto* rows = static_cast<float*>(scratch);
+  for (int64_t r = 0; r < n_rows; ++r)
+    for (int64_t k = 0; k < n; k += 16) {
+      __m256 odd, even;
+      split_bf16(act + size_t(r) * a_stride + size_t(k) * 2, odd, even);
+      _mm256_storeu_ps(rows + r * n + k, odd);
+      _mm256_storeu_ps(rows + r * n + k + 8, even);
+    }
+  for_prepacked_panels<kBf16Rows>(panel_bytes, out_begin, out_end, n_rows, y, y_stride,
+                                  [&](int64_t p, int np, int64_t r0, int R, float (*out)[8 * kPanelsPerStep]) {
+    for (int q = 0; q < np; ++q)
+      for (int r = 0; r < R; r += 3) {
+        const float* a[3];
+        float* o[3];
+        for (int i = 0; i < 3; ++i) {
+          a[i] = rows + (r0 + std::min(r + i, R - 1)) * n;
+          o[i] = out[std::min(r + i, R - 1)] + 8 * q;
+        }
+        const uint8_t* panel = panels + size_t(p + q) * panel_bytes;
+        if (R - r >= 3) panel_bf16<3>(panel, n, a, o);
+        else if (R - r == 2) panel_bf16<2>(panel, n, a, o);
+        else panel_bf16<1>(panel, n, a, o);
+      }
+  });
+}
+#endif
 
 }  // namespace
 
@@ -246,6 +283,18 @@ size_t prepacked_float_panel_bytes(DType wtype, int64_t n_in) {
 }
 
 void prepack_float_panel(DType wtype, const uint8_t* w, size_t w_stride, int64_t n_rows, int64_t n_in, uint8_t* dst) {
+#if !defined(__AVX512BF16__)
+  // BF16 without vdpbf16ps: two halves (rows 0-3, rows 4-7), each the 32-element chunks of its
+  // 4 rows in row order, chunk after chunk (panel_bf16_cols streams one half a pass).
+  if (wtype == DType::BF16) {
+    for (int64_t j = 0; j < 2; ++j)
+      for (int64_t s = 0; s < n_in / 32; ++s)
+        for (int64_t c = 0; c < 4; ++c)
+          std::memcpy(dst + size_t(j * n_in * 8 + s * 256 + c * 64),
+                      w + size_t(std::min<int64_t>(4 * j + c, n_rows - 1)) * w_stride + size_t(s) * 64, 64);
+    return;
+  }
+#endif
   // 8 elements of one row a piece (32 for BF16's chunks), the 8 rows' pieces in row order.
   const size_t chunk = (wtype == DType::BF16 ? 32 : 8) * elem_bytes(wtype);
   const int64_t per = wtype == DType::BF16 ? 32 : 8;
@@ -256,6 +305,9 @@ void prepack_float_panel(DType wtype, const uint8_t* w, size_t w_stride, int64_t
 }
 
 size_t prepacked_float_scratch_bytes(DType wtype, int64_t n_in, int64_t n_rows) {
+#if !defined(__AVX512BF16__)
+  if (wtype == DType::BF16) return size_t(n_rows * n_in) * sizeof(float);  // the split activations
+#endif
   return wtype == DType::F16 ? size_t(n_rows * n_in) * sizeof(float) : 0;
 }
 
@@ -266,7 +318,7 @@ void gemm_prepacked_float(DType wtype, const uint8_t* panels, size_t panel_bytes
     return run_float<DType::F32>(panels, panel_bytes, n_in, out_begin, out_end, reinterpret_cast<const float*>(act),
                                  int64_t(a_stride / 4), n_rows, y, y_stride);
   if (wtype == DType::BF16)
-    return run_bf16(panels, panel_bytes, n_in, out_begin, out_end, act, a_stride, n_rows, y, y_stride);
+    return run_bf16(panels, panel_bytes, n_in, out_begin, out_end, act, a_stride, n_rows, y, y_stride, scratch);
   // F16 activations widened once per call (exact).
   auto* rows = static_cast<float*>(scratch);
   for (int64_t r = 0; r < n_rows; ++r) {
