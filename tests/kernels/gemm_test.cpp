@@ -202,16 +202,18 @@ TEST(GemmBf16, FlushesDenormalsLikeVdpbf16ps) {
 
 TEST_P(Gemm, PackedMatrixMatchesFileLayoutBitwise) {
   const DType t = GetParam();
-  const int64_t n = 2 * std::max<int64_t>(256, block_size(t)), n_out = 37, rows = 9;
+  // 13 rows: two full row groups of the float panels (6 rows on AVX2) and a rest.
+  const int64_t n = 2 * std::max<int64_t>(512, block_size(t)), n_out = 77, rows = 13;
   kernels::PackedMatrix pm = kernels::pack_matrix_alloc(t, n, n_out);
   if (pm.empty()) GTEST_SKIP() << "no packed form";
   const Operands o = make(t, n, n_out, rows, 99, true);
   kernels::pack_panels(pm, o.w.data(), 0, (n_out + 7) / 8);
   std::vector<float> want(size_t(rows * n_out));
   kernels::matmul_rows(t, o.w.data(), n, 0, n_out, o.a.data(), rows, want.data(), n_out);
-  // Every row count of one group (4, 6 or 8 rows by kernel and ISA) and of a group and a rest.
+  // Every row count of one group (4, 6 or 8 rows by kernel and ISA), of a group and a rest, and
+  // of prefill (13).
   for (int64_t r : {int64_t(1), int64_t(2), int64_t(3), int64_t(4), int64_t(5), int64_t(6), int64_t(7), rows}) {
-    for (auto [b, e] : {std::pair<int64_t, int64_t>{0, n_out}, {3, 21}, {8, 16}, {36, 37}}) {
+    for (auto [b, e] : {std::pair<int64_t, int64_t>{0, n_out}, {3, 21}, {8, 16}, {36, 37}, {60, 70}, {40, 77}}) {
       std::vector<float> got(size_t(r * n_out), -1.f);
       kernels::matmul_rows_packed(pm, b, e, o.a.data(), r, got.data(), n_out);
       for (int64_t i = 0; i < r; ++i)
