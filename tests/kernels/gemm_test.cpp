@@ -229,4 +229,29 @@ TEST_P(Gemm, PackedMatrixMatchesFileLayoutBitwise) {
   }
 }
 
+// Every code at its largest (all weight bytes 0xFF) against activation rows of +127 and -127:
+// the packed kernels' integer sums must not overflow where the file-layout kernels' do not
+// (Q5_0 without VNNI sums its int16 pairs in two runs of four for this).
+TEST_P(Gemm, PackedMatrixSaturatedCodesMatchFileLayoutBitwise) {
+  const DType t = GetParam();
+  const int64_t n = 2 * std::max<int64_t>(256, block_size(t)), n_out = 16, rows = 2;
+  if (block_size(t) == 1) GTEST_SKIP() << "float type";
+  kernels::PackedMatrix pm = kernels::pack_matrix_alloc(t, n, n_out);
+  if (pm.empty()) GTEST_SKIP() << "no packed form";
+  std::vector<uint8_t> w(size_t(n_out) * row_bytes(t, n), 0xFF);
+  const size_t bb = dtype_info(t).block_bytes;
+  const uint16_t scale = f32_to_fp16(0.01f);
+  for (size_t b = 0; b < w.size() / bb; ++b)
+    for (size_t off : half_fields(t)) std::memcpy(w.data() + b * bb + off, &scale, 2);
+  kernels::pack_panels(pm, w.data(), 0, (n_out + 7) / 8);
+  const DType at = kernels::quant_traits(t)->vec_dot_type;
+  std::vector<uint8_t> a = quantize(at, std::vector<float>(size_t(n), 1.f), /*fast=*/true);
+  const std::vector<uint8_t> neg = quantize(at, std::vector<float>(size_t(n), -1.f), /*fast=*/true);
+  a.insert(a.end(), neg.begin(), neg.end());
+  std::vector<float> want(size_t(rows * n_out)), got(want.size());
+  kernels::matmul_rows(t, w.data(), n, 0, n_out, a.data(), rows, want.data(), n_out);
+  kernels::matmul_rows_packed(pm, 0, n_out, a.data(), rows, got.data(), n_out);
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_TRUE(same_bits(got[i], want[i])) << "output " << i << ": " << got[i] << " vs " << want[i];
+}
+
 }  // namespace

@@ -33,10 +33,9 @@ struct Prep {
   int32_t corr;  // the code offset (Q4_0 8, Q5_0 16, unsigned Q8_0 128) times the activation block's sum
 };
 
-#if KVASIR_HAVE_VNNI
-// Q5_0 (VNNI builds only): the Q4_0 panel block with the codes' fifth bits after the nibbles, 32
-// bytes where bit k of byte 4c + e is the fifth bit of element 4k + e of row c, then the scales
-// (8 x 22 bytes, as in the file). Codes 0..31 with an offset of 16.
+// Q5_0: the Q4_0 panel block with the codes' fifth bits after the nibbles, 32 bytes where bit k
+// of byte 4c + e is the fifth bit of element 4k + e of row c, then the scales (8 x 22 bytes, as
+// in the file). Codes 0..31 with an offset of 16.
 constexpr size_t kQ5_0High = kQ4_0Codes, kQ5_0Scales = kQ5_0High + 32, kQ5_0Block = kQ5_0Scales + 16;
 template <bool kQ5>
 constexpr size_t kScalesAt = kQ5 ? kQ5_0Scales : kQ4_0Codes;
@@ -45,15 +44,15 @@ constexpr size_t kBlockBytes = kScalesAt<kQ5> + 16;
 
 // Code vector k's fifth bits moved to bit 4 of their bytes (a 16-bit shift by at most 4 never
 // carries the neighbouring byte's bits into bit 4).
-template <class V>
-inline V fifth_of(V hb, int k) {
-  if constexpr (sizeof(V) == 32) {
-    const __m256i t = k < 4 ? _mm256_slli_epi16(hb, 4 - k) : _mm256_srli_epi16(hb, k - 4);
-    return _mm256_and_si256(t, _mm256_set1_epi8(0x10));
-  } else {
-    const __m512i t = k < 4 ? _mm512_slli_epi16(hb, 4 - k) : _mm512_srli_epi16(hb, k - 4);
-    return _mm512_and_si512(t, _mm512_set1_epi8(0x10));
-  }
+inline __m256i fifth_of(__m256i hb, int k) {
+  const __m256i t = k < 4 ? _mm256_slli_epi16(hb, 4 - k) : _mm256_srli_epi16(hb, k - 4);
+  return _mm256_and_si256(t, _mm256_set1_epi8(0x10));
+}
+
+#if KVASIR_HAVE_VNNI
+inline __m512i fifth_of(__m512i hb, int k) {
+  const __m512i t = k < 4 ? _mm512_slli_epi16(hb, 4 - k) : _mm512_srli_epi16(hb, k - 4);
+  return _mm512_and_si512(t, _mm512_set1_epi8(0x10));
 }
 
 // With VNNI one vpdpbusd per 4 elements adds the codes' products into each column's int32 lane
@@ -90,28 +89,49 @@ void panel_q4_0(const uint8_t* panel, int64_t nb, const BlockQ8_0* const a[], co
   }
 }
 #else
+// Without VNNI, vpmaddubsw takes the unsigned codes times the activation bytes in int16 pairs.
+// Q4_0's eight pair sums per lane stay below 2^15 (8 x 2 x 15 x 127); Q5_0's codes reach 31, so
+// its sums go to int32 in two runs of four (4 x 2 x 31 x 127 = 31,496). Integer sums are exact:
+// the same bits as the file-layout kernels.
 template <int R, bool kQ5>
 void panel_q4_0(const uint8_t* panel, int64_t nb, const BlockQ8_0* const a[], const Prep* const pr[], __m256 acc[]) {
-  static_assert(!kQ5, "Q5_0 is prepacked only where VNNI is compiled in");
   const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
-    const uint8_t* pb = panel + size_t(i) * kQ4_0Block;
-    prefetch_part<kQ4_0Block, 1>(pb, 0);
+    const uint8_t* pb = panel + size_t(i) * kBlockBytes<kQ5>;
+    prefetch_part<kBlockBytes<kQ5>, 1>(pb, 0);
     __m256i v[8];
     for (int m = 0; m < 4; ++m) {
       const __m256i l = load256(pb + 32 * m);
       v[2 * m] = _mm256_and_si256(l, low4);
       v[2 * m + 1] = _mm256_and_si256(_mm256_srli_epi16(l, 4), low4);
     }
-    const __m256 dw = _mm256_cvtph_ps(load128(pb + kQ4_0Codes));
+    if constexpr (kQ5) {
+      const __m256i hb = load256(pb + kQ5_0High);
+      for (int k = 0; k < 8; ++k) v[k] = _mm256_or_si256(v[k], fifth_of(hb, k));
+    }
+    const __m256 dw = _mm256_cvtph_ps(load128(pb + kScalesAt<kQ5>));
     for (int r = 0; r < R; ++r) {
-      __m256i p = _mm256_maddubs_epi16(v[0], bcast4(a[r][i].qs));
-      for (int k = 1; k < 8; ++k) {
-        p = _mm256_add_epi16(p, _mm256_maddubs_epi16(v[k], bcast4(a[r][i].qs + 4 * k)));
-        keep_chain(p);
+      const int8_t* q = a[r][i].qs;
+      __m256i isum;
+      if constexpr (kQ5) {
+        __m256i p0 = _mm256_maddubs_epi16(v[0], bcast4(q)), p1 = _mm256_maddubs_epi16(v[4], bcast4(q + 16));
+        for (int k = 1; k < 4; ++k) {
+          p0 = _mm256_add_epi16(p0, _mm256_maddubs_epi16(v[k], bcast4(q + 4 * k)));
+          p1 = _mm256_add_epi16(p1, _mm256_maddubs_epi16(v[k + 4], bcast4(q + 4 * k + 16)));
+          keep_chain(p0);
+          keep_chain(p1);
+        }
+        isum = _mm256_add_epi32(_mm256_madd_epi16(p0, ones), _mm256_madd_epi16(p1, ones));
+      } else {
+        __m256i p = _mm256_maddubs_epi16(v[0], bcast4(q));
+        for (int k = 1; k < 8; ++k) {
+          p = _mm256_add_epi16(p, _mm256_maddubs_epi16(v[k], bcast4(q + 4 * k)));
+          keep_chain(p);
+        }
+        isum = _mm256_madd_epi16(p, ones);
       }
-      const __m256i isum = _mm256_sub_epi32(_mm256_madd_epi16(p, ones), _mm256_set1_epi32(pr[r][i].corr));
+      isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(pr[r][i].corr));
       acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(pr[r][i].da)), _mm256_cvtepi32_ps(isum), acc[r]);
     }
   }
@@ -275,7 +295,6 @@ void pack_q8_0(const uint8_t* w, size_t w_stride, int64_t n_rows, int64_t nb, ui
   }
 }
 
-#if KVASIR_HAVE_VNNI
 void pack_q5_0(const uint8_t* w, size_t w_stride, int64_t n_rows, int64_t nb, uint8_t* dst) {
   const __m256i low4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
   for (int64_t i = 0; i < nb; ++i) {
@@ -299,7 +318,6 @@ void pack_q5_0(const uint8_t* w, size_t w_stride, int64_t n_rows, int64_t nb, ui
     std::memcpy(pb + kQ5_0Scales, d, 16);
   }
 }
-#endif
 
 void pack_q4_0(const uint8_t* w, size_t w_stride, int64_t n_rows, int64_t nb, uint8_t* dst) {
   for (int64_t i = 0; i < nb; ++i) {
@@ -381,9 +399,7 @@ void gemm_q8_0(const uint8_t* panels, size_t panel_bytes, int64_t nb, int64_t ou
 size_t prepacked_panel_bytes(DType wtype, int64_t n_in) {
   if (wtype == DType::Q4_0) return size_t(n_in / kQ) * kQ4_0Block;
   if (wtype == DType::Q8_0) return size_t(n_in / kQ) * kQ8_0Block;
-#if KVASIR_HAVE_VNNI
   if (wtype == DType::Q5_0) return size_t(n_in / kQ) * kQ5_0Block;
-#endif
   if (is_float_type(wtype)) return prepacked_float_panel_bytes(wtype, n_in);
   return prepacked_k_panel_bytes(wtype, n_in);
 }
@@ -391,9 +407,7 @@ size_t prepacked_panel_bytes(DType wtype, int64_t n_in) {
 void prepack_panel(DType wtype, const uint8_t* w, size_t w_stride, int64_t n_rows, int64_t n_in, uint8_t* dst) {
   if (wtype == DType::Q4_0) return pack_q4_0(w, w_stride, n_rows, n_in / kQ, dst);
   if (wtype == DType::Q8_0) return pack_q8_0(w, w_stride, n_rows, n_in / kQ, dst);
-#if KVASIR_HAVE_VNNI
   if (wtype == DType::Q5_0) return pack_q5_0(w, w_stride, n_rows, n_in / kQ, dst);
-#endif
   if (is_float_type(wtype)) return prepack_float_panel(wtype, w, w_stride, n_rows, n_in, dst);
   prepack_k_panel(wtype, w, w_stride, n_rows, n_in, dst);
 }
@@ -414,11 +428,9 @@ void gemm_prepacked(DType wtype, const uint8_t* panels, size_t panel_bytes, int6
   if (wtype == DType::Q4_0)
     return gemm_nibbles<false>(panels, panel_bytes, nb, out_begin, out_end, act, a_stride, n_rows, y, y_stride,
                                static_cast<Prep*>(scratch));
-#if KVASIR_HAVE_VNNI
   if (wtype == DType::Q5_0)
     return gemm_nibbles<true>(panels, panel_bytes, nb, out_begin, out_end, act, a_stride, n_rows, y, y_stride,
                               static_cast<Prep*>(scratch));
-#endif
   if (wtype == DType::Q8_0)
     return gemm_q8_0(panels, panel_bytes, nb, out_begin, out_end, act, a_stride, n_rows, y, y_stride,
                      static_cast<Prep*>(scratch));
