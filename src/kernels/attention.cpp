@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "core/fp16.h"
@@ -226,15 +227,35 @@ inline void update_state(HeadState& st, float correction, float sum, float new_m
   st.max = new_max;
 }
 
-// One head of one row over n keys/values (contiguous rows of head_dim elements, F16 or F32):
-// scores, then the online-softmax update of (max, sum) and of the unnormalized output acc.
+// A step's keys and values for one KV head as runs of contiguous rows (one per KV block the step
+// covers, or one for a step widened into scratch), each with the later head-block to prefetch
+// while it is computed (the block's pf, used up as it goes: a later pass of heads or rows over
+// the same block issues no prefetches again). Scores are per key and each output element's value chain runs over the
+// keys in order, so a step computed run by run is bitwise the step computed in one piece.
 template <class T>
-void attend_block(const float* q, const T* k, const T* v, int64_t n, int64_t hd, const AttentionParams& p, float* s,
-                  float* w, HeadState& st, float* acc, Prefetch& pf) {
-  scores(q, k, n, hd, p.scale, s, pf);
+struct KvRun {
+  const T* k;
+  const T* v;
+  int64_t n;
+  Prefetch* pf;
+};
+
+// The most runs a step has (keys_per_step: 64 keys, blocks of 1 or more).
+inline constexpr int kMaxRuns = 64;
+
+// One head of one row over a step's n keys/values (F16 or F32 rows of head_dim elements): scores,
+// then the online-softmax update of (max, sum) and of the unnormalized output acc.
+template <class T>
+void attend_block(const float* q, KvRun<T>* runs, int nr, int64_t n, int64_t hd, const AttentionParams& p,
+                  float* s, float* w, HeadState& st, float* acc) {
+  for (int64_t i = 0, off = 0; i < nr; off += runs[i].n, ++i) {
+    scores(q, runs[i].k, runs[i].n, hd, p.scale, s + off, *runs[i].pf);
+  }
   float sum, new_max;
   const float correction = softmax_step(s, n, p, st, acc, hd, w, sum, new_max);
-  accumulate_values(acc, v, w, n, hd, pf);
+  for (int64_t i = 0, off = 0; i < nr; off += runs[i].n, ++i) {
+    accumulate_values(acc, runs[i].v, w + off, runs[i].n, hd, *runs[i].pf);
+  }
   update_state(st, correction, sum, new_max);
 }
 
@@ -309,9 +330,11 @@ void values_heads(float* acc, const T* v, const float* w, int64_t ws, int64_t n,
 // q + h * hd, acc + h * hd, st[h]): bitwise attend_block per head, with each K/V element read
 // once for all of them. s and w hold kMaxPassHeads rows of ss floats.
 template <class T, int H>
-void attend_heads(const float* q, const T* k, const T* v, int64_t n, int64_t hd, const AttentionParams& p, float* s,
-                  float* w, int64_t ss, HeadState* st, float* acc, Prefetch& pf) {
-  scores_heads<T, H>(q, k, n, hd, p.scale, s, ss, pf);
+void attend_heads(const float* q, KvRun<T>* runs, int nr, int64_t n, int64_t hd, const AttentionParams& p,
+                  float* s, float* w, int64_t ss, HeadState* st, float* acc) {
+  for (int64_t i = 0, off = 0; i < nr; off += runs[i].n, ++i) {
+    scores_heads<T, H>(q, runs[i].k, runs[i].n, hd, p.scale, s + off, ss, *runs[i].pf);
+  }
   float correction[H], sum[H], new_max[H];
   for (int h = 0; h < H; ++h) {
     correction[h] = softmax_weights(s + h * ss, n, p, st[h], acc + h * hd, hd, w + h * ss, new_max[h]);
@@ -320,7 +343,9 @@ void attend_heads(const float* q, const T* k, const T* v, int64_t n, int64_t hd,
   // Each head's sum in key order, the heads' chains side by side (their latency overlaps).
   for (int64_t t = 0; t < n; ++t)
     for (int h = 0; h < H; ++h) sum[h] += w[h * ss + t];
-  values_heads<T, H>(acc, v, w, ss, n, hd, pf);
+  for (int64_t i = 0, off = 0; i < nr; off += runs[i].n, ++i) {
+    values_heads<T, H>(acc, runs[i].v, w + off, ss, runs[i].n, hd, *runs[i].pf);
+  }
   for (int h = 0; h < H; ++h) update_state(st[h], correction[h], sum[h], new_max[h]);
 }
 #endif
@@ -328,17 +353,17 @@ void attend_heads(const float* q, const T* k, const T* v, int64_t n, int64_t hd,
 // The heads [0, count) of one row that share a KV head (laid out as attend_heads takes them),
 // in passes of 8, 4, 2 and 1 heads where head_dim allows, else one head at a time.
 template <class T>
-void attend_group(const float* q, const T* k, const T* v, int64_t n, int64_t hd, const AttentionParams& p, float* s,
-                  float* w, int64_t ss, HeadState* st, float* acc, int64_t count, Prefetch& pf) {
+void attend_group(const float* q, KvRun<T>* runs, int nr, int64_t n, int64_t hd, const AttentionParams& p,
+                  float* s, float* w, int64_t ss, HeadState* st, float* acc, int64_t count) {
   int64_t h = 0;
 #if KVASIR_HAVE_AVX2
   if (hd % 8 == 0 && count >= 2) {
-    for (; h + 8 <= count; h += 8) attend_heads<T, 8>(q + h * hd, k, v, n, hd, p, s, w, ss, st + h, acc + h * hd, pf);
-    if (h + 4 <= count) attend_heads<T, 4>(q + h * hd, k, v, n, hd, p, s, w, ss, st + h, acc + h * hd, pf), h += 4;
-    if (h + 2 <= count) attend_heads<T, 2>(q + h * hd, k, v, n, hd, p, s, w, ss, st + h, acc + h * hd, pf), h += 2;
+    for (; h + 8 <= count; h += 8) attend_heads<T, 8>(q + h * hd, runs, nr, n, hd, p, s, w, ss, st + h, acc + h * hd);
+    if (h + 4 <= count) attend_heads<T, 4>(q + h * hd, runs, nr, n, hd, p, s, w, ss, st + h, acc + h * hd), h += 4;
+    if (h + 2 <= count) attend_heads<T, 2>(q + h * hd, runs, nr, n, hd, p, s, w, ss, st + h, acc + h * hd), h += 2;
   }
 #endif
-  for (; h < count; ++h) attend_block(q + h * hd, k, v, n, hd, p, s, w, st[h], acc + h * hd, pf);
+  for (; h < count; ++h) attend_block(q + h * hd, runs, nr, n, hd, p, s, w, st[h], acc + h * hd);
 }
 
 }  // namespace
@@ -371,11 +396,11 @@ void kv_store(const KvLayerView& kv, const int32_t* block_table, int64_t pos, co
 }
 
 namespace {
-// Keys per online-softmax step: one KV block; for head dims up to 16, 64 keys (whole blocks that
+// Keys per online-softmax step: one KV block; for head dims up to 64, 64 keys (whole blocks that
 // nest in the spans), since the step's bookkeeping (max, rescale, exp of the correction) would
-// otherwise outweigh the few products per key.
+// otherwise weigh on the few products per key (134M shape, head_dim 64: prefill 1.06x).
 int64_t keys_per_step(const KvLayerView& kv) {
-  return kv.head_dim <= 16 && kv.block_size < 64 && 64 % kv.block_size == 0 ? 64 : kv.block_size;
+  return kv.head_dim <= 64 && kv.block_size < 64 && 64 % kv.block_size == 0 ? 64 : kv.block_size;
 }
 // Scratch of attend_keys: K and V of one head's step, and scores and weights of one step for
 // kMaxPassHeads heads (rows padded by 8).
@@ -443,11 +468,10 @@ void attend_keys(const TileArgs& t, int64_t lo, int64_t hi, Accumulators a, floa
   const KvLayerView& kv = t.kv;
   const AttentionParams& p = t.p;
   const int64_t hd = kv.head_dim, bs = kv.block_size;
-  const int64_t group = p.n_heads / kv.n_kv_heads, n_g = t.kv_end - t.kv_begin;
+  const int64_t group = p.n_heads / kv.n_kv_heads;
   const bool f16 = kv.type == DType::F16;
   const auto* quantized = dtype_info(kv.type).block_size > 1 ? quant_traits(kv.type) : nullptr;
-  const int64_t step = keys_per_step(kv);
-  const bool multi = step > bs;  // a step spans several blocks: always through scratch
+  const int64_t step = keys_per_step(kv), bps = step / bs;  // a step is whole blocks
   float* kblk = blocks;            // [step][hd]
   float* vblk = kblk + step * hd;  // [step][hd]
   const int64_t ss = step + 8;
@@ -460,31 +484,36 @@ void attend_keys(const TileArgs& t, int64_t lo, int64_t hi, Accumulators a, floa
     }
   const int64_t last = std::min(hi, t.pos0 + t.n_rows - 1);
   const int64_t lo_first = std::max(lo, window_start(t.pos0, p.window));
+  const int64_t lo_block = lo_first - lo_first % bs;
+  const size_t block_bytes = row_bytes(kv.type, bs * hd);
+  // What block j of (step start, head g) prefetches: the head-block kPrefetchAhead after it in
+  // the order they are read (steps, then heads, then the step's blocks).
+  auto prefetch_for = [&](int64_t start, int64_t g, int64_t j) {
+    Prefetch pf;
+    int64_t jj = j + kPrefetchAhead, gg = g, st0 = start;
+    for (; jj >= bps; jj -= bps)
+      if (++gg == t.kv_end) gg = t.kv_begin, st0 += step;
+    const int64_t block_start = st0 + jj * bs;
+    if (block_start >= lo_block && block_start <= last) {
+      pf.k = reinterpret_cast<const char*>(kv_row(kv.k, kv, t.block_table, block_start, gg));
+      pf.v = reinterpret_cast<const char*>(kv_row(kv.v, kv, t.block_table, block_start, gg));
+      pf.k_end = pf.k + block_bytes;
+      pf.v_end = pf.v + block_bytes;
+    }
+    return pf;
+  };
   // Steps outer, heads inner: each (row, head) sees the steps in order, so the result does not
-  // depend on how the heads are split. One head's rows of a block are contiguous (kv_row).
-  // F16 K/V is read in place (widened in registers) when one query head uses one block, and
-  // widened once into scratch when several rows or heads share it; both give bitwise the same
-  // floats, so the choice never shows in a result. Quantized K/V, and steps of several blocks,
-  // always go through scratch, once per head and step.
-  const bool widen = multi || quantized || (f16 && t.n_rows >= 2);
+  // depend on how the heads are split. One head's rows of a block are contiguous (kv_row); a
+  // step is computed as one run per block (KvRun), bitwise the step in one piece.
+  // F16 K/V is read in place (widened in registers) when one row reads it, and widened once into
+  // scratch when several rows share it; both give bitwise the same floats, so the choice never
+  // shows in a result. Quantized K/V always goes through scratch, once per head and step.
+  const bool widen = quantized || (f16 && t.n_rows >= 2);
+  Prefetch pfs[kMaxRuns];
   for (int64_t start = lo_first - lo_first % step; start <= last; start += step) {
     const int64_t first = std::max(start, lo_first), end = std::min(start + step - 1, last);
     for (int64_t g = t.kv_begin; g < t.kv_end; ++g) {
-      const uint8_t* k0 = kv_row(kv.k, kv, t.block_table, first, g);
-      const uint8_t* v0 = kv_row(kv.v, kv, t.block_table, first, g);
-      // Fetched while this head-block is computed: the one two steps ahead in (block, head) order.
-      Prefetch pf;
-      if (!multi) {
-        int64_t ahead = g + kPrefetchAhead, block_start = start;
-        for (; ahead >= t.kv_end; ahead -= n_g) block_start += bs;
-        if (block_start <= last) {
-          const size_t bytes = row_bytes(kv.type, bs * hd);
-          pf.k = reinterpret_cast<const char*>(kv_row(kv.k, kv, t.block_table, block_start, ahead));
-          pf.v = reinterpret_cast<const char*>(kv_row(kv.v, kv, t.block_table, block_start, ahead));
-          pf.k_end = pf.k + bytes;
-          pf.v_end = pf.v + bytes;
-        }
-      }
+      for (int64_t j = 0; j < bps; ++j) pfs[j] = prefetch_for(start, g, j);
       for (int64_t p0 = first; widen && p0 <= end;) {  // block by block into scratch
         const int64_t p1 = std::min(end, p0 - p0 % bs + bs - 1), len = (p1 - p0 + 1) * hd;
         const uint8_t* kr = kv_row(kv.k, kv, t.block_table, p0, g);
@@ -509,15 +538,30 @@ void attend_keys(const TileArgs& t, int64_t lo, int64_t hi, Accumulators a, floa
         const float* qh = t.q + m * t.q_stride + head * hd;
         float* oh = a.acc + m * a.acc_stride + head * hd;
         HeadState* st = a.state + m * p.n_heads + head;
-        const int64_t n = t1 - t0 + 1, off = (t0 - first) * hd;
+        // The row's keys of this step, one run per block, from scratch or in place.
+        auto run_blocks = [&]<class T>(auto&& rows_at) {
+          KvRun<T> runs[kMaxRuns];
+          int nr = 0;
+          for (int64_t p0 = t0; p0 <= t1; ++nr) {
+            const int64_t p1 = std::min(t1, p0 - p0 % bs + bs - 1);
+            const auto [k, v] = rows_at(p0);
+            runs[nr] = {k, v, p1 - p0 + 1, &pfs[(p0 - start) / bs]};
+            p0 = p1 + 1;
+          }
+          attend_group(qh, runs, nr, t1 - t0 + 1, hd, p, s, w, ss, st, oh, group);
+        };
+        auto in_place = [&]<class T>(int64_t p0) {
+          return std::pair{reinterpret_cast<const T*>(kv_row(kv.k, kv, t.block_table, p0, g)),
+                           reinterpret_cast<const T*>(kv_row(kv.v, kv, t.block_table, p0, g))};
+        };
         if (widen) {
-          attend_group(qh, kblk + off, vblk + off, n, hd, p, s, w, ss, st, oh, group, pf);
+          run_blocks.template operator()<float>([&](int64_t p0) {
+            return std::pair<const float*, const float*>{kblk + (p0 - first) * hd, vblk + (p0 - first) * hd};
+          });
         } else if (f16) {
-          attend_group(qh, reinterpret_cast<const uint16_t*>(k0) + off, reinterpret_cast<const uint16_t*>(v0) + off, n,
-                       hd, p, s, w, ss, st, oh, group, pf);
+          run_blocks.template operator()<uint16_t>([&](int64_t p0) { return in_place.template operator()<uint16_t>(p0); });
         } else {
-          attend_group(qh, reinterpret_cast<const float*>(k0) + off, reinterpret_cast<const float*>(v0) + off, n, hd, p,
-                       s, w, ss, st, oh, group, pf);
+          run_blocks.template operator()<float>([&](int64_t p0) { return in_place.template operator()<float>(p0); });
         }
       }
     }
