@@ -118,7 +118,7 @@ TEST(Attention, PagedEqualsContiguousReference) {
       {4, 4, 64, 32, 130, 0, DType::F32}, {4, 2, 64, 16, 17, 16, DType::F32}, {8, 1, 256, 16, 70, 0, DType::F32},
       // Past kAttentionSpan: several spans merged, and a window that crosses a span boundary.
       {4, 2, 32, 16, 2600, 0, DType::F32}, {4, 1, 64, 16, 2200, 700, DType::F32}, {2, 1, 16, 48, 1100, 0, DType::F32},
-      // Head dims up to 64 (64 keys per softmax step), across spans and with a window.
+      // Small head dims (64 keys per softmax step: many blocks), across spans and with a window.
       {8, 4, 8, 16, 1500, 0, DType::F32}, {4, 2, 16, 4, 1300, 90, DType::F32},
   };
   uint32_t seed = 1;
@@ -196,7 +196,7 @@ TEST(Attention, TileRowsEqualSingleRowsBitwise) {
 TEST(Attention, SpanSplitEqualsAttentionRowsBitwise) {
   const LayerCase cases[] = {{8, 2, 64, 16, 0, DType::F16}, {4, 1, 256, 16, 0, DType::F16}, {4, 1, 32, 16, 700, DType::F32},
                              {6, 3, 16, 48, 0, DType::F32}, {4, 2, 64, 32, 0, DType::Q8_0},
-                             // Head dims up to 64: softmax steps of 64 keys over 4 blocks, here with a window.
+                             // Softmax steps of 64 keys over 4 and 8 blocks, here with a window.
                              {4, 2, 8, 16, 0, DType::F16},  {4, 2, 16, 8, 300, DType::F32}};
   std::mt19937 rng(17);
   std::normal_distribution<float> nd(0.f, 1.f);
