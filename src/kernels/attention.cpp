@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <utility>
 #include <vector>
 
 #include "core/fp16.h"
@@ -539,31 +538,23 @@ void attend_keys(const TileArgs& t, int64_t lo, int64_t hi, Accumulators a, floa
         const float* qh = t.q + m * t.q_stride + head * hd;
         float* oh = a.acc + m * a.acc_stride + head * hd;
         HeadState* st = a.state + m * p.n_heads + head;
-        // The row's keys of this step, one run per block, from scratch or in place.
-        auto run_blocks = [&]<class T>(auto&& rows_at) {
+        // The row's keys of this step, one run per block: from scratch (ks, vs) or, where those
+        // are null, in place.
+        auto attend_runs = [&]<class T>(const T* ks, const T* vs) {
           KvRun<T> runs[kMaxRuns];
           int nr = 0;
           for (int64_t p0 = t0; p0 <= t1; ++nr) {
             const int64_t p1 = std::min(t1, p0 - p0 % bs + bs - 1);
-            const auto [k, v] = rows_at(p0);
+            const T* k = ks ? ks + (p0 - first) * hd : reinterpret_cast<const T*>(kv_row(kv.k, kv, t.block_table, p0, g));
+            const T* v = vs ? vs + (p0 - first) * hd : reinterpret_cast<const T*>(kv_row(kv.v, kv, t.block_table, p0, g));
             runs[nr] = {k, v, p1 - p0 + 1, &pfs[(p0 - start) / bs]};
             p0 = p1 + 1;
           }
           attend_group(qh, runs, nr, t1 - t0 + 1, hd, p, s, w, ss, st, oh, group);
         };
-        auto in_place = [&]<class T>(int64_t p0) {
-          return std::pair{reinterpret_cast<const T*>(kv_row(kv.k, kv, t.block_table, p0, g)),
-                           reinterpret_cast<const T*>(kv_row(kv.v, kv, t.block_table, p0, g))};
-        };
-        if (widen) {
-          run_blocks.template operator()<float>([&](int64_t p0) {
-            return std::pair<const float*, const float*>{kblk + (p0 - first) * hd, vblk + (p0 - first) * hd};
-          });
-        } else if (f16) {
-          run_blocks.template operator()<uint16_t>([&](int64_t p0) { return in_place.template operator()<uint16_t>(p0); });
-        } else {
-          run_blocks.template operator()<float>([&](int64_t p0) { return in_place.template operator()<float>(p0); });
-        }
+        if (widen) attend_runs(static_cast<const float*>(kblk), static_cast<const float*>(vblk));
+        else if (f16) attend_runs(static_cast<const uint16_t*>(nullptr), static_cast<const uint16_t*>(nullptr));
+        else attend_runs(static_cast<const float*>(nullptr), static_cast<const float*>(nullptr));
       }
     }
   }
