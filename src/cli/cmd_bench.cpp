@@ -143,9 +143,17 @@ int run_bench(const BenchArgs& a) {
     for (int64_t p : *ps) max_ctx = std::max(max_ctx, d + p);
     for (int64_t n : *ns) max_ctx = std::max(max_ctx, d + n);
   }
+  std::shared_ptr<const KvTransform> kv_transform;
+  if (dtype_info(*kv_type).block_size > 1) {  // quantized K/V as run and serve store them
+    auto tok = Tokenizer::from_gguf(m.gguf());
+    if (!tok) return fail(tok.error());
+    auto t = calibrate_kv_cache(m, *tok, *kv_type, max_ctx, "", ThreadPool::default_threads());
+    if (!t) return fail(t.error());
+    kv_transform = *t;
+  }
   for (int64_t t : *ts) {
     auto session = Session::create(m, {.n_ctx = max_ctx, .max_batch_tokens = a.batch, .num_threads = int(t),
-                                       .kv_type = *kv_type});
+                                       .kv_type = *kv_type, .kv_transform = kv_transform});
     if (!session) return fail(session.error());
     Session& s = **session;
     uint64_t hash = 0;
@@ -237,7 +245,7 @@ void register_bench(CLI::App& app, Handler& handler) {
   cmd->add_option("-t,--threads", a->threads, "Thread counts, comma-separated");
   cmd->add_option("-r,--repetitions", a->reps, "Runs per test after a warm-up")->check(CLI::Range(1, 1000));
   cmd->add_option("-b,--batch", a->batch, "Prefill chunk in tokens")->check(CLI::Range(1, 1 << 16));
-  cmd->add_option("--kv-type", a->kv_type, "KV cache type: f16, f32, q8_0 or q4_0 (4-bit K is stored Hadamard-rotated)");
+  cmd->add_option("--kv-type", a->kv_type, "KV cache type: f16, f32, q8_0 or q4_0 (quantized K and V are stored in a basis calibrated at start-up)");
   cmd->add_flag("--json", a->json, "JSON output");
   cmd->add_flag("--csv", a->csv, "CSV output");
   cmd->callback([&handler, a] { handler = [a] { return run_bench(*a); }; });

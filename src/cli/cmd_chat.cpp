@@ -213,6 +213,9 @@ int run_chat(ChatArgs a) {
   o.max_model_len = a.n_ctx;
   o.kv_blocks = (a.n_ctx + 15) / 16 + 1;
   o.kv_type = *kv_type;
+  auto kv_transform = calibrate_kv_cache(**model, *tok, *kv_type, a.n_ctx, "", a.threads);
+  if (!kv_transform) return fail(kv_transform.error());
+  o.kv_transform = *kv_transform;
   o.num_threads = a.threads;
   auto core = engine::EngineCore::create(**model, *tok, o);
   if (!core) return fail(core.error());
@@ -266,7 +269,7 @@ void register_chat(CLI::App& app, Handler& handler) {
   add_sampling_flags(cmd, a->sampling);  // --seed: each answer uses the next one
   cmd->add_option("-t,--threads", a->threads, "Threads (default: physical cores)");
   cmd->add_option("--quantize", a->quantize, "Quantize an F32/F16/BF16 model in memory at load (q8_0, q4_0, q4_k_m, ...): the same bytes as `kvasir quantize`");
-  cmd->add_option("--kv-type", a->kv_type, "KV cache type: f16, f32, q8_0 or q4_0 (4-bit K is stored Hadamard-rotated)");
+  cmd->add_option("--kv-type", a->kv_type, "KV cache type: f16, f32, q8_0 or q4_0 (quantized K and V are stored in a basis calibrated at start-up)");
   cmd->add_flag("--ignore-eos", a->ignore_eos, "Keep answering past end-of-turn tokens (up to -n; for tests)");
   cmd->callback([&handler, a] { handler = [a] { return run_chat(*a); }; });
 }

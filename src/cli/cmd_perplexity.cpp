@@ -25,7 +25,7 @@ struct PerplexityArgs {
   int threads = 0;
   bool json = false;
   std::string kv_type = "f16", base_kv_type = "f16";
-  bool kv_no_rotate = false;
+  bool kv_no_rotate = false, kv_no_calibrate = false;
 };
 
 int run_perplexity(PerplexityArgs a) {
@@ -52,6 +52,12 @@ int run_perplexity(PerplexityArgs a) {
   auto base_kv_type = parse_kv_type(a.base_kv_type);
   if (!base_kv_type) return fail(base_kv_type.error());
   const std::vector<int32_t> tokens = tok->encode(text);
+  std::shared_ptr<const KvTransform> kv_transform;
+  if (!a.kv_no_calibrate) {  // on the built-in text, never on the text scored
+    auto t = calibrate_kv_cache(**model, *tok, *kv_type, a.n_ctx, "", a.threads);
+    if (!t) return fail(t.error());
+    kv_transform = *t;
+  }
   const auto t0 = std::chrono::steady_clock::now();
   const bool bar = isatty(STDERR_FILENO);  // a progress line on a terminal only
   auto progress = [&](int64_t done, int64_t total, double ppl) {
@@ -62,6 +68,7 @@ int run_perplexity(PerplexityArgs a) {
   auto r = eval::evaluate(**model, base.get(), tokens,
                           {.n_ctx = a.n_ctx, .num_threads = a.threads, .bos = tok->add_bos() ? tok->bos() : -1,
                            .kv_type = *kv_type, .base_kv_type = *base_kv_type, .kv_rotate_k = !a.kv_no_rotate,
+                           .kv_transform = kv_transform,
                            .on_chunk = bar ? std::function<void(int64_t, int64_t, double)>(progress) : nullptr});
   if (bar) std::fprintf(stderr, "\r\033[K");
   if (!r) return fail(r.error());
@@ -120,7 +127,8 @@ void register_perplexity(CLI::App& app, Handler& handler) {
   cmd->add_option("--kv-type", a->kv_type, "The model's KV cache type: f16, f32, q8_0 or q4_0 (with the same file as "
                                           "--kl-base: the KV type's own KL divergence)");
   cmd->add_option("--kl-base-kv-type", a->base_kv_type, "The base model's KV cache type (default f16)");
-  cmd->add_flag("--kv-no-rotate", a->kv_no_rotate, "Store 4-bit K unrotated");
+  cmd->add_flag("--kv-no-rotate", a->kv_no_rotate, "Store 4-bit K and V unrotated");
+  cmd->add_flag("--kv-no-calibrate", a->kv_no_calibrate, "Store quantized K and V as they are (no KV calibration)");
   cmd->callback([&handler, a] { handler = [a] { return run_perplexity(*a); }; });
 }
 

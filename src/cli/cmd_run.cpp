@@ -53,12 +53,14 @@ Result<std::shared_ptr<const grammar::CompiledGrammar>> cli_grammar(const RunArg
 // One request through the engine, so that speculative decoding and grammars apply; text streams
 // as it comes.
 int run_engine(const RunArgs& a, const Model& model, const Tokenizer& tokenizer, std::vector<int32_t> prompt,
-               DType kv_type, const engine::SpecOptions& spec, std::shared_ptr<const grammar::CompiledGrammar> grammar) {
+               DType kv_type, std::shared_ptr<const KvTransform> kv_transform, const engine::SpecOptions& spec,
+               std::shared_ptr<const grammar::CompiledGrammar> grammar) {
   engine::EngineOptions o;
   o.max_batch_tokens = int32_t(a.batch);
   o.max_seqs = 1;
   o.kv_blocks = (a.n_ctx + 15) / 16 + 1;
   o.kv_type = kv_type;
+  o.kv_transform = std::move(kv_transform);
   o.max_model_len = int32_t(a.n_ctx);
   o.num_threads = a.threads;
   o.spec = spec;
@@ -125,10 +127,12 @@ int run_generate(RunArgs a) {
   auto grammar = cli_grammar(a, *tokenizer);
   if (!grammar) return fail(grammar.error());
   if (auto st = a.spec.prepare(**model, *tokenizer, a.threads, *spec); !st) return fail(st.error());
+  auto kv_transform = calibrate_kv_cache(**model, *tokenizer, *kv_type, a.n_ctx, "", a.threads);
+  if (!kv_transform) return fail(kv_transform.error());
   if (spec->method != engine::SpecMethod::none || *grammar)
-    return run_engine(a, **model, *tokenizer, std::move(tokens), *kv_type, *spec, *grammar);
+    return run_engine(a, **model, *tokenizer, std::move(tokens), *kv_type, *kv_transform, *spec, *grammar);
   auto session = Session::create(**model, {.n_ctx = a.n_ctx, .max_batch_tokens = a.batch, .num_threads = a.threads,
-                                           .kv_type = *kv_type});
+                                           .kv_type = *kv_type, .kv_transform = *kv_transform});
   if (!session) return fail(session.error());
 
   const int64_t n_vocab = (*model)->config().n_vocab;
@@ -181,7 +185,7 @@ void register_run(CLI::App& app, Handler& handler) {
   cmd->add_option("-t,--threads", a->threads, "Threads (default: physical cores)");
   cmd->add_option("--quantize", a->quantize, "Quantize an F32/F16/BF16 model in memory at load (q8_0, q4_0, q4_k_m, ...): the same bytes as `kvasir quantize`");
   cmd->add_option("-b,--batch", a->batch, "Prefill chunk in tokens")->check(CLI::Range(1, 1 << 16));
-  cmd->add_option("--kv-type", a->kv_type, "KV cache type: f16, f32, q8_0 or q4_0 (4-bit K is stored Hadamard-rotated)");
+  cmd->add_option("--kv-type", a->kv_type, "KV cache type: f16, f32, q8_0 or q4_0 (quantized K and V are stored in a basis calibrated at start-up)");
   a->spec.add_to(cmd);
   cmd->add_option("--json-schema", a->json_schema_file, "Constrain the output to JSON matching this JSON Schema file");
   cmd->add_option("--grammar", a->grammar_file, "Constrain the output to this GBNF grammar file");

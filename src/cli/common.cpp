@@ -1,5 +1,6 @@
 #include "cli/common.h"
 
+#include "eval/kv_calibration.h"
 #include "eval/kv_guard.h"
 #include "hub/model_ref.h"
 #include "quant/quantize_file.h"
@@ -246,13 +247,32 @@ Status check_draft_vocabulary(const Tokenizer& target, const Tokenizer& draft) {
 }
 
 void KvFlags::add_to(CLI::App* cmd) {
-  cmd->add_option("--kv-type", type, "KV cache type: f16, f32, q8_0 or q4_0 (4-bit K is stored Hadamard-rotated)");
+  cmd->add_option("--kv-type", type, "KV cache type: f16, f32, q8_0 or q4_0 (quantized K and V are stored in a basis calibrated at start-up)");
   cmd->add_option("--kv-guard", guard,
                   "With a quantized --kv-type: measure its mean KL divergence against F16 KV at start-up and keep the "
                   "most sensitive layers in F16 until it is at most this")
       ->check(CLI::Range(0.0, 100.0));
-  cmd->add_option("--kv-guard-text", guard_text, "Text the KV guard measures on (default: a built-in English text)");
-  cmd->add_flag("--kv-no-rotate", no_rotate, "Store 4-bit K unrotated");
+  cmd->add_option("--kv-guard-text", guard_text,
+                  "Text the KV calibration and guard measure on (default: a built-in English text)");
+  cmd->add_flag("--kv-no-rotate", no_rotate, "Store 4-bit K and V unrotated");
+  cmd->add_flag("--kv-no-calibrate", no_calibrate,
+                "Store quantized K and V as they are (default: in a basis measured at start-up, see docs/API.md)");
+}
+
+Result<std::shared_ptr<const KvTransform>> calibrate_kv_cache(const Model& model, const Tokenizer& tokenizer,
+                                                              DType type, int64_t n_positions,
+                                                              const std::string& text_path, int threads) {
+  if (dtype_info(type).block_size == 1) return std::shared_ptr<const KvTransform>();
+  auto text = text_or_builtin(text_path, "--kv-guard-text");
+  if (!text) return Error{text.error(), text.error_code()};
+  const auto t0 = std::chrono::steady_clock::now();
+  auto transform = eval::calibrate_kv(model, tokenizer.encode(*text),
+                                      {.n_positions = std::clamp<int64_t>(n_positions, 1, int64_t(1) << 20),
+                                       .num_threads = threads, .bos = tokenizer.add_bos() ? tokenizer.bos() : -1});
+  if (!transform) return Error{transform.error(), transform.error_code()};
+  std::fprintf(stderr, "kvasir: KV calibration for %s: %.1f s\n", std::string(dtype_name(type)).c_str(),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return transform;
 }
 
 Status KvFlags::apply(const Model& model, const Tokenizer& tokenizer, int threads, engine::EngineOptions& o) const {
@@ -260,6 +280,12 @@ Status KvFlags::apply(const Model& model, const Tokenizer& tokenizer, int thread
   if (!t) return Error{t.error(), ErrorCode::invalid_argument};
   o.kv_type = *t;
   o.kv_rotate_k = !no_rotate;
+  if (!no_calibrate) {
+    const int64_t context = o.max_model_len > 0 ? o.max_model_len : model.config().n_ctx_train;
+    auto transform = calibrate_kv_cache(model, tokenizer, *t, context, guard_text, threads);
+    if (!transform) return Error{transform.error(), transform.error_code()};
+    o.kv_transform = *transform;
+  }
   if (guard < 0) return {};
   if (dtype_info(*t).block_size == 1) return Error{"--kv-guard prices a quantized --kv-type (q8_0 or q4_0)", ErrorCode::invalid_argument};
   auto text = text_or_builtin(guard_text, "--kv-guard-text");
@@ -267,7 +293,7 @@ Status KvFlags::apply(const Model& model, const Tokenizer& tokenizer, int thread
   const auto tokens = tokenizer.encode(*text);
   const auto t0 = std::chrono::steady_clock::now();
   auto g = eval::kv_guard(model, tokens,
-                          {.type = *t, .max_kld = guard, .rotate_k = !no_rotate, .n_ctx = std::min<int64_t>(256, int64_t(tokens.size())),
+                          {.type = *t, .max_kld = guard, .rotate_k = !no_rotate, .transform = o.kv_transform, .n_ctx = std::min<int64_t>(256, int64_t(tokens.size())),
                            .num_threads = threads, .bos = tokenizer.add_bos() ? tokenizer.bos() : -1});
   if (!g) return Error{g.error(), g.error_code()};
   o.kv_layer_types = g->layer_types;

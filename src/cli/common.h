@@ -74,12 +74,20 @@ Result<std::vector<int32_t>> parse_layer_list(const std::string& text);
 // are never proposed).
 Status check_draft_vocabulary(const Tokenizer& target, const Tokenizer& draft);
 
-// The KV cache's type, and the guard that prices it at start-up (`batch`, `serve`).
+// With a quantized KV type, the basis its layers store K and V in (eval/kv_calibration.h) for
+// contexts of n_positions, measured on the text at `text_path` (empty: the built-in text) and
+// printed with its time; null for f16 / f32.
+Result<std::shared_ptr<const KvTransform>> calibrate_kv_cache(const Model& model, const Tokenizer& tokenizer,
+                                                              DType type, int64_t n_positions,
+                                                              const std::string& text_path, int threads);
+
+// The KV cache's type, its calibration and the guard that prices it at start-up (`batch`, `serve`).
 struct KvFlags {
   std::string type = "f16";
   double guard = -1;     // --kv-guard KLD: fall back layer by layer to F16 until the mean KLD is under it
-  std::string guard_text;  // what the guard measures on (default: a built-in English text)
+  std::string guard_text;  // what calibration and the guard measure on (default: a built-in English text)
   bool no_rotate = false;
+  bool no_calibrate = false;
 
   void add_to(CLI::App* cmd);
   // Sets the options' KV fields; with --kv-guard, measures the model first (printing the choice).

@@ -19,6 +19,7 @@
 
 #include "core/status.h"
 #include "grammar/matcher.h"
+#include "model/kv_transform.h"
 #include "model/model.h"
 #include "runtime/model_runner.h"
 #include "sample/sampler.h"
@@ -129,7 +130,8 @@ struct EngineOptions {
   uint64_t kv_mem_bytes = 0;   // KV budget; 0 with kv_blocks 0: enough for max_seqs * 2048 tokens, capped at 1 GiB
   DType kv_type = DType::F16;
   std::vector<DType> kv_layer_types = {};  // per layer (the KV guard's choice); empty: kv_type everywhere
-  bool kv_rotate_k = true;                 // Q4_0 layers store K Hadamard-rotated
+  bool kv_rotate_k = true;                 // Q4_0 layers store K and V Hadamard-rotated
+  std::shared_ptr<const KvTransform> kv_transform = nullptr;  // quantized KV's basis (KV calibration)
   double kv_guard_kld = -1;                // what the KV guard measured for these types (-1: no guard); for /metrics
   int32_t block_size = 16;
   int32_t max_model_len = 0;   // prompt + generated; 0: min(n_ctx_train, what the pool holds)

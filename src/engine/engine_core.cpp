@@ -204,6 +204,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const Model& model, const
                                                    .kv_type = o.kv_type,
                                                    .kv_layer_types = o.kv_layer_types,
                                                    .kv_rotate_k = o.kv_rotate_k,
+                                                   .kv_transform = o.kv_transform,
                                                    .block_size = o.block_size});
   if (!runner) return Error{runner.error(), runner.error_code()};
   const runtime::RunnerInfo& info = (*runner)->info();

@@ -55,7 +55,7 @@ Result<KvGuardResult> kv_guard(const Model& model, std::span<const int32_t> toke
   const int64_t V = c.n_vocab, rows = n - 1 - first;
   auto run = [&](const std::vector<DType>& types) -> Result<const float*> {
     auto kv = KvCache::create(c, {.num_blocks = int64_t(table.size()), .block_size = kBlock, .type = o.type,
-                                  .layer_types = types, .rotate_k = o.rotate_k});
+                                  .layer_types = types, .rotate_k = o.rotate_k, .transform = o.transform});
     if (!kv) return Error{"KV guard: " + kv.error(), kv.error_code()};
     return fwd.forward(batch, *kv);
   };

@@ -6,11 +6,13 @@
 // many). The choice is the per-layer type list KvCacheOptions::layer_types takes.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "core/dtype.h"
 #include "core/status.h"
+#include "model/kv_transform.h"
 #include "model/model.h"
 
 namespace kvasir::eval {
@@ -19,6 +21,7 @@ struct KvGuardOptions {
   DType type = DType::Q8_0;  // the quantized KV type wanted
   double max_kld = 0.01;
   bool rotate_k = true;
+  std::shared_ptr<const KvTransform> transform = nullptr;  // the quantized layers' basis
   int64_t n_ctx = 256;  // the chunk: at most 2 + n_layers + log2(n_layers) passes over it
   int num_threads = 0;
   int32_t bos = -1;

@@ -100,6 +100,7 @@ Result<EvalResult> evaluate(const Model& model, const Model* base, std::span<con
   model_so.kv_type = o.kv_type;
   model_so.kv_layer_types = o.kv_layer_types;
   model_so.kv_rotate_k = o.kv_rotate_k;
+  model_so.kv_transform = o.kv_transform;
   auto session = Session::create(model, model_so);
   if (!session) return Error{session.error()};
   std::unique_ptr<Session> base_session;

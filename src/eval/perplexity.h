@@ -9,12 +9,14 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
+#include "model/kv_transform.h"
 #include "model/model.h"
 
 namespace kvasir::eval {
@@ -67,6 +69,7 @@ struct EvalOptions {
   DType kv_type = DType::F16, base_kv_type = DType::F16;
   std::vector<DType> kv_layer_types = {};
   bool kv_rotate_k = true;
+  std::shared_ptr<const KvTransform> kv_transform = nullptr;  // the model's quantized KV basis
   std::function<void(int64_t chunks_done, int64_t chunks, double ppl_so_far)> on_chunk = {};
 };
 

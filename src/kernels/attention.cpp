@@ -53,6 +53,16 @@ void hadamard_inplace(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= norm;
 }
 
+// One head's K or V row as stored: (x - shift) / scale, then rotated; x itself when nothing
+// applies. shift and scale are read from element `at`.
+const float* to_stored(const float* x, const float* shift, const float* scale, bool rotate, int64_t at, int64_t n,
+                       float* buf) {
+  if (!shift && !scale && !rotate) return x;
+  for (int64_t i = 0; i < n; ++i) buf[i] = (x[i] - (shift ? shift[at + i] : 0.f)) / (scale ? scale[at + i] : 1.f);
+  if (rotate) hadamard_inplace(buf, n);
+  return buf;
+}
+
 inline int64_t window_start(int64_t pos, int64_t window) { return window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0; }
 
 // Eight K/V elements as floats: F16 widened in registers (exact), or F32 as they are.
@@ -373,17 +383,12 @@ void kv_store(const KvLayerView& kv, const int32_t* block_table, int64_t pos, co
   // types' reference rounding, a row of head_dim at a time.
   const auto* t = quant_traits(kv.type);
   const auto store = kv.type == DType::F32 ? nullptr : t->quantize_row_fast;
-  float rotated[kMaxHeadDim];
+  float k_stored[kMaxHeadDim], v_stored[kMaxHeadDim];
   for (int64_t g = 0; g < kv.n_kv_heads; ++g) {
     uint8_t* kr = kv_row(kv.k, kv, block_table, pos, g);
     uint8_t* vr = kv_row(kv.v, kv, block_table, pos, g);
-    const float* kh = k + g * hd;
-    const float* vh = v + g * hd;
-    if (kv.rotate_k) {
-      std::copy_n(kh, hd, rotated);
-      hadamard_inplace(rotated, hd);
-      kh = rotated;
-    }
+    const float* kh = to_stored(k + g * hd, kv.k_shift, kv.k_scale, kv.rotate_k, g * hd, hd, k_stored);
+    const float* vh = to_stored(v + g * hd, kv.v_shift, kv.v_scale, kv.rotate_v, g * hd, hd, v_stored);
     if (!store) {
       std::memcpy(kr, kh, size_t(hd) * 4);
       std::memcpy(vr, vh, size_t(hd) * 4);
@@ -450,13 +455,19 @@ struct TileArgs {
 const float* tile_queries(const float* q, int64_t n_rows, int64_t row_stride, const KvLayerView& kv,
                           const AttentionParams& p, int64_t kv_begin, int64_t kv_end, float* q_rot, int64_t& q_stride) {
   q_stride = row_stride;
-  if (!kv.rotate_k) return q;
+  if (!kv.rotate_k && !kv.k_scale) return q;
   const int64_t hd = kv.head_dim, group = p.n_heads / kv.n_kv_heads;
   for (int64_t m = 0; m < n_rows; ++m)
     for (int64_t head = kv_begin * group; head < kv_end * group; ++head) {
       float* r = q_rot + (m * p.n_heads + head) * hd;
-      std::copy_n(q + m * row_stride + head * hd, hd, r);
-      hadamard_inplace(r, hd);
+      const float* qh = q + m * row_stride + head * hd;
+      if (kv.k_scale) {
+        const float* s = kv.k_scale + (head / group) * hd;
+        for (int64_t i = 0; i < hd; ++i) r[i] = qh[i] * s[i];
+      } else {
+        std::copy_n(qh, hd, r);
+      }
+      if (kv.rotate_k) hadamard_inplace(r, hd);
     }
   q_stride = p.n_heads * hd;
   return q_rot;
@@ -583,12 +594,28 @@ void merge_span(HeadState& run, float* out, const HeadState& part, const float* 
   run.max = mx;
 }
 
-// out /= sum for every (row, head) of the run.
-void normalize(float* out, int64_t row_stride, const HeadState* state, int64_t n_rows, int64_t n_heads, int64_t hd,
-               int64_t head_begin, int64_t head_end) {
+// A normalized output row of a head of KV head g out of the stored basis of V: rotated back,
+// scaled and shifted (the weights sum to 1, so the shift comes back whole).
+void from_stored_v(float* o, const KvLayerView& kv, int64_t g) {
+  const int64_t hd = kv.head_dim;
+  if (kv.rotate_v) hadamard_inplace(o, hd);
+  if (kv.v_scale)
+    for (int64_t i = 0; i < hd; ++i) o[i] *= kv.v_scale[g * hd + i];
+  if (kv.v_shift)
+    for (int64_t i = 0; i < hd; ++i) o[i] += kv.v_shift[g * hd + i];
+}
+inline bool v_transformed(const KvLayerView& kv) { return kv.rotate_v || kv.v_scale || kv.v_shift; }
+
+// out /= sum for every (row, head) of the run, then out of V's stored basis.
+void normalize(float* out, int64_t row_stride, const HeadState* state, int64_t n_rows, const KvLayerView& kv,
+               const AttentionParams& p, int64_t head_begin, int64_t head_end) {
+  const int64_t hd = kv.head_dim, group = p.n_heads / kv.n_kv_heads;
   for (int64_t m = 0; m < n_rows; ++m)
-    for (int64_t head = head_begin; head < head_end; ++head)
-      scale_row(out + m * row_stride + head * hd, hd, 1.f / state[m * n_heads + head].sum);
+    for (int64_t head = head_begin; head < head_end; ++head) {
+      float* o = out + m * row_stride + head * hd;
+      scale_row(o, hd, 1.f / state[m * p.n_heads + head].sum);
+      if (v_transformed(kv)) from_stored_v(o, kv, head / group);
+    }
 }
 
 }  // namespace
@@ -617,7 +644,7 @@ void attention_rows(const float* q, int64_t n_rows, int64_t row_stride, const Kv
         merge_span(state[m * p.n_heads + head], out + m * row_stride + head * hd, span_state[m * p.n_heads + head],
                    span_acc + (m * p.n_heads + head) * hd, hd);
   }
-  normalize(out, row_stride, state, n_rows, p.n_heads, hd, kv_begin * group, kv_end * group);
+  normalize(out, row_stride, state, n_rows, kv, p, kv_begin * group, kv_end * group);
 }
 
 void attention_span(const float* q, int64_t n_rows, int64_t row_stride, const KvLayerView& kv,
@@ -645,6 +672,7 @@ void attention_merge(const AttentionPartial* parts, int64_t n_spans, int64_t n_r
       for (int64_t j = 0; j < n_spans; ++j)
         merge_span(run, o, reinterpret_cast<const HeadState*>(parts[j].state)[i], parts[j].acc + i * hd, hd);
       scale_row(o, hd, 1.f / run.sum);
+      if (v_transformed(kv)) from_stored_v(o, kv, head / group);
     }
 }
 

@@ -28,6 +28,16 @@ struct KvLayerView {
   // queries are rotated alike, so scores are unchanged up to rounding. Needs a power-of-two
   // head_dim of at most kMaxHeadDim.
   bool rotate_k = false;
+  // KV calibration (model/kv_transform.h): an exact change of basis per KV head that quantized
+  // storage rounds better. Keys are stored as (k - k_shift) / k_scale and queries multiplied by
+  // k_scale: every score of a query moves by the same q·k_shift, which softmax ignores (so
+  // k_shift needs softcap 0). Values are stored as (v - v_shift) / v_scale, Hadamard-rotated when
+  // rotate_v, and every output row is turned back. Each [n_kv_heads][head_dim]; null: none.
+  const float* k_shift = nullptr;
+  const float* k_scale = nullptr;
+  const float* v_shift = nullptr;
+  const float* v_scale = nullptr;
+  bool rotate_v = false;
 };
 
 inline constexpr int64_t kMaxHeadDim = 512;

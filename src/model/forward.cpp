@@ -356,6 +356,12 @@ void Forward::attend_tiles(const Batch& b, const kernels::KvLayerView& view, con
   });
 }
 
+kernels::RopeParams Forward::rope_params(int64_t il) const {
+  const bool swa = c_.layer_is_swa[size_t(il)];
+  return {c_.rope_mode, c_.rope_dims, swa ? c_.rope_base_swa : c_.rope_base, c_.rope_freq_scale,
+          model_.weights().rope_freqs.empty() ? nullptr : model_.weights().rope_freqs.data(), c_.rope_mscale};
+}
+
 void Forward::attention_block(int64_t il, const Batch& b, KvCache& kv) {
   const LayerWeights& l = model_.weights().layers[size_t(il)];
   const int64_t T = b.size(), hd = c_.head_dim;
@@ -363,9 +369,7 @@ void Forward::attention_block(int64_t il, const Batch& b, KvCache& kv) {
   linear({{&l.wq, q_.data()}, {&l.wk, k_.data()}, {&l.wv, v_.data()}}, xn_.data(), T);
 
   const bool swa = c_.layer_is_swa[size_t(il)];
-  kernels::RopeParams rope{c_.rope_mode, c_.rope_dims, swa ? c_.rope_base_swa : c_.rope_base, c_.rope_freq_scale,
-                           model_.weights().rope_freqs.empty() ? nullptr : model_.weights().rope_freqs.data(),
-                           c_.rope_mscale};
+  const kernels::RopeParams rope = rope_params(il);
   const kernels::KvLayerView view = kv.layer(il);
   const int64_t half = c_.rope_dims / 2;
   for_rows(T, [&](int64_t begin, int64_t end) {
@@ -390,6 +394,7 @@ void Forward::attention_block(int64_t il, const Batch& b, KvCache& kv) {
       kernels::kv_store(view, b.block_tables[size_t(b.seq_index[t])]->data(), b.positions[t], k, v);
     }
   });
+  if (attention_hook_) attention_hook_(il, q_.data(), k_.data(), v_.data(), b.positions.data(), T);
   // Every row's K/V is stored before any row attends, so a prefill chunk sees itself causally.
   attend_tiles(b, view, {c_.n_heads, swa ? c_.sliding_window : 0, c_.attn_scale, c_.attn_softcap});
   linear({{&l.wo, proj_.data()}}, att_.data(), T);

@@ -15,6 +15,7 @@
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "kernels/matmul.h"
+#include "kernels/ops.h"
 #include "model/batch.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
@@ -30,6 +31,12 @@ struct ForwardOptions {
 // input rows of every matrix product before they are converted, once per call for the matrices
 // that share them (q/k/v; gate/up), and once per expert with that expert's rows.
 using ActivationHook = std::function<void(std::span<const Matrix* const> weights, const float* x, int64_t rows)>;
+
+// An attention hook (KV calibration): called per layer with the queries, keys and values as
+// attention gets them (after biases, norms and RoPE): [rows][q_dim], [rows][kv_dim] twice, and
+// the rows' positions.
+using AttentionHook = std::function<void(int64_t layer, const float* q, const float* k, const float* v,
+                                         const int32_t* positions, int64_t rows)>;
 
 // What one forward runs: every layer and the whole output head by default. A self-speculative
 // draft runs a subset of the layers (early exit, layer skipping) and may project onto a few of
@@ -62,6 +69,10 @@ class Forward {
   Status forward_layers(const Batch& batch, KvCache& kv, int64_t begin, int64_t end, float* residual);
   // Observes every matrix product's input from now on (empty: none). Costs nothing when unset.
   void set_activation_hook(ActivationHook hook) { hook_ = std::move(hook); }
+  // Observes every layer's attention inputs from now on (empty: none). Costs nothing when unset.
+  void set_attention_hook(AttentionHook hook) { attention_hook_ = std::move(hook); }
+  // The rotary embedding layer il applies to its queries and keys.
+  kernels::RopeParams rope_params(int64_t il) const;
 
   int64_t max_batch_tokens() const { return max_tokens_; }
   ThreadPool& pool() { return pool_; }
@@ -168,6 +179,7 @@ class Forward {
   std::vector<int64_t> logit_rows_;
   AlignedVector<float> hidden_;   // [rows with want_hidden][n_embd], sized on first use
   ActivationHook hook_;
+  AttentionHook attention_hook_;
 };
 
 }  // namespace kvasir

@@ -35,6 +35,14 @@ Result<KvCache> KvCache::create(const ModelConfig& c, const KvCacheOptions& o) {
                        "; this model's is " + std::to_string(c.head_dim),
                    ErrorCode::invalid_argument};
   }
+  if (o.transform) {
+    const auto& layers = o.transform->layers;
+    bool fits = int64_t(layers.size()) == c.n_layers;
+    const size_t n = size_t(c.kv_dim());
+    for (const KvLayerTransform& lt : layers)
+      for (const auto* x : {&lt.k_shift, &lt.k_scale, &lt.v_shift, &lt.v_scale}) fits = fits && (x->empty() || x->size() == n);
+    if (!fits) return Error{"KV cache: the KV transform does not fit this model's layers", ErrorCode::invalid_argument};
+  }
   KvCache kv;
   kv.options_ = o;
   kv.n_kv_heads_ = c.n_kv_heads;
@@ -60,7 +68,16 @@ kernels::KvLayerView KvCache::layer(int64_t il) const {
   uint8_t* k = memory_.data() + pool_offset_[size_t(il)];
   const int64_t run = options_.block_size * head_dim_;  // elements of one head's K (or V) rows of a block
   uint8_t* v = k + row_bytes(t, run);
-  return {k, v, t, options_.block_size, n_kv_heads_, head_dim_, 2 * run, t == DType::Q4_0 && options_.rotate_k};
+  const bool rotate = t == DType::Q4_0 && options_.rotate_k;
+  kernels::KvLayerView view{k, v, t, options_.block_size, n_kv_heads_, head_dim_, 2 * run, rotate};
+  view.rotate_v = rotate;
+  if (options_.transform && dtype_info(t).block_size > 1) {
+    const KvLayerTransform& lt = options_.transform->layers[size_t(il)];
+    auto at = [](const std::vector<float>& x) { return x.empty() ? nullptr : x.data(); };
+    view.k_shift = at(lt.k_shift), view.k_scale = at(lt.k_scale);
+    view.v_shift = at(lt.v_shift), view.v_scale = at(lt.v_scale);
+  }
+  return view;
 }
 
 }  // namespace kvasir

@@ -3,6 +3,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/dtype.h"
@@ -10,6 +11,7 @@
 #include "core/status.h"
 #include "kernels/attention.h"
 #include "model/config.h"
+#include "model/kv_transform.h"
 
 namespace kvasir {
 
@@ -19,7 +21,9 @@ struct KvCacheOptions {
   // F16, F32, Q8_0 or Q4_0 (the quantized types need a head_dim of whole 32-element blocks).
   DType type = DType::F16;
   std::vector<DType> layer_types = {};  // one per layer (empty: `type` in every layer)
-  bool rotate_k = true;  // Q4_0 layers store K Hadamard-rotated (a power-of-two head_dim)
+  bool rotate_k = true;  // Q4_0 layers store K and V Hadamard-rotated (a power-of-two head_dim)
+  // Quantized layers store K and V in this basis (KV calibration); null: as they are.
+  std::shared_ptr<const KvTransform> transform = nullptr;
   // The layers that get storage (a self-speculative draft runs a few); empty: every layer.
   std::vector<int32_t> stored_layers = {};
   DType layer_type(int64_t il) const { return layer_types.empty() ? type : layer_types[size_t(il)]; }

@@ -9,7 +9,8 @@ Result<std::unique_ptr<Session>> Session::create(const Model& model, const Sessi
   if (o.n_ctx <= 0) return Error{"context size must be positive"};
   const int64_t num_blocks = (o.n_ctx + o.block_size - 1) / o.block_size;
   auto kv = KvCache::create(model.config(), {.num_blocks = num_blocks, .block_size = o.block_size, .type = o.kv_type,
-                                             .layer_types = o.kv_layer_types, .rotate_k = o.kv_rotate_k});
+                                             .layer_types = o.kv_layer_types, .rotate_k = o.kv_rotate_k,
+                                             .transform = o.kv_transform});
   if (!kv) return Error{kv.error()};
   return std::unique_ptr<Session>(new Session(model, o, std::move(*kv)));
 }

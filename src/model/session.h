@@ -22,6 +22,7 @@ struct SessionOptions {
   int64_t block_size = 16;
   std::vector<DType> kv_layer_types = {};  // per layer; empty: kv_type everywhere
   bool kv_rotate_k = true;
+  std::shared_ptr<const KvTransform> kv_transform = nullptr;  // quantized KV's basis (KV calibration)
 };
 
 class Session {

@@ -39,7 +39,8 @@ class SelfDraftRunner : public ModelRunner {
 Result<std::unique_ptr<CpuRunner>> CpuRunner::create(const Model& model, const CpuRunnerOptions& o) {
   const ModelConfig& c = model.config();
   if (o.block_size < 1) return Error{"the KV block size must be >= 1", ErrorCode::invalid_argument};
-  const KvCacheOptions kv_format{.type = o.kv_type, .layer_types = o.kv_layer_types, .rotate_k = o.kv_rotate_k};
+  const KvCacheOptions kv_format{
+      .type = o.kv_type, .layer_types = o.kv_layer_types, .rotate_k = o.kv_rotate_k, .transform = o.kv_transform};
   const uint64_t per_token = KvCache::bytes_per_token(c, kv_format);
   int64_t blocks = o.kv_blocks;
   if (blocks <= 0) {

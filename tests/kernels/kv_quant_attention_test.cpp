@@ -1,8 +1,11 @@
-// Quantized KV blocks (Q8_0, Q4_0, and Q4_0 with Hadamard-rotated K) read directly by the paged
-// attention kernel: against the reference twin on exactly what the cache holds (the stored rows
-// dequantized, rotated back) the result agrees to float noise (1e-5), against the unquantized K/V
-// to what the type's rounding costs; and with outlier channels in K (what LLM keys have), the
-// rotation cuts 4-bit K's error (the check fails without it).
+// Quantized KV blocks (Q8_0, Q4_0, and Q4_0 with Hadamard-rotated K and V) read directly by the
+// paged attention kernel: against the reference twin on exactly what the cache holds (the stored
+// rows dequantized, rotated back, and with a KV transform scaled and shifted back) the result
+// agrees to float noise (1e-5), against the unquantized K/V to what the type's rounding costs;
+// with outlier channels in K (what LLM keys have), the rotation cuts 4-bit K's error (the check
+// fails without it); a KV transform leaves F32 attention unchanged (its shift of K moves every
+// score of a query alike), and with keys that share a large mean (Gemma 3's), shifting it out
+// cuts 4-bit error several times over.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -42,7 +45,25 @@ struct Result {
   double vs_held, vs_float;
 };
 
-Result run(DType type, bool rotate, float outlier, uint32_t seed) {
+// A KV transform per KV head: K and V shifted by `shift` (with noise) and divided by scales in
+// [0.5, 2]; empty vectors when unset.
+struct Transform {
+  std::vector<float> k_shift, k_scale, v_shift, v_scale;
+};
+Transform random_transform(uint32_t seed, float shift) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(0.5f, 2.f);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  Transform t;
+  for (int64_t i = 0; i < kKvHeads * kHd; ++i) {
+    t.k_shift.push_back(shift * (1.f + 0.1f * nd(rng))), t.v_shift.push_back(shift * 0.5f * nd(rng));
+    t.k_scale.push_back(u(rng)), t.v_scale.push_back(u(rng));
+  }
+  return t;
+}
+
+// k_mean: added to every key's channels (a mean shared by all keys, large on real models).
+Result run(DType type, bool rotate, float outlier, uint32_t seed, const Transform* tf = nullptr, float k_mean = 0.f) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> nd(0.f, 1.f);
   const int64_t kv_dim = kKvHeads * kHd, blocks = (kTokens + kBlock - 1) / kBlock + 2;
@@ -52,21 +73,32 @@ Result run(DType type, bool rotate, float outlier, uint32_t seed) {
   const int64_t run = kBlock * kHd;
   std::vector<uint8_t> pool(row_bytes(type, 2 * blocks * kBlock * kv_dim));
   KvLayerView view{pool.data(), pool.data() + row_bytes(type, run), type, kBlock, kKvHeads, kHd, 2 * run, rotate};
+  view.rotate_v = rotate;
+  if (tf) view.k_shift = tf->k_shift.data(), view.k_scale = tf->k_scale.data(), view.v_shift = tf->v_shift.data(),
+          view.v_scale = tf->v_scale.data();
   std::vector<float> k(size_t(kTokens * kv_dim)), v(k.size()), q(size_t(kHeads * kHd));
-  for (size_t i = 0; i < k.size(); ++i) k[i] = nd(rng) * (i % kHd == 5 || i % kHd == 40 ? outlier : 1.f);
+  for (size_t i = 0; i < k.size(); ++i)
+    k[i] = nd(rng) * (i % kHd == 5 || i % kHd == 40 ? outlier : 1.f) + (tf ? tf->k_shift[i % size_t(kv_dim)] : k_mean);
   for (auto& x : v) x = nd(rng);
   for (auto& x : q) x = nd(rng);
   for (int64_t t = 0; t < kTokens; ++t) kv_store(view, table.data(), t, &k[size_t(t * kv_dim)], &v[size_t(t * kv_dim)]);
-  // What the cache holds, read back: each stored row dequantized (and K rotated back).
+  // What the cache holds, read back: each stored row dequantized (rotated back, then scaled and
+  // shifted back).
   std::vector<float> k_held(k.size()), v_held(v.size());
   const auto* tr = quant_traits(type);
+  auto back = [&](float* x, const std::vector<float>* scale, const std::vector<float>* shift, int64_t g) {
+    if (rotate) hadamard(x, kHd);
+    for (int64_t i = 0; i < kHd && scale; ++i) x[i] = x[i] * (*scale)[size_t(g * kHd + i)] + (*shift)[size_t(g * kHd + i)];
+  };
   for (int64_t t = 0; t < kTokens; ++t)
     for (int64_t g = 0; g < kKvHeads; ++g) {
       const size_t at = row_bytes(type, (int64_t(table[size_t(t / kBlock)]) * kKvHeads + g) * 2 * run + t % kBlock * kHd);
       float* kr = &k_held[size_t(t * kv_dim + g * kHd)];
+      float* vr = &v_held[size_t(t * kv_dim + g * kHd)];
       tr->dequantize_row(pool.data() + at, kr, kHd);
-      if (rotate) hadamard(kr, kHd);
-      tr->dequantize_row(pool.data() + at + row_bytes(type, run), &v_held[size_t(t * kv_dim + g * kHd)], kHd);
+      tr->dequantize_row(pool.data() + at + row_bytes(type, run), vr, kHd);
+      back(kr, tf ? &tf->k_scale : nullptr, tf ? &tf->k_shift : nullptr, g);
+      back(vr, tf ? &tf->v_scale : nullptr, tf ? &tf->v_shift : nullptr, g);
     }
   const AttentionParams p{kHeads, 0, 1.f / std::sqrt(float(kHd)), 0.f};
   std::vector<float> scratch(size_t(attention_scratch_floats(view, p))), out(q.size()), held(q.size()), exact(q.size());
@@ -100,4 +132,40 @@ TEST(KvQuantAttention, RotationCutsFourBitKeyErrorWithOutlierChannels) {
   }
   std::printf("Q4_0 K with outlier channels: error %.4f plain, %.4f rotated\n", plain / 4, rotated / 4);
   EXPECT_LT(rotated, 0.7 * plain);
+}
+
+TEST(KvQuantAttention, TransformedStorageMatchesTheTwinOnWhatTheCacheHolds) {
+  const Transform tf = random_transform(7, 3.f);
+  for (DType t : {DType::Q8_0, DType::Q4_0})
+    for (bool rotate : {false, true}) {
+      // (A random transform rounds no better than none: only the twin is the point here.)
+      EXPECT_LT(run(t, rotate, 1.f, 5, &tf).vs_held, 1e-5) << dtype_name(t) << (rotate ? " rotated" : "");
+    }
+}
+
+TEST(KvQuantAttention, TransformIsExactInFloat) {
+  // F32 rows: nothing rounds but the float arithmetic of the change of basis.
+  const Transform tf = random_transform(8, 20.f);
+  for (bool rotate : {false, true}) {
+    const Result r = run(DType::F32, rotate, 4.f, 6, &tf);
+    EXPECT_LT(r.vs_float, 2e-5) << (rotate ? "rotated" : "");
+  }
+}
+
+TEST(KvQuantAttention, ShiftingTheSharedKeyMeanCutsFourBitError) {
+  // Keys = a mean shared by all (8 times their spread) + noise: 4-bit rounding spends its levels
+  // on the mean unless it is shifted out. The same keys both ways (run() adds the transform's
+  // k_shift, or k_mean without one).
+  Transform shift{};
+  shift.k_shift.assign(size_t(kKvHeads * kHd), 8.f);
+  shift.k_scale.assign(shift.k_shift.size(), 1.f);
+  shift.v_shift.assign(shift.k_shift.size(), 0.f);
+  shift.v_scale.assign(shift.k_shift.size(), 1.f);
+  double plain = 0, shifted = 0;
+  for (uint32_t seed = 1; seed <= 4; ++seed) {
+    plain += run(DType::Q4_0, true, 1.f, seed, nullptr, 8.f).vs_float;
+    shifted += run(DType::Q4_0, true, 1.f, seed, &shift).vs_float;
+  }
+  std::printf("Q4_0 K with a shared mean: error %.4f stored as is, %.4f shifted\n", plain / 4, shifted / 4);
+  EXPECT_LT(shifted, 0.4 * plain);
 }
