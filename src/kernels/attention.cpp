@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/fp16.h"
+#include "kernels/quant/blocks.h"
 #include "kernels/quant/quant.h"
 #include "kernels/vec_math.h"
 
@@ -51,6 +52,42 @@ void hadamard_inplace(float* x, int64_t n) {
       }
   const float norm = 1.f / std::sqrt(float(n));
   for (int64_t i = 0; i < n; ++i) x[i] *= norm;
+}
+
+// Quantized K/V rows (whole blocks of n elements) to floats: code times the block's scale, the
+// reference dequantizer's arithmetic exactly, vectorized for the two KV types.
+void dequantize_kv(const QuantTraits* t, const uint8_t* src, float* y, int64_t n) {
+#if KVASIR_HAVE_AVX2
+  if (t->type == DType::Q8_0) {
+    const auto* b = reinterpret_cast<const BlockQ8_0*>(src);
+    for (int64_t i = 0; i < n / kQ; ++i, y += kQ) {
+      const __m256 d = _mm256_set1_ps(fp16_to_f32(b[i].d));
+      for (int j = 0; j < kQ; j += 8) {
+        const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b[i].qs + j));
+        _mm256_storeu_ps(y + j, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d));
+      }
+    }
+    return;
+  }
+  if (t->type == DType::Q4_0) {
+    const auto* b = reinterpret_cast<const BlockQ4_0*>(src);
+    const __m128i low = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
+    for (int64_t i = 0; i < n / kQ; ++i, y += kQ) {
+      const __m256 d = _mm256_set1_ps(fp16_to_f32(b[i].d));
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].qs));
+      // Elements 0-15 in the low nibbles, 16-31 in the high ones; codes minus 8 fit int8.
+      const __m128i halves[2] = {_mm_sub_epi8(_mm_and_si128(q, low), eight),
+                                 _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), low), eight)};
+      for (int h = 0; h < 2; ++h) {
+        const __m128i c = halves[h];
+        _mm256_storeu_ps(y + 16 * h, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c)), d));
+        _mm256_storeu_ps(y + 16 * h + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(c, 8))), d));
+      }
+    }
+    return;
+  }
+#endif
+  t->dequantize_row(src, y, n);
 }
 
 // One head's K or V row as stored: (x - shift) / scale, then rotated; x itself when nothing
@@ -532,8 +569,8 @@ void attend_keys(const TileArgs& t, int64_t lo, int64_t hi, Accumulators a, floa
         float* kd = kblk + (p0 - first) * hd;
         float* vd = vblk + (p0 - first) * hd;
         if (quantized) {
-          quantized->dequantize_row(kr, kd, len);
-          quantized->dequantize_row(vr, vd, len);
+          dequantize_kv(quantized, kr, kd, len);
+          dequantize_kv(quantized, vr, vd, len);
         } else {
           widen_row(kr, f16, kd, len);
           widen_row(vr, f16, vd, len);
