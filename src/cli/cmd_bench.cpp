@@ -28,6 +28,7 @@ struct BenchArgs {
   int64_t batch = 512;
   bool json = false, csv = false;
   std::string kv_type = "f16";
+  bool kv_no_calibrate = false;
 };
 
 struct Stats {
@@ -144,7 +145,7 @@ int run_bench(const BenchArgs& a) {
     for (int64_t n : *ns) max_ctx = std::max(max_ctx, d + n);
   }
   std::shared_ptr<const KvTransform> kv_transform;
-  if (dtype_info(*kv_type).block_size > 1) {  // quantized K/V as run and serve store them
+  if (dtype_info(*kv_type).block_size > 1 && !a.kv_no_calibrate) {  // quantized K/V as run and serve store them
     auto tok = Tokenizer::from_gguf(m.gguf());
     if (!tok) return fail(tok.error());
     auto t = calibrate_kv_cache(m, *tok, *kv_type, max_ctx, "", ThreadPool::default_threads());
@@ -246,6 +247,7 @@ void register_bench(CLI::App& app, Handler& handler) {
   cmd->add_option("-r,--repetitions", a->reps, "Runs per test after a warm-up")->check(CLI::Range(1, 1000));
   cmd->add_option("-b,--batch", a->batch, "Prefill chunk in tokens")->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--kv-type", a->kv_type, "KV cache type: f16, f32, q8_0 or q4_0 (quantized K and V are stored in a basis calibrated at start-up)");
+  cmd->add_flag("--kv-no-calibrate", a->kv_no_calibrate, "Store quantized K and V as they are (no KV calibration)");
   cmd->add_flag("--json", a->json, "JSON output");
   cmd->add_flag("--csv", a->csv, "CSV output");
   cmd->callback([&handler, a] { handler = [a] { return run_bench(*a); }; });

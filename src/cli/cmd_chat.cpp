@@ -34,6 +34,7 @@ using ordered_json = nlohmann::ordered_json;
 
 struct ChatArgs {
   std::string model, chat_template, system, kv_type = "f16";
+  bool kv_no_calibrate = false;
   SamplingParams sampling;
   int32_t n_predict = 1024;
   int32_t n_ctx = 4096;
@@ -213,7 +214,7 @@ int run_chat(ChatArgs a) {
   o.max_model_len = a.n_ctx;
   o.kv_blocks = (a.n_ctx + 15) / 16 + 1;
   o.kv_type = *kv_type;
-  auto kv_transform = calibrate_kv_cache(**model, *tok, *kv_type, a.n_ctx, "", a.threads);
+  auto kv_transform = calibrate_kv_cache(**model, *tok, a.kv_no_calibrate ? DType::F16 : *kv_type, a.n_ctx, "", a.threads);
   if (!kv_transform) return fail(kv_transform.error());
   o.kv_transform = *kv_transform;
   o.num_threads = a.threads;
@@ -270,6 +271,7 @@ void register_chat(CLI::App& app, Handler& handler) {
   cmd->add_option("-t,--threads", a->threads, "Threads (default: physical cores)");
   cmd->add_option("--quantize", a->quantize, "Quantize an F32/F16/BF16 model in memory at load (q8_0, q4_0, q4_k_m, ...): the same bytes as `kvasir quantize`");
   cmd->add_option("--kv-type", a->kv_type, "KV cache type: f16, f32, q8_0 or q4_0 (quantized K and V are stored in a basis calibrated at start-up)");
+  cmd->add_flag("--kv-no-calibrate", a->kv_no_calibrate, "Store quantized K and V as they are (no KV calibration)");
   cmd->add_flag("--ignore-eos", a->ignore_eos, "Keep answering past end-of-turn tokens (up to -n; for tests)");
   cmd->callback([&handler, a] { handler = [a] { return run_chat(*a); }; });
 }

@@ -27,6 +27,7 @@ struct RunArgs {
   int threads = 0;
   std::string quantize;
   std::string kv_type = "f16";
+  bool kv_no_calibrate = false;
   int64_t batch = 512;
   SpecFlags spec;
   std::string json_schema_file, grammar_file;
@@ -127,7 +128,8 @@ int run_generate(RunArgs a) {
   auto grammar = cli_grammar(a, *tokenizer);
   if (!grammar) return fail(grammar.error());
   if (auto st = a.spec.prepare(**model, *tokenizer, a.threads, *spec); !st) return fail(st.error());
-  auto kv_transform = calibrate_kv_cache(**model, *tokenizer, *kv_type, a.n_ctx, "", a.threads);
+  auto kv_transform = calibrate_kv_cache(**model, *tokenizer, a.kv_no_calibrate ? DType::F16 : *kv_type, a.n_ctx, "",
+                                         a.threads);
   if (!kv_transform) return fail(kv_transform.error());
   if (spec->method != engine::SpecMethod::none || *grammar)
     return run_engine(a, **model, *tokenizer, std::move(tokens), *kv_type, *kv_transform, *spec, *grammar);
@@ -186,6 +188,7 @@ void register_run(CLI::App& app, Handler& handler) {
   cmd->add_option("--quantize", a->quantize, "Quantize an F32/F16/BF16 model in memory at load (q8_0, q4_0, q4_k_m, ...): the same bytes as `kvasir quantize`");
   cmd->add_option("-b,--batch", a->batch, "Prefill chunk in tokens")->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--kv-type", a->kv_type, "KV cache type: f16, f32, q8_0 or q4_0 (quantized K and V are stored in a basis calibrated at start-up)");
+  cmd->add_flag("--kv-no-calibrate", a->kv_no_calibrate, "Store quantized K and V as they are (no KV calibration)");
   a->spec.add_to(cmd);
   cmd->add_option("--json-schema", a->json_schema_file, "Constrain the output to JSON matching this JSON Schema file");
   cmd->add_option("--grammar", a->grammar_file, "Constrain the output to this GBNF grammar file");
