@@ -4,8 +4,7 @@
 #include <cmath>
 #include <vector>
 
-#include "model/forward.h"
-#include "model/kv_cache.h"
+#include "model/session.h"
 
 namespace kvasir::eval {
 namespace {
@@ -61,9 +60,12 @@ Result<std::shared_ptr<const KvTransform>> calibrate_kv(const Model& model, std:
   std::vector<LayerSums> sums(size_t(c.n_layers));
   for (LayerSums& s : sums)
     for (auto* x : {&s.k, &s.k2, &s.q2, &s.v, &s.v2}) x->assign(size_t(kv_dim), 0.0);
-  // Chunks of 128 rows: a Forward holds logits for all its rows (Gemma 3: 1 MiB per row).
-  constexpr int64_t kChunk = 128;
-  Forward fwd(model, {.max_batch_tokens = std::min(n, kChunk), .num_threads = o.num_threads});
+  // One sequence through an F32 cache of its own, in chunks of 128 rows (a Forward holds logits
+  // for all its rows: Gemma 3, 1 MiB per row).
+  auto session = Session::create(model, {.n_ctx = n, .max_batch_tokens = std::min<int64_t>(n, 128),
+                                         .num_threads = o.num_threads, .kv_type = DType::F32});
+  if (!session) return Error{"KV calibration: " + session.error(), session.error_code()};
+  Forward& fwd = (*session)->forward();
   std::vector<float> cs(static_cast<size_t>(2 * half)), k_pre(static_cast<size_t>(kv_dim));
   fwd.set_attention_hook([&](int64_t il, const float* q, const float* k, const float* v, const int32_t* pos,
                              int64_t rows) {
@@ -90,22 +92,10 @@ Result<std::shared_ptr<const KvTransform>> calibrate_kv(const Model& model, std:
     }
     s.rows += rows;
   });
-  // One sequence through an F32 cache of its own.
-  constexpr int64_t kBlock = 16;
-  std::vector<int32_t> table(size_t((n + kBlock - 1) / kBlock));
-  for (size_t i = 0; i < table.size(); ++i) table[i] = int32_t(i);
-  auto kv = KvCache::create(c, {.num_blocks = int64_t(table.size()), .block_size = kBlock, .type = DType::F32});
-  if (!kv) return Error{"KV calibration: " + kv.error(), kv.error_code()};
-  Batch batch;
-  for (int64_t start = 0; start < n; start += kChunk) {
-    batch.clear();
-    batch.block_tables.push_back(&table);
-    const int64_t end = std::min(n, start + kChunk);
-    for (int64_t t = start; t < end; ++t)
-      batch.add(t == 0 && o.bos >= 0 ? o.bos : tokens[size_t(t)], int32_t(t), 0, t + 1 == end);
-    auto logits = fwd.forward(batch, *kv);
-    if (!logits) return Error{"KV calibration: " + logits.error(), logits.error_code()};
-  }
+  std::vector<int32_t> text(tokens.begin(), tokens.begin() + n);
+  if (o.bos >= 0) text[0] = o.bos;
+  if (auto st = (*session)->eval(text, false, [](int64_t, const float*) {}); !st)
+    return Error{"KV calibration: " + st.error(), st.error_code()};
 
   auto transform = std::make_shared<KvTransform>();
   // A soft cap on the scores would not ignore the shift's constant per query: keys unshifted.
