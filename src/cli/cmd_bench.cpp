@@ -25,6 +25,7 @@ struct BenchArgs {
   std::string model;
   std::string prompts = "512", gens = "128", threads, depths = "0";
   int reps = 5;
+  bool no_warmup = false;  // long prompts: the warm-up would take as long as a timed run
   int64_t batch = 512;
   bool json = false, csv = false;
   std::string kv_type = "f16";
@@ -172,7 +173,7 @@ int run_bench(const BenchArgs& a) {
         if (p == 0) continue;
         const auto prompt = random_tokens(p);
         std::vector<double> tps;
-        for (int r = -1; r < a.reps; ++r) {  // r = -1: warm-up
+        for (int r = a.no_warmup ? 0 : -1; r < a.reps; ++r) {  // r = -1: warm-up
           show_progress("pp" + std::to_string(p), int(t), r, a.reps);
           if (auto st = prepare(); !st) return fail(st.error());
           const auto t0 = Clock::now();
@@ -189,7 +190,7 @@ int run_bench(const BenchArgs& a) {
       for (int64_t n : *ns) {
         if (n == 0) continue;
         std::vector<double> tps;
-        for (int r = -1; r < a.reps; ++r) {
+        for (int r = a.no_warmup ? 0 : -1; r < a.reps; ++r) {
           show_progress("tg" + std::to_string(n), int(t), r, a.reps);
           if (auto st = prepare(); !st) return fail(st.error());
           int32_t tok[1] = {int32_t(c.n_vocab > 1 ? 1 : 0)};
@@ -245,6 +246,7 @@ void register_bench(CLI::App& app, Handler& handler) {
   cmd->add_option("-d,--depth", a->depths, "Context depth(s) before the test");
   cmd->add_option("-t,--threads", a->threads, "Thread counts, comma-separated");
   cmd->add_option("-r,--repetitions", a->reps, "Runs per test after a warm-up")->check(CLI::Range(1, 1000));
+  cmd->add_flag("--no-warmup", a->no_warmup, "Skip the warm-up run (for long prompts, where it costs a whole run)");
   cmd->add_option("-b,--batch", a->batch, "Prefill chunk in tokens")->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--kv-type", a->kv_type, "KV cache type: f16, f32, q8_0 or q4_0 (quantized K and V are stored in a basis calibrated at start-up)");
   cmd->add_flag("--kv-no-calibrate", a->kv_no_calibrate, "Store quantized K and V as they are (no KV calibration)");
