@@ -147,7 +147,7 @@ int run_bench(const BenchArgs& a) {
   }
   std::shared_ptr<const KvTransform> kv_transform;
   if (dtype_info(*kv_type).block_size > 1 && !a.kv_no_calibrate) {  // quantized K/V as run and serve store them
-    auto tok = Tokenizer::from_gguf(m.gguf());
+    auto tok = Tokenizer::from_gguf(m.gguf());  // (loaded only here: bench needs no tokenizer otherwise)
     if (!tok) return fail(tok.error());
     auto t = calibrate_kv_cache(m, *tok, *kv_type, max_ctx, "", ThreadPool::default_threads());
     if (!t) return fail(t.error());

@@ -214,7 +214,7 @@ int run_chat(ChatArgs a) {
   o.max_model_len = a.n_ctx;
   o.kv_blocks = (a.n_ctx + 15) / 16 + 1;
   o.kv_type = *kv_type;
-  auto kv_transform = calibrate_kv_cache(**model, *tok, a.kv_no_calibrate ? DType::F16 : *kv_type, a.n_ctx, "", a.threads);
+  auto kv_transform = calibrate_kv_cache(**model, *tok, *kv_type, a.n_ctx, "", a.threads, !a.kv_no_calibrate);
   if (!kv_transform) return fail(kv_transform.error());
   o.kv_transform = *kv_transform;
   o.num_threads = a.threads;

@@ -52,12 +52,9 @@ int run_perplexity(PerplexityArgs a) {
   auto base_kv_type = parse_kv_type(a.base_kv_type);
   if (!base_kv_type) return fail(base_kv_type.error());
   const std::vector<int32_t> tokens = tok->encode(text);
-  std::shared_ptr<const KvTransform> kv_transform;
-  if (!a.kv_no_calibrate) {  // on the built-in text, never on the text scored
-    auto t = calibrate_kv_cache(**model, *tok, *kv_type, a.n_ctx, "", a.threads);
-    if (!t) return fail(t.error());
-    kv_transform = *t;
-  }
+  // On the built-in text, never on the text scored.
+  auto kv_transform = calibrate_kv_cache(**model, *tok, *kv_type, a.n_ctx, "", a.threads, !a.kv_no_calibrate);
+  if (!kv_transform) return fail(kv_transform.error());
   const auto t0 = std::chrono::steady_clock::now();
   const bool bar = isatty(STDERR_FILENO);  // a progress line on a terminal only
   auto progress = [&](int64_t done, int64_t total, double ppl) {
@@ -68,7 +65,7 @@ int run_perplexity(PerplexityArgs a) {
   auto r = eval::evaluate(**model, base.get(), tokens,
                           {.n_ctx = a.n_ctx, .num_threads = a.threads, .bos = tok->add_bos() ? tok->bos() : -1,
                            .kv_type = *kv_type, .base_kv_type = *base_kv_type, .kv_rotate_k = !a.kv_no_rotate,
-                           .kv_transform = kv_transform,
+                           .kv_transform = *kv_transform,
                            .on_chunk = bar ? std::function<void(int64_t, int64_t, double)>(progress) : nullptr});
   if (bar) std::fprintf(stderr, "\r\033[K");
   if (!r) return fail(r.error());

@@ -128,8 +128,7 @@ int run_generate(RunArgs a) {
   auto grammar = cli_grammar(a, *tokenizer);
   if (!grammar) return fail(grammar.error());
   if (auto st = a.spec.prepare(**model, *tokenizer, a.threads, *spec); !st) return fail(st.error());
-  auto kv_transform = calibrate_kv_cache(**model, *tokenizer, a.kv_no_calibrate ? DType::F16 : *kv_type, a.n_ctx, "",
-                                         a.threads);
+  auto kv_transform = calibrate_kv_cache(**model, *tokenizer, *kv_type, a.n_ctx, "", a.threads, !a.kv_no_calibrate);
   if (!kv_transform) return fail(kv_transform.error());
   if (spec->method != engine::SpecMethod::none || *grammar)
     return run_engine(a, **model, *tokenizer, std::move(tokens), *kv_type, *kv_transform, *spec, *grammar);

@@ -261,8 +261,9 @@ void KvFlags::add_to(CLI::App* cmd) {
 
 Result<std::shared_ptr<const KvTransform>> calibrate_kv_cache(const Model& model, const Tokenizer& tokenizer,
                                                               DType type, int64_t n_positions,
-                                                              const std::string& text_path, int threads) {
-  if (dtype_info(type).block_size == 1) return std::shared_ptr<const KvTransform>();
+                                                              const std::string& text_path, int threads,
+                                                              bool wanted) {
+  if (!wanted || dtype_info(type).block_size == 1) return std::shared_ptr<const KvTransform>();
   auto text = text_or_builtin(text_path, "--kv-guard-text");
   if (!text) return Error{text.error(), text.error_code()};
   const auto t0 = std::chrono::steady_clock::now();
@@ -280,12 +281,10 @@ Status KvFlags::apply(const Model& model, const Tokenizer& tokenizer, int thread
   if (!t) return Error{t.error(), ErrorCode::invalid_argument};
   o.kv_type = *t;
   o.kv_rotate_k = !no_rotate;
-  if (!no_calibrate) {
-    const int64_t context = o.max_model_len > 0 ? o.max_model_len : model.config().n_ctx_train;
-    auto transform = calibrate_kv_cache(model, tokenizer, *t, context, guard_text, threads);
-    if (!transform) return Error{transform.error(), transform.error_code()};
-    o.kv_transform = *transform;
-  }
+  const int64_t context = o.max_model_len > 0 ? o.max_model_len : model.config().n_ctx_train;
+  auto transform = calibrate_kv_cache(model, tokenizer, *t, context, guard_text, threads, !no_calibrate);
+  if (!transform) return Error{transform.error(), transform.error_code()};
+  o.kv_transform = *transform;
   if (guard < 0) return {};
   if (dtype_info(*t).block_size == 1) return Error{"--kv-guard prices a quantized --kv-type (q8_0 or q4_0)", ErrorCode::invalid_argument};
   auto text = text_or_builtin(guard_text, "--kv-guard-text");

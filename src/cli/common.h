@@ -76,10 +76,11 @@ Status check_draft_vocabulary(const Tokenizer& target, const Tokenizer& draft);
 
 // With a quantized KV type, the basis its layers store K and V in (eval/kv_calibration.h) for
 // contexts of n_positions, measured on the text at `text_path` (empty: the built-in text) and
-// printed with its time; null for f16 / f32.
+// printed with its time; null for f16 / f32 or when not `wanted` (--kv-no-calibrate).
 Result<std::shared_ptr<const KvTransform>> calibrate_kv_cache(const Model& model, const Tokenizer& tokenizer,
                                                               DType type, int64_t n_positions,
-                                                              const std::string& text_path, int threads);
+                                                              const std::string& text_path, int threads,
+                                                              bool wanted = true);
 
 // The KV cache's type, its calibration and the guard that prices it at start-up (`batch`, `serve`).
 struct KvFlags {

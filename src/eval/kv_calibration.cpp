@@ -100,8 +100,21 @@ Result<std::shared_ptr<const KvTransform>> calibrate_kv(const Model& model, std:
   auto transform = std::make_shared<KvTransform>();
   // A soft cap on the scores would not ignore the shift's constant per query: keys unshifted.
   const bool shift_k = c.attn_softcap == 0.f;
-  std::vector<double> avg_cs(size_t(2 * half));
-  std::vector<float> avg_f(size_t(2 * half));
+  // The average rotation over the positions served, per distinct RoPE base (Gemma 3: two, for
+  // its local and global layers): cos then sin of each pair.
+  std::vector<std::pair<float, std::vector<float>>> avg_rotations;
+  auto average_rotation = [&](const kernels::RopeParams& rope) -> const std::vector<float>& {
+    for (const auto& [base, avg] : avg_rotations)
+      if (base == rope.freq_base) return avg;
+    std::vector<double> sum(size_t(2 * half), 0.0);
+    for (int64_t p = 0; p < o.n_positions; ++p) {
+      kernels::rope_angles(p, rope, cs.data(), cs.data() + half);
+      for (size_t j = 0; j < sum.size(); ++j) sum[j] += cs[j];
+    }
+    std::vector<float> avg(sum.size());
+    for (size_t j = 0; j < sum.size(); ++j) avg[j] = float(sum[j] / double(o.n_positions));
+    return avg_rotations.emplace_back(rope.freq_base, std::move(avg)).second;
+  };
   for (int64_t il = 0; il < c.n_layers; ++il) {
     const LayerSums& s = sums[size_t(il)];
     const kernels::RopeParams rope = fwd.rope_params(il);
@@ -110,14 +123,11 @@ Result<std::shared_ptr<const KvTransform>> calibrate_kv(const Model& model, std:
     KvLayerTransform lt;
     if (shift_k) {
       // The pre-RoPE mean through the average rotation over the positions served.
-      std::fill(avg_cs.begin(), avg_cs.end(), 0.0);
-      for (int64_t p = 0; p < o.n_positions && half > 0; ++p) {
-        kernels::rope_angles(p, rope, cs.data(), cs.data() + half);
-        for (size_t j = 0; j < avg_cs.size(); ++j) avg_cs[j] += cs[j];
-      }
-      for (size_t j = 0; j < avg_cs.size(); ++j) avg_f[j] = float(avg_cs[j] / double(o.n_positions));
       for (size_t i = 0; i < n_ch; ++i) lt.k_shift.push_back(float(s.k[i] / rows));
-      if (half > 0) kernels::rope_apply(lt.k_shift.data(), c.n_kv_heads, hd, rope, avg_f.data(), avg_f.data() + half);
+      if (half > 0) {
+        const std::vector<float>& avg = average_rotation(rope);
+        kernels::rope_apply(lt.k_shift.data(), c.n_kv_heads, hd, rope, avg.data(), avg.data() + half);
+      }
     }
     // Spreads and weights per rotary pair (shared by its two channels), around the shift.
     std::vector<double> k_spread(n_ch), q_weight(n_ch), v_spread(n_ch);
