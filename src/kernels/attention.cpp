@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "core/fp16.h"
@@ -100,6 +101,15 @@ const float* to_stored(const float* x, const float* shift, const float* scale, b
   return buf;
 }
 
+// fp16 to float (exact): one instruction where F16C is compiled in.
+inline float half_to_float(uint16_t h) {
+#if KVASIR_HAVE_AVX2
+  return _cvtsh_ss(h);
+#else
+  return fp16_to_f32(h);
+#endif
+}
+
 inline int64_t window_start(int64_t pos, int64_t window) { return window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0; }
 
 // Eight K/V elements as floats: F16 widened in registers (exact), or F32 as they are.
@@ -118,7 +128,293 @@ inline __m256 reduce8(const __m256 a[8]) {
   const __m256 u0 = _mm256_hadd_ps(t01, t23), u1 = _mm256_hadd_ps(t45, t67);
   return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
+// Lane j = the sum of the 8 int32 lanes of a[j] (reduce8's tree; exact in any order).
+inline __m256i reduce8_epi32(const __m256i a[8]) {
+  const __m256i t01 = _mm256_hadd_epi32(a[0], a[1]), t23 = _mm256_hadd_epi32(a[2], a[3]);
+  const __m256i t45 = _mm256_hadd_epi32(a[4], a[5]), t67 = _mm256_hadd_epi32(a[6], a[7]);
+  const __m256i u0 = _mm256_hadd_epi32(t01, t23), u1 = _mm256_hadd_epi32(t45, t67);
+  return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
+}
 #endif
+
+// Queries as integers for exact integer scores against Q8_0 keys, per 32 dims: codes
+// C = round(x * 127 * 128 / absmax) (15 bits: 8-bit queries alone cost Gemma 3 270M 0.0005 of
+// mean KLD, five times what rounding the attention weights costs), held as two bytes
+// C = 128 * hi + lo (lo in [-64, 64]) that the int8 dot products take one at a time. A head's
+// hi codes are at qs, its lo codes at qs + hd, its per-block scales (absmax / (127 * 128)) at d
+// and per-block code sums at sum (VNNI moves the key codes to unsigned and takes 128 * sum back
+// off); head(h) is the h-th head after it.
+struct QueriesQ8 {
+  const int8_t* qs = nullptr;
+  const float* d = nullptr;
+  const int32_t* sum = nullptr;
+  int64_t hd = 0;
+  QueriesQ8 head(int64_t h) const { return {qs + 2 * h * hd, d + h * (hd / kQ), sum + h * (hd / kQ), hd}; }
+  int32_t code(int64_t i) const { return 128 * qs[i] + qs[hd + i]; }
+};
+
+void quantize_query(const float* x, int64_t hd, int8_t* qs, float* d, int32_t* sum) {
+  constexpr float kMax = 127.f * 128.f;
+  for (int64_t b = 0; b < hd / kQ; ++b, x += kQ) {
+    float amax = 0;
+    for (int64_t i = 0; i < kQ; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float inv = amax > 0 && std::isfinite(amax) ? kMax / amax : 0.f;
+    int32_t s = 0;
+    for (int64_t i = b * kQ; i < (b + 1) * kQ; ++i) {
+      const int c = int(std::nearbyint(std::clamp(x[i - b * kQ] * inv, -kMax, kMax)));
+      const int hi = (c + (c >= 0 ? 64 : -64)) / 128;  // to nearest, so that lo = c - 128 hi fits [-64, 64]
+      qs[i] = int8_t(hi), qs[hd + i] = int8_t(c - 128 * hi), s += c;
+    }
+    d[b] = amax / kMax, sum[b] = s;
+  }
+}
+
+// s[t] = scale * q.k[t] against Q8_0 key rows of hd / 32 blocks: per block the exact int32 dot of
+// the codes, then in float sv = fma(float(dot), dq * dk, sv) block by block (a product for the
+// first), times scale. The scalar twin of scores_q8_heads' lanes, bitwise.
+void scores_q8(const QueriesQ8& q, const BlockQ8_0* k, int64_t n, float scale, float* s) {
+  const int64_t nb = q.hd / kQ;
+  for (int64_t t = 0; t < n; ++t) {
+    float sv = 0;
+    for (int64_t b = 0; b < nb; ++b) {
+      const BlockQ8_0& kb = k[t * nb + b];
+      int32_t dot = 0;
+      for (int64_t i = 0; i < kQ; ++i) dot += q.code(b * kQ + i) * kb.qs[i];
+      const float ls = q.d[b] * fp16_to_f32(kb.d);
+      sv = b == 0 ? float(dot) * ls : std::fma(float(dot), ls, sv);
+    }
+    s[t] = sv * scale;
+  }
+}
+
+#if KVASIR_HAVE_AVX2
+// scores_q8 for H query heads (heads h of q.head(h)) and t < n into s[h * ss + t]: each key's
+// codes are loaded once for all H heads, 8 / H keys a pass, lane h * K + j = (head h, key t + j).
+// The int32 dots are exact (vpdpbusd on the codes moved to unsigned where VNNI is compiled in,
+// else vpmaddubsw on |q| and k signed like q), so every lane is scores_q8 bitwise.
+// dk: the keys' scales as floats, key t's of block b at dk[b * dk_stride + t] (readable up to
+// 7 keys past n).
+template <int H>
+void scores_q8_heads(const QueriesQ8& q, const BlockQ8_0* k, const float* dk, int64_t dk_stride, int64_t n, float scale,
+                     float* s, int64_t ss, Prefetch& pf) {
+  constexpr int K = 8 / H;
+  const int64_t nb = q.hd / kQ;
+  const int lines = int((K * nb * int64_t(sizeof(BlockQ8_0)) + 63) / 64);  // as much of a later block a pass
+  // Per block, the lanes' query scales (and, with VNNI, 128 * code sums).
+  alignas(32) float dq[kMaxHeadDim / kQ][8];
+  alignas(32) int32_t corr[kMaxHeadDim / kQ][8];
+  for (int64_t b = 0; b < nb; ++b)
+    for (int h = 0; h < H; ++h)
+      for (int j = 0; j < K; ++j) dq[b][h * K + j] = q.d[h * nb + b], corr[b][h * K + j] = 128 * q.sum[h * nb + b];
+#if !KVASIR_HAVE_VNNI
+  const __m256i ones = _mm256_set1_epi16(1);
+#endif
+  for (int64_t t = 0; t < n; t += K) {
+    const BlockQ8_0* kt[K];
+    for (int j = 0; j < K; ++j) kt[j] = k + (t + j < n ? t + j : 0) * nb;
+    prefetch_next(pf.k, pf.k_end, lines);
+    prefetch_next(pf.v, pf.v_end, lines);  // (the values are read before the next step's scores)
+    __m256 sv = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      __m256i kc[K];
+      for (int j = 0; j < K; ++j) {
+        kc[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kt[j][b].qs));
+#if KVASIR_HAVE_VNNI
+        kc[j] = _mm256_xor_si256(kc[j], _mm256_set1_epi8(char(0x80)));
+#endif
+      }
+      // Lane h * K + j takes key t + j's scale: the K scales at dk + t, repeated H times.
+      const float* dkt = dk + b * dk_stride + t;
+      __m256 dkl;
+      if constexpr (K == 1) dkl = _mm256_broadcast_ss(dkt);
+      else if constexpr (K == 2) dkl = _mm256_castpd_ps(_mm256_broadcast_sd(reinterpret_cast<const double*>(dkt)));
+      else if constexpr (K == 4) dkl = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(dkt));
+      else dkl = _mm256_loadu_ps(dkt);
+      __m256i acc[8];
+      for (int h = 0; h < H; ++h) {
+        const int8_t* qh = q.qs + 2 * h * q.hd + b * kQ;
+        const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
+        const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh + q.hd));
+#if KVASIR_HAVE_VNNI
+        for (int j = 0; j < K; ++j) {
+          const __m256i x = _mm256_slli_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), kc[j], hi), 7);
+          acc[h * K + j] = _mm256_dpbusd_epi32(x, kc[j], lo);
+        }
+#else
+        const __m256i ahi = _mm256_abs_epi8(hi), alo = _mm256_abs_epi8(lo);
+        for (int j = 0; j < K; ++j) {
+          const __m256i x = _mm256_madd_epi16(_mm256_maddubs_epi16(ahi, _mm256_sign_epi8(kc[j], hi)), ones);
+          const __m256i y = _mm256_madd_epi16(_mm256_maddubs_epi16(alo, _mm256_sign_epi8(kc[j], lo)), ones);
+          acc[h * K + j] = _mm256_add_epi32(_mm256_slli_epi32(x, 7), y);
+        }
+#endif
+      }
+      __m256i dot = reduce8_epi32(acc);
+#if KVASIR_HAVE_VNNI
+      dot = _mm256_sub_epi32(dot, _mm256_load_si256(reinterpret_cast<const __m256i*>(corr[b])));
+#endif
+      const __m256 f = _mm256_cvtepi32_ps(dot), ls = _mm256_mul_ps(_mm256_load_ps(dq[b]), dkl);
+      sv = b == 0 ? _mm256_mul_ps(f, ls) : _mm256_fmadd_ps(f, ls, sv);
+    }
+    alignas(32) float r[8];
+    _mm256_store_ps(r, _mm256_mul_ps(sv, _mm256_set1_ps(scale)));
+    for (int h = 0; h < H; ++h)
+      for (int j = 0; j < K && t + j < n; ++j) s[h * ss + t + j] = r[h * K + j];
+  }
+}
+#endif
+
+// A step's Q8_0 values laid out for integer products with 8-bit attention weights: the codes of
+// its keys t = 0..n4-1 from the step's start (n4 a multiple of 4; keys the step does not use are
+// zero) as vt[b][quad][32 dims][4 keys] (block b of 32 dims, keys 4 * quad.. 4 * quad + 3: what
+// vpdpbusd sums into one int32 lane), and their scales dv[b * n4 + t]; and the step's key scales
+// as floats (the score lanes broadcast them).
+struct StepV8 {
+  int8_t* vt;
+  float* dv;
+  int64_t n4;
+  float* dk;  // the step's key scales, dk[b * (n4 + 8) + t] (zero where unused; 8 spare for the score lanes)
+  int64_t dk_stride() const { return n4 + 8; }
+};
+
+// Where dim d of a block sits among the 32 int32 lanes that the layout sums into (four vectors of
+// eight): vector d % 16 / 4, lane 4 * (d / 16) + d % 4 (what two rounds of unpacks give).
+constexpr int64_t v8_lane(int64_t d) { return (d % 16 / 4) * 8 + (d / 16) * 4 + d % 4; }
+
+inline int8_t* step_v8_at(const StepV8& v, int64_t b, int64_t quad) { return v.vt + (b * (v.n4 / 4) + quad) * 4 * kQ; }
+
+// The step's keys [first, end] (positions; the step starts at `start`) of KV head g into v, keys
+// of their quads outside that range zeroed (never read: they may sit in freed blocks).
+void prepare_step_v8(const KvLayerView& kv, const int32_t* block_table, int64_t g, int64_t start, int64_t first,
+                     int64_t end, const StepV8& v) {
+  const int64_t nb = kv.head_dim / kQ;
+  alignas(32) static constexpr BlockQ8_0 kZero[kMaxHeadDim / kQ] = {};
+  for (int64_t b = 0; b < nb; ++b) std::fill_n(v.dk + b * v.dk_stride(), v.dk_stride(), 0.f);
+  for (int64_t pos = first; pos <= end;) {  // key scales, KV block by KV block
+    const auto* kr = reinterpret_cast<const BlockQ8_0*>(kv_row(kv.k, kv, block_table, pos, g));
+    for (const int64_t stop = std::min(end, pos - pos % kv.block_size + kv.block_size - 1); pos <= stop; ++pos, kr += nb)
+      for (int64_t b = 0; b < nb; ++b) v.dk[b * v.dk_stride() + pos - start] = half_to_float(kr[b].d);
+  }
+  const BlockQ8_0* row = nullptr;  // position pos's row: found once per KV block, then the next row
+  for (int64_t quad = (first - start) / 4; quad <= (end - start) / 4; ++quad) {
+    const BlockQ8_0* rows[4];
+    for (int k = 0; k < 4; ++k) {
+      const int64_t t = 4 * quad + k, pos = start + t;
+      const bool in = pos >= first && pos <= end;
+      if (in) row = pos == first || pos % kv.block_size == 0
+                        ? reinterpret_cast<const BlockQ8_0*>(kv_row(kv.v, kv, block_table, pos, g))
+                        : row + nb;
+      rows[k] = in ? row : kZero;
+      for (int64_t b = 0; b < nb; ++b) v.dv[b * v.n4 + t] = in ? half_to_float(rows[k][b].d) : 0.f;
+    }
+    for (int64_t b = 0; b < nb; ++b) {
+      int8_t* out = step_v8_at(v, b, quad);
+#if KVASIR_HAVE_AVX2
+      // Bytes of keys 0/1 and 2/3 interleaved, then 16-bit pairs of those: each 128-bit lane ends
+      // as 4 dims x 4 keys, the four vectors as v8_lane says (values_q8_block puts dims back in order).
+      __m256i r[4];
+      for (int k = 0; k < 4; ++k) r[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[k][b].qs));
+      const __m256i lo01 = _mm256_unpacklo_epi8(r[0], r[1]), lo23 = _mm256_unpacklo_epi8(r[2], r[3]);
+      const __m256i hi01 = _mm256_unpackhi_epi8(r[0], r[1]), hi23 = _mm256_unpackhi_epi8(r[2], r[3]);
+      auto* o = reinterpret_cast<__m256i*>(out);
+      _mm256_storeu_si256(o + 0, _mm256_unpacklo_epi16(lo01, lo23));
+      _mm256_storeu_si256(o + 1, _mm256_unpackhi_epi16(lo01, lo23));
+      _mm256_storeu_si256(o + 2, _mm256_unpacklo_epi16(hi01, hi23));
+      _mm256_storeu_si256(o + 3, _mm256_unpackhi_epi16(hi01, hi23));
+#else
+      for (int64_t d = 0; d < kQ; ++d)
+        for (int k = 0; k < 4; ++k) out[v8_lane(d) * 4 + k] = rows[k][b].qs[d];
+#endif
+    }
+  }
+}
+
+// One head's attention weights of block b's keys as 8 bits: u = w[t] * dv (the keys' V scales
+// folded in) for the step's keys [off, off + n), rounded against their largest (codes
+// round(u * 255 / max), zero outside the range) into wq[0, n4). Returns the codes' scale
+// max / 255, 0 when every weight is 0 (nothing to add).
+float quantize_weights(const StepV8& v, int64_t b, const float* w, int64_t off, int64_t n, uint8_t* wq) {
+  const float* dv = v.dv + b * v.n4 + off;
+  float mx = 0;
+  int64_t t = 0;
+#if KVASIR_HAVE_AVX2
+  __m256 m8 = _mm256_setzero_ps();
+  for (; t + 8 <= n; t += 8) m8 = _mm256_max_ps(m8, _mm256_mul_ps(_mm256_loadu_ps(w + t), _mm256_loadu_ps(dv + t)));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, m8);
+  for (float x : lanes) mx = std::max(mx, x);
+#endif
+  for (; t < n; ++t) mx = std::max(mx, w[t] * dv[t]);
+  if (!(mx > 0)) return 0.f;
+  const float inv = 255.f / mx;
+  std::fill_n(wq, off, uint8_t(0));
+  std::fill_n(wq + off + n, v.n4 - off - n, uint8_t(0));
+  t = 0;
+#if KVASIR_HAVE_AVX2
+  for (; t + 8 <= n; t += 8) {
+    const __m256i c = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(w + t), _mm256_loadu_ps(dv + t)),
+                                                      _mm256_set1_ps(inv)));
+    const __m128i c16 = _mm_packs_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(wq + off + t), _mm_packus_epi16(c16, c16));
+  }
+#endif
+  for (; t < n; ++t) wq[off + t] = uint8_t(std::min(255.f, std::nearbyint(w[t] * dv[t] * inv)));
+  return mx / 255.f;
+}
+
+// acc[d] for the dims of block b += s * sum over the step's keys of wq[t] * code_t[d]: the int32
+// sums exact, then one fma per dim. The scalar twin of values_q8_block's SIMD form.
+void values_q8_block(float* acc, const StepV8& v, int64_t b, const uint8_t* wq, int64_t q0, int64_t q1, float s) {
+#if KVASIR_HAVE_AVX2
+  __m256i a[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+#if !KVASIR_HAVE_VNNI
+  const __m256i ones = _mm256_set1_epi16(1), low7 = _mm256_set1_epi8(0x7F);
+#endif
+  for (int64_t quad = q0; quad < q1; ++quad) {
+    int32_t w4;
+    std::memcpy(&w4, wq + 4 * quad, 4);
+    const __m256i wb = _mm256_set1_epi32(w4);
+    const auto* vq = reinterpret_cast<const __m256i*>(step_v8_at(v, b, quad));
+#if KVASIR_HAVE_VNNI
+    for (int c = 0; c < 4; ++c) a[c] = _mm256_dpbusd_epi32(a[c], wb, _mm256_loadu_si256(vq + c));
+#else
+    // vpmaddubsw saturates pairs of u8 x s8 above 32767: the weights' low 7 bits and top bit go
+    // separately (each pair then fits), summed into int32 exactly as vpdpbusd would.
+    const __m256i lo = _mm256_and_si256(wb, low7), hi = _mm256_and_si256(_mm256_srli_epi16(wb, 7), _mm256_set1_epi8(1));
+    for (int c = 0; c < 4; ++c) {
+      const __m256i x = _mm256_loadu_si256(vq + c);
+      const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x), ones);
+      const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x), ones);
+      a[c] = _mm256_add_epi32(a[c], _mm256_add_epi32(plo, _mm256_slli_epi32(phi, 7)));
+    }
+#endif
+  }
+  const __m256i dims[4] = {_mm256_permute2x128_si256(a[0], a[1], 0x20), _mm256_permute2x128_si256(a[2], a[3], 0x20),
+                           _mm256_permute2x128_si256(a[0], a[1], 0x31), _mm256_permute2x128_si256(a[2], a[3], 0x31)};
+  float* o = acc + b * kQ;
+  for (int c = 0; c < 4; ++c)
+    _mm256_storeu_ps(o + 8 * c, _mm256_fmadd_ps(_mm256_cvtepi32_ps(dims[c]), _mm256_set1_ps(s), _mm256_loadu_ps(o + 8 * c)));
+#else
+  for (int64_t d = 0; d < kQ; ++d) {
+    int32_t sum = 0;
+    for (int64_t quad = q0; quad < q1; ++quad)
+      for (int k = 0; k < 4; ++k) sum += int32_t(wq[4 * quad + k]) * step_v8_at(v, b, quad)[v8_lane(d) * 4 + k];
+    acc[b * kQ + d] = std::fma(float(sum), s, acc[b * kQ + d]);
+  }
+#endif
+}
+
+// acc_h += the weighted values of the step's keys [off, off + n) for H heads (acc_h = acc + h *
+// hd, weights w_h = w + h * ws, relative to off), from V laid out by prepare_step_v8.
+void values_q8(float* acc, const StepV8& v, const float* w, int64_t ws, int64_t off, int64_t n, int64_t hd, int64_t H,
+               uint8_t* wq) {
+  const int64_t q0 = off / 4, q1 = (off + n + 3) / 4;
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t b = 0; b < hd / kQ; ++b) {
+      const float s = quantize_weights(v, b, w + h * ws, off, n, wq);
+      if (s > 0) values_q8_block(acc + h * hd, v, b, wq, q0, q1, s);
+    }
+}
 
 // s[t] = scale * q.k[t] for t < n (key rows hd elements apart). Keys go eight at a time, each
 // one FMA chain over the dims in order, reduced by reduce8; lanes past n repeat key 0 and are
@@ -278,29 +574,55 @@ inline void update_state(HeadState& st, float correction, float sum, float new_m
 // while it is computed (the block's pf, used up as it goes: a later pass of heads or rows over
 // the same block issues no prefetches again). Scores are per key and each output element's value chain runs over the
 // keys in order, so a step computed run by run is bitwise the step computed in one piece.
-template <class T>
+template <class KT, class VT = KT>
 struct KvRun {
-  const T* k;
-  const T* v;
+  const KT* k;
+  const VT* v;
   int64_t n;
   Prefetch* pf;
+};
+
+// The queries of a row's heads as the score kernels read them: floats, and against Q8_0 keys
+// their integer codes too (q8.qs null otherwise). head(h) moves both to head h.
+struct HeadQueries {
+  const float* f;
+  QueriesQ8 q8;
+  int64_t hd;
+  HeadQueries head(int64_t h) const { return {f + h * hd, q8.qs ? q8.head(h) : q8, hd}; }
+};
+
+template <class KT>
+inline constexpr bool is_q8 = std::is_same_v<KT, BlockQ8_0>;
+
+// Q8_0 values of a step (prepare_step_v8), the row's keys at off.. of it, and room for one head's
+// weights as 8 bits.
+struct V8Args {
+  const StepV8* v = nullptr;
+  int64_t off = 0;
+  uint8_t* wq = nullptr;
 };
 
 // The most runs a step has (keys_per_step: 64 keys, blocks of 1 or more).
 inline constexpr int kMaxRuns = 64;
 
-// One head of one row over a step's n keys/values (F16 or F32 rows of head_dim elements): scores,
-// then the online-softmax update of (max, sum) and of the unnormalized output acc.
-template <class T>
-void attend_block(const float* q, KvRun<T>* runs, int nr, int64_t n, int64_t hd, const AttentionParams& p,
-                  float* s, float* w, HeadState& st, float* acc) {
+// One head of one row over a step's n keys/values (F16 or F32 rows of head_dim elements, or Q8_0
+// keys against the rounded queries): scores, then the online-softmax update of (max, sum) and of
+// the unnormalized output acc.
+template <class KT, class VT>
+void attend_block(const HeadQueries& q, KvRun<KT, VT>* runs, int nr, int64_t n, int64_t hd, const AttentionParams& p,
+                  float* s, float* w, HeadState& st, float* acc, const V8Args& v8) {
   for (int64_t i = 0, off = 0; i < nr; off += runs[i].n, ++i) {
-    scores(q, runs[i].k, runs[i].n, hd, p.scale, s + off, *runs[i].pf);
+    if constexpr (is_q8<KT>) scores_q8(q.q8, runs[i].k, runs[i].n, p.scale, s + off);
+    else scores(q.f, runs[i].k, runs[i].n, hd, p.scale, s + off, *runs[i].pf);
   }
   float sum, new_max;
   const float correction = softmax_step(s, n, p, st, acc, hd, w, sum, new_max);
-  for (int64_t i = 0, off = 0; i < nr; off += runs[i].n, ++i) {
-    accumulate_values(acc, runs[i].v, w + off, runs[i].n, hd, *runs[i].pf);
+  if constexpr (is_q8<KT>) {
+    values_q8(acc, *v8.v, w, 0, v8.off, n, hd, 1, v8.wq);
+  } else {
+    for (int64_t i = 0, off = 0; i < nr; off += runs[i].n, ++i) {
+      accumulate_values(acc, runs[i].v, w + off, runs[i].n, hd, *runs[i].pf);
+    }
   }
   update_state(st, correction, sum, new_max);
 }
@@ -375,11 +697,14 @@ void values_heads(float* acc, const T* v, const float* w, int64_t ws, int64_t n,
 // attend_block for H query heads of one row that share a KV head (q, acc and states of head h at
 // q + h * hd, acc + h * hd, st[h]): bitwise attend_block per head, with each K/V element read
 // once for all of them. s and w hold kMaxPassHeads rows of ss floats.
-template <class T, int H>
-void attend_heads(const float* q, KvRun<T>* runs, int nr, int64_t n, int64_t hd, const AttentionParams& p,
-                  float* s, float* w, int64_t ss, HeadState* st, float* acc) {
+template <class KT, class VT, int H>
+void attend_heads(const HeadQueries& q, KvRun<KT, VT>* runs, int nr, int64_t n, int64_t hd, const AttentionParams& p,
+                  float* s, float* w, int64_t ss, HeadState* st, float* acc, const V8Args& v8) {
   for (int64_t i = 0, off = 0; i < nr; off += runs[i].n, ++i) {
-    scores_heads<T, H>(q, runs[i].k, runs[i].n, hd, p.scale, s + off, ss, *runs[i].pf);
+    if constexpr (is_q8<KT>)
+      scores_q8_heads<H>(q.q8, runs[i].k, v8.v->dk + v8.off + off, v8.v->dk_stride(), runs[i].n, p.scale, s + off, ss,
+                         *runs[i].pf);
+    else scores_heads<KT, H>(q.f, runs[i].k, runs[i].n, hd, p.scale, s + off, ss, *runs[i].pf);
   }
   float correction[H], sum[H], new_max[H];
   for (int h = 0; h < H; ++h) {
@@ -389,8 +714,12 @@ void attend_heads(const float* q, KvRun<T>* runs, int nr, int64_t n, int64_t hd,
   // Each head's sum in key order, the heads' chains side by side (their latency overlaps).
   for (int64_t t = 0; t < n; ++t)
     for (int h = 0; h < H; ++h) sum[h] += w[h * ss + t];
-  for (int64_t i = 0, off = 0; i < nr; off += runs[i].n, ++i) {
-    values_heads<T, H>(acc, runs[i].v, w + off, ss, runs[i].n, hd, *runs[i].pf);
+  if constexpr (is_q8<KT>) {
+    values_q8(acc, *v8.v, w, ss, v8.off, n, hd, H, v8.wq);
+  } else {
+    for (int64_t i = 0, off = 0; i < nr; off += runs[i].n, ++i) {
+      values_heads<VT, H>(acc, runs[i].v, w + off, ss, runs[i].n, hd, *runs[i].pf);
+    }
   }
   for (int h = 0; h < H; ++h) update_state(st[h], correction[h], sum[h], new_max[h]);
 }
@@ -398,18 +727,22 @@ void attend_heads(const float* q, KvRun<T>* runs, int nr, int64_t n, int64_t hd,
 
 // The heads [0, count) of one row that share a KV head (laid out as attend_heads takes them),
 // in passes of 8, 4, 2 and 1 heads where head_dim allows, else one head at a time.
-template <class T>
-void attend_group(const float* q, KvRun<T>* runs, int nr, int64_t n, int64_t hd, const AttentionParams& p,
-                  float* s, float* w, int64_t ss, HeadState* st, float* acc, int64_t count) {
+// Q8_0 keys (head_dim a multiple of 32) take the passes down to one head: its integer scores
+// have no faster single-head form.
+template <class KT, class VT>
+void attend_group(const HeadQueries& q, KvRun<KT, VT>* runs, int nr, int64_t n, int64_t hd, const AttentionParams& p,
+                  float* s, float* w, int64_t ss, HeadState* st, float* acc, int64_t count, const V8Args& v8) {
   int64_t h = 0;
 #if KVASIR_HAVE_AVX2
-  if (hd % 8 == 0 && count >= 2) {
-    for (; h + 8 <= count; h += 8) attend_heads<T, 8>(q + h * hd, runs, nr, n, hd, p, s, w, ss, st + h, acc + h * hd);
-    if (h + 4 <= count) attend_heads<T, 4>(q + h * hd, runs, nr, n, hd, p, s, w, ss, st + h, acc + h * hd), h += 4;
-    if (h + 2 <= count) attend_heads<T, 2>(q + h * hd, runs, nr, n, hd, p, s, w, ss, st + h, acc + h * hd), h += 2;
+  if (hd % 8 == 0 && (count >= 2 || is_q8<KT>)) {
+    for (; h + 8 <= count; h += 8)
+      attend_heads<KT, VT, 8>(q.head(h), runs, nr, n, hd, p, s, w, ss, st + h, acc + h * hd, v8);
+    if (h + 4 <= count) attend_heads<KT, VT, 4>(q.head(h), runs, nr, n, hd, p, s, w, ss, st + h, acc + h * hd, v8), h += 4;
+    if (h + 2 <= count) attend_heads<KT, VT, 2>(q.head(h), runs, nr, n, hd, p, s, w, ss, st + h, acc + h * hd, v8), h += 2;
+    if (is_q8<KT> && h < count) attend_heads<KT, VT, 1>(q.head(h), runs, nr, n, hd, p, s, w, ss, st + h, acc + h * hd, v8), ++h;
   }
 #endif
-  for (; h < count; ++h) attend_block(q + h * hd, runs, nr, n, hd, p, s, w, st[h], acc + h * hd);
+  for (; h < count; ++h) attend_block(q.head(h), runs, nr, n, hd, p, s, w, st[h], acc + h * hd, v8);
 }
 
 }  // namespace
@@ -460,12 +793,23 @@ int64_t attention_partial_floats(int64_t n_rows, int64_t n_heads, int64_t head_d
   return n_rows * n_heads * (head_dim + 2);
 }
 
+namespace {
+// Floats before the rounded queries in the scratch (all that attention_rows uses otherwise).
+int64_t q8_offset(const KvLayerView& kv, const AttentionParams& p) {
+  return blocks_floats(kv) + kAttentionTileRows * p.n_heads * kv.head_dim + 2 * kAttentionTileRows * p.n_heads +
+         attention_partial_floats(kAttentionTileRows, p.n_heads, kv.head_dim);
+}
+void* q8_area(float* scratch, const KvLayerView& kv, const AttentionParams& p) { return scratch + q8_offset(kv, p); }
+}  // namespace
+
 int64_t attention_scratch_floats(const KvLayerView& kv, const AttentionParams& p) {
   // attend_keys' blocks (blocks_floats), the rotated queries of a tile (kv.rotate_k), the states
-  // of every (row, query head) of a tile, and one span's partial for a tile (attention_rows over
-  // several spans).
-  return blocks_floats(kv) + kAttentionTileRows * p.n_heads * kv.head_dim +
-         2 * kAttentionTileRows * p.n_heads + attention_partial_floats(kAttentionTileRows, p.n_heads, kv.head_dim);
+  // of every (row, query head) of a tile, one span's partial for a tile (attention_rows over
+  // several spans), and against Q8_0 keys the tile's integer queries (two bytes a dim, a scale
+  // and a code sum a block).
+  const int64_t q8 = kv.type == DType::Q8_0 ? kAttentionTileRows * p.n_heads * (kv.head_dim / 2 + 2 * (kv.head_dim / kQ))
+                                            : 0;
+  return q8_offset(kv, p) + q8;
 }
 
 namespace {
@@ -481,6 +825,7 @@ struct Accumulators {
 struct TileArgs {
   const float* q;  // queries (rotated when kv.rotate_k), row m at q + m * q_stride
   int64_t q_stride, n_rows;
+  QueriesQ8 q8;    // Q8_0 keys: (row m, head h) rounded at q8.head(m * n_heads + h)
   const KvLayerView& kv;
   const int32_t* block_table;
   int64_t pos0;
@@ -508,6 +853,24 @@ const float* tile_queries(const float* q, int64_t n_rows, int64_t row_stride, co
     }
   q_stride = p.n_heads * hd;
   return q_rot;
+}
+
+// Against Q8_0 keys, the tile's queries (as tile_queries gives them) rounded to 8 bits into
+// area; nothing (a null QueriesQ8) for other types.
+QueriesQ8 tile_queries_q8(const float* q, int64_t q_stride, int64_t n_rows, const KvLayerView& kv,
+                          const AttentionParams& p, int64_t kv_begin, int64_t kv_end, void* area) {
+  if (kv.type != DType::Q8_0) return {};
+  const int64_t hd = kv.head_dim, nb = hd / kQ, group = p.n_heads / kv.n_kv_heads;
+  const int64_t slots = kAttentionTileRows * p.n_heads;
+  auto* qs = static_cast<int8_t*>(area);
+  auto* d = reinterpret_cast<float*>(qs + 2 * slots * hd);
+  auto* sum = reinterpret_cast<int32_t*>(d + slots * nb);
+  for (int64_t m = 0; m < n_rows; ++m)
+    for (int64_t head = kv_begin * group; head < kv_end * group; ++head) {
+      const int64_t i = m * p.n_heads + head;
+      quantize_query(q + m * q_stride + head * hd, hd, qs + 2 * i * hd, d + i * nb, sum + i * nb);
+    }
+  return {qs, d, sum, hd};
 }
 
 // Online softmax of every (row, head) of the tile over the keys at positions [lo, hi] (within
@@ -556,12 +919,26 @@ void attend_keys(const TileArgs& t, int64_t lo, int64_t hi, Accumulators a, floa
   // F16 K/V is read in place (widened in registers) when one row reads it, and widened once into
   // scratch when several rows share it; both give bitwise the same floats, so the choice never
   // shows in a result. Quantized K/V always goes through scratch, once per head and step.
-  const bool widen = quantized || (f16 && t.n_rows >= 2);
+  // Q8_0 is integer arithmetic instead: keys read in place against the rounded queries, values
+  // laid out once per head and step (in kblk's room) for 8-bit weights.
+  const bool q8_keys = kv.type == DType::Q8_0;
+  const bool widen = !q8_keys && (quantized || (f16 && t.n_rows >= 2));
+  const int64_t n4 = (step + 3) / 4 * 4;
+  float* dv = reinterpret_cast<float*>(reinterpret_cast<int8_t*>(kblk) + n4 * hd);
+  const StepV8 v8{reinterpret_cast<int8_t*>(kblk), dv, n4, dv + n4 * (hd / kQ)};
+  auto* wq = reinterpret_cast<uint8_t*>(v8.dk + v8.dk_stride() * (hd / kQ));
   Prefetch pfs[kMaxRuns];
   for (int64_t start = lo_first - lo_first % step; start <= last; start += step) {
     const int64_t first = std::max(start, lo_first), end = std::min(start + step - 1, last);
     for (int64_t g = t.kv_begin; g < t.kv_end; ++g) {
       for (int64_t j = 0; j < bps; ++j) pfs[j] = prefetch_for(start, g, j);
+      // Q8_0 values are read whole at the step's start (prepare_step_v8): the scores fetch the
+      // next step's (or head's) instead of a later block's.
+      for (int64_t j = 0; q8_keys && j < bps; ++j) {
+        const Prefetch next = prefetch_for(start, g, j + bps - kPrefetchAhead);
+        pfs[j].v = next.v, pfs[j].v_end = next.v_end;
+      }
+      if (q8_keys) prepare_step_v8(kv, t.block_table, g, start, first, end, v8);
       for (int64_t p0 = first; widen && p0 <= end;) {  // block by block into scratch
         const int64_t p1 = std::min(end, p0 - p0 % bs + bs - 1), len = (p1 - p0 + 1) * hd;
         const uint8_t* kr = kv_row(kv.k, kv, t.block_table, p0, g);
@@ -583,24 +960,25 @@ void attend_keys(const TileArgs& t, int64_t lo, int64_t hi, Accumulators a, floa
         if (t0 > t1) continue;
         // The group's query heads of this row: consecutive in q, acc and the states.
         const int64_t head = g * group;
-        const float* qh = t.q + m * t.q_stride + head * hd;
+        const HeadQueries qh{t.q + m * t.q_stride + head * hd, q8_keys ? t.q8.head(m * p.n_heads + head) : QueriesQ8{}, hd};
         float* oh = a.acc + m * a.acc_stride + head * hd;
         HeadState* st = a.state + m * p.n_heads + head;
         // The row's keys of this step, one run per block: from scratch (ks, vs) or, where those
         // are null, in place.
-        auto attend_runs = [&]<class T>(const T* ks, const T* vs) {
-          KvRun<T> runs[kMaxRuns];
+        auto attend_runs = [&]<class KT, class VT>(const KT* ks, const VT* vs) {
+          KvRun<KT, VT> runs[kMaxRuns];
           int nr = 0;
           for (int64_t p0 = t0; p0 <= t1; ++nr) {
             const int64_t p1 = std::min(t1, p0 - p0 % bs + bs - 1);
-            const T* k = ks ? ks + (p0 - first) * hd : reinterpret_cast<const T*>(kv_row(kv.k, kv, t.block_table, p0, g));
-            const T* v = vs ? vs + (p0 - first) * hd : reinterpret_cast<const T*>(kv_row(kv.v, kv, t.block_table, p0, g));
+            const KT* k = ks ? ks + (p0 - first) * hd : reinterpret_cast<const KT*>(kv_row(kv.k, kv, t.block_table, p0, g));
+            const VT* v = vs ? vs + (p0 - first) * hd : reinterpret_cast<const VT*>(kv_row(kv.v, kv, t.block_table, p0, g));
             runs[nr] = {k, v, p1 - p0 + 1, &pfs[(p0 - start) / bs]};
             p0 = p1 + 1;
           }
-          attend_group(qh, runs, nr, t1 - t0 + 1, hd, p, s, w, ss, st, oh, group);
+          attend_group(qh, runs, nr, t1 - t0 + 1, hd, p, s, w, ss, st, oh, group, V8Args{&v8, t0 - start, wq});
         };
-        if (widen) attend_runs(static_cast<const float*>(kblk), static_cast<const float*>(vblk));
+        if (q8_keys) attend_runs(static_cast<const BlockQ8_0*>(nullptr), static_cast<const BlockQ8_0*>(nullptr));
+        else if (widen) attend_runs(static_cast<const float*>(kblk), static_cast<const float*>(vblk));
         else if (f16) attend_runs(static_cast<const uint16_t*>(nullptr), static_cast<const uint16_t*>(nullptr));
         else attend_runs(static_cast<const float*>(nullptr), static_cast<const float*>(nullptr));
       }
@@ -668,7 +1046,8 @@ void attention_rows(const float* q, int64_t n_rows, int64_t row_stride, const Kv
   auto* span_state = reinterpret_cast<HeadState*>(span_acc + kAttentionTileRows * p.n_heads * hd);
   int64_t q_stride = 0;
   const float* qt = tile_queries(q, n_rows, row_stride, kv, p, kv_begin, kv_end, q_rot, q_stride);
-  const TileArgs t{qt, q_stride, n_rows, kv, block_table, pos0, p, kv_begin, kv_end};
+  const QueriesQ8 q8 = tile_queries_q8(qt, q_stride, n_rows, kv, p, kv_begin, kv_end, q8_area(scratch, kv, p));
+  const TileArgs t{qt, q_stride, n_rows, q8, kv, block_table, pos0, p, kv_begin, kv_end};
   const SpanRange spans = attention_spans(pos0, n_rows, p.window);
   // The first span straight into out: what merging it into an empty running state would copy.
   attend_keys(t, spans.first * kAttentionSpan, spans.first * kAttentionSpan + kAttentionSpan - 1,
@@ -692,7 +1071,8 @@ void attention_span(const float* q, int64_t n_rows, int64_t row_stride, const Kv
   float* q_rot = blocks + blocks_floats(kv);
   int64_t q_stride = 0;
   const float* qt = tile_queries(q, n_rows, row_stride, kv, p, kv_begin, kv_end, q_rot, q_stride);
-  const TileArgs t{qt, q_stride, n_rows, kv, block_table, pos0, p, kv_begin, kv_end};
+  const QueriesQ8 q8 = tile_queries_q8(qt, q_stride, n_rows, kv, p, kv_begin, kv_end, q8_area(scratch, kv, p));
+  const TileArgs t{qt, q_stride, n_rows, q8, kv, block_table, pos0, p, kv_begin, kv_end};
   attend_keys(t, span * kAttentionSpan, span * kAttentionSpan + kAttentionSpan - 1,
               {part.acc, p.n_heads * hd, reinterpret_cast<HeadState*>(part.state)}, blocks);
 }

@@ -3,6 +3,11 @@
 // matrix is never materialized. GQA-aware and tiled: each KV block is converted to f32 once and
 // serves every query head of its group and every row of a tile (consecutive positions of one
 // sequence, e.g. a prefill chunk). A row's result never depends on the tile it is in.
+// Q8_0 K/V is integer arithmetic instead of widening: queries as 15-bit codes per 32 dims against
+// the key codes in place (exact int32 dots, vpdpbusd where VNNI is compiled in), and each 64-key
+// step's attention weights, times V's scales, rounded to 8 bits against the step's largest and
+// multiplied with V's codes (V laid out once per step for that). The roundings are the kernel's
+// numerics: the tests' twin rounds alike.
 #pragma once
 #include <cstdint>
 

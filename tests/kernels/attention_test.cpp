@@ -242,19 +242,18 @@ TEST(Attention, SpanSplitEqualsAttentionRowsBitwise) {
 
 // Query heads sharing a KV head are attended together, each K/V element read once for all of
 // them, in passes of 8, 4, 2 and 1 heads (in 512-bit registers where compiled in, their dims
-// left over in 256-bit ones). Each head must still get bitwise what it gets alone:
+// left over in 256-bit ones; Q8_0 in integer lanes). Each head must still get bitwise what it gets alone:
 // the same model with the KV head repeated for every query head (groups of one) is the twin.
 TEST(Attention, GroupedHeadsEqualOneHeadPerKvHeadBitwise) {
   std::mt19937 rng(23);
   std::normal_distribution<float> nd(0.f, 1.f);
   for (int64_t group : {2, 3, 4, 7, 8, 12}) {
     for (auto [type, hd] : {std::pair{DType::F16, int64_t(64)}, {DType::F32, 64}, {DType::F16, 8}, {DType::F32, 40},
-                            {DType::F16, 256}, {DType::F32, 128}}) {
+                            {DType::F16, 256}, {DType::F32, 128}, {DType::Q8_0, 64}, {DType::Q8_0, 256}}) {
       const int64_t bs = 16, n = 300, n_kv = 2, heads = n_kv * group;
       std::vector<int32_t> table(size_t((n + bs - 1) / bs));
       std::iota(table.begin(), table.end(), 0);
-      const size_t elem = type == DType::F32 ? 4 : 2;
-      std::vector<uint8_t> kp(table.size() * size_t(bs * n_kv * hd) * elem), vp(kp.size());
+      std::vector<uint8_t> kp(row_bytes(type, int64_t(table.size()) * bs * n_kv * hd)), vp(kp.size());
       std::vector<uint8_t> kr(kp.size() * size_t(group)), vr(kr.size());
       KvLayerView grouped{kp.data(), vp.data(), type, bs, n_kv, hd};
       KvLayerView repeated{kr.data(), vr.data(), type, bs, heads, hd};

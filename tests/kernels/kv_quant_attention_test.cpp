@@ -1,7 +1,9 @@
 // Quantized KV blocks (Q8_0, Q4_0, and Q4_0 with Hadamard-rotated K and V) read directly by the
 // paged attention kernel: against the reference twin on exactly what the cache holds (the stored
-// rows dequantized, rotated back, and with a KV transform scaled and shifted back) the result
-// agrees to float noise (1e-5), against the unquantized K/V to what the type's rounding costs;
+// rows dequantized, rotated back, and with a KV transform scaled and shifted back; for Q8_0,
+// whose products are integer, with its queries and attention weights rounded as the kernel
+// rounds them: q8_twin) the result agrees to float noise (1e-5), against the unquantized K/V to
+// what the type's rounding costs;
 // with outlier channels in K (what LLM keys have), the rotation cuts 4-bit K's error (the check
 // fails without it); a KV transform leaves F32 attention unchanged (its shift of K moves every
 // score of a query alike), and with keys that share a large mean (Gemma 3's), shifting it out
@@ -14,7 +16,9 @@
 #include <random>
 #include <vector>
 
+#include "core/fp16.h"
 #include "kernels/attention.h"
+#include "kernels/quant/blocks.h"
 #include "kernels/quant/quant.h"
 
 using namespace kvasir;
@@ -62,6 +66,62 @@ Transform random_transform(uint32_t seed, float shift) {
   return t;
 }
 
+// What Q8_0 attention computes, in double on what the cache holds (K and V in their stored basis:
+// dequantized, not turned back), for query heads h of KV head h / group at position pos: the
+// query in the stored basis (scaled, rotated) rounded to 15-bit codes per 32 dims; per step of
+// 64 keys an online-softmax update whose weights exp(s - running max), times each key's V scale
+// per 32 dims, are rounded to 8 bits against the step's largest; the output in the stored basis
+// (o_st), for the caller to turn back.
+constexpr int64_t kStep = 64;
+void q8_twin(const float* q, const std::vector<float>& k_st, const std::vector<float>& v_st, const std::vector<float>& dv,
+             const KvLayerView& view, int64_t pos, float scale, float* o_st) {
+  const int64_t kv_dim = kKvHeads * kHd, group = kHeads / kKvHeads, nb = kHd / 32;
+  for (int64_t h = 0; h < kHeads; ++h) {
+    const int64_t g = h / group;
+    std::vector<float> qs(q + h * kHd, q + (h + 1) * kHd);
+    if (view.k_scale)
+      for (int64_t i = 0; i < kHd; ++i) qs[size_t(i)] *= view.k_scale[g * kHd + i];
+    if (view.rotate_k) hadamard(qs.data(), kHd);
+    std::vector<double> qr(static_cast<size_t>(kHd));
+    for (int64_t b = 0; b < nb; ++b) {
+      float amax = 0;
+      for (int64_t i = 32 * b; i < 32 * b + 32; ++i) amax = std::max(amax, std::fabs(qs[size_t(i)]));
+      for (int64_t i = 32 * b; i < 32 * b + 32; ++i)
+        qr[size_t(i)] = amax > 0 ? std::nearbyint(qs[size_t(i)] * (127.f * 128.f / amax)) * (double(amax) / (127 * 128)) : 0;
+    }
+    double mx = -INFINITY, sum = 0;
+    std::vector<double> acc(static_cast<size_t>(kHd), 0.0);
+    for (int64_t start = 0; start <= pos; start += kStep) {
+      const int64_t end = std::min(pos, start + kStep - 1);
+      std::vector<double> sc;
+      for (int64_t t = start; t <= end; ++t) {
+        double x = 0;
+        for (int64_t d = 0; d < kHd; ++d) x += qr[size_t(d)] * k_st[size_t(t * kv_dim + g * kHd + d)];
+        sc.push_back(x * scale);
+      }
+      const double new_mx = std::max(mx, *std::max_element(sc.begin(), sc.end()));
+      const double corr = std::exp(mx - new_mx);
+      sum *= corr;
+      for (auto& a : acc) a *= corr;
+      mx = new_mx;
+      std::vector<double> w;
+      for (double x : sc) w.push_back(std::exp(x - mx)), sum += w.back();
+      for (int64_t b = 0; b < nb; ++b) {
+        double umax = 0;
+        for (size_t i = 0; i < w.size(); ++i) umax = std::max(umax, w[i] * dv[size_t(((start + int64_t(i)) * kKvHeads + g) * nb + b)]);
+        for (size_t i = 0; i < w.size() && umax > 0; ++i) {
+          const int64_t t = start + int64_t(i);
+          const double dvt = dv[size_t((t * kKvHeads + g) * nb + b)];
+          const double code_w = std::nearbyint(w[i] * dvt * 255 / umax) * umax / 255;  // the rounded w * dv
+          for (int64_t d = 32 * b; d < 32 * b + 32; ++d)
+            acc[size_t(d)] += code_w / dvt * v_st[size_t(t * kv_dim + g * kHd + d)];  // (v_st = dv * code)
+        }
+      }
+    }
+    for (int64_t d = 0; d < kHd; ++d) o_st[h * kHd + d] = float(acc[size_t(d)] / sum);
+  }
+}
+
 // k_mean: added to every key's channels (a mean shared by all keys, large on real models).
 Result run(DType type, bool rotate, float outlier, uint32_t seed, const Transform* tf = nullptr, float k_mean = 0.f) {
   std::mt19937 rng(seed);
@@ -84,7 +144,8 @@ Result run(DType type, bool rotate, float outlier, uint32_t seed, const Transfor
   for (int64_t t = 0; t < kTokens; ++t) kv_store(view, table.data(), t, &k[size_t(t * kv_dim)], &v[size_t(t * kv_dim)]);
   // What the cache holds, read back: each stored row dequantized (rotated back, then scaled and
   // shifted back).
-  std::vector<float> k_held(k.size()), v_held(v.size());
+  std::vector<float> k_held(k.size()), v_held(v.size()), k_st(k.size()), v_st(v.size());
+  std::vector<float> dv(size_t(kTokens * kKvHeads * (kHd / 32)));  // Q8_0: V's scale per (token, KV head, 32 dims)
   const auto* tr = quant_traits(type);
   auto back = [&](float* x, const std::vector<float>* scale, const std::vector<float>* shift, int64_t g) {
     if (rotate) hadamard(x, kHd);
@@ -97,6 +158,11 @@ Result run(DType type, bool rotate, float outlier, uint32_t seed, const Transfor
       float* vr = &v_held[size_t(t * kv_dim + g * kHd)];
       tr->dequantize_row(pool.data() + at, kr, kHd);
       tr->dequantize_row(pool.data() + at + row_bytes(type, run), vr, kHd);
+      std::copy_n(kr, kHd, &k_st[size_t(t * kv_dim + g * kHd)]);
+      std::copy_n(vr, kHd, &v_st[size_t(t * kv_dim + g * kHd)]);
+      for (int64_t b = 0; type == DType::Q8_0 && b < kHd / 32; ++b)
+        dv[size_t((t * kKvHeads + g) * (kHd / 32) + b)] =
+            fp16_to_f32(reinterpret_cast<const BlockQ8_0*>(pool.data() + at + row_bytes(type, run))[b].d);
       back(kr, tf ? &tf->k_scale : nullptr, tf ? &tf->k_shift : nullptr, g);
       back(vr, tf ? &tf->v_scale : nullptr, tf ? &tf->v_shift : nullptr, g);
     }
@@ -105,7 +171,13 @@ Result run(DType type, bool rotate, float outlier, uint32_t seed, const Transfor
   Result r{0, 0};
   for (int64_t pos : {int64_t(0), int64_t(17), kTokens - 1}) {
     attention(q.data(), view, table.data(), pos, p, out.data(), scratch.data());
-    attention_ref(q.data(), k_held.data(), v_held.data(), kKvHeads, kHd, pos, p, held.data());
+    if (type == DType::Q8_0) {
+      q8_twin(q.data(), k_st, v_st, dv, view, pos, p.scale, held.data());
+      for (int64_t h = 0; h < kHeads; ++h)
+        back(&held[size_t(h * kHd)], tf ? &tf->v_scale : nullptr, tf ? &tf->v_shift : nullptr, h / (kHeads / kKvHeads));
+    } else {
+      attention_ref(q.data(), k_held.data(), v_held.data(), kKvHeads, kHd, pos, p, held.data());
+    }
     attention_ref(q.data(), k.data(), v.data(), kKvHeads, kHd, pos, p, exact.data());
     r.vs_held = std::max(r.vs_held, rel_error(out, held));
     r.vs_float = std::max(r.vs_float, rel_error(out, exact));
