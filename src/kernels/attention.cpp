@@ -40,20 +40,10 @@ void hadamard_inplace(float* x, int64_t n) {
 }
 
 // Quantized K/V rows (whole blocks of n elements) to floats: code times the block's scale, the
-// reference dequantizer's arithmetic exactly, vectorized for the two KV types.
+// reference dequantizer's arithmetic exactly, vectorized for Q4_0 (Q8_0 never comes here: its
+// attention is integer arithmetic, attention_q8.h).
 void dequantize_kv(const QuantTraits* t, const uint8_t* src, float* y, int64_t n) {
 #if KVASIR_HAVE_AVX2
-  if (t->type == DType::Q8_0) {
-    const auto* b = reinterpret_cast<const BlockQ8_0*>(src);
-    for (int64_t i = 0; i < n / kQ; ++i, y += kQ) {
-      const __m256 d = _mm256_set1_ps(fp16_to_f32(b[i].d));
-      for (int j = 0; j < kQ; j += 8) {
-        const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b[i].qs + j));
-        _mm256_storeu_ps(y + j, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d));
-      }
-    }
-    return;
-  }
   if (t->type == DType::Q4_0) {
     const auto* b = reinterpret_cast<const BlockQ4_0*>(src);
     const __m128i low = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
