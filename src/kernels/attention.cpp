@@ -253,10 +253,10 @@ inline void update_state(HeadState& st, float correction, float sum, float new_m
 // while it is computed (the block's pf, used up as it goes: a later pass of heads or rows over
 // the same block issues no prefetches again). Scores are per key and each output element's value chain runs over the
 // keys in order, so a step computed run by run is bitwise the step computed in one piece.
-template <class KT, class VT = KT>
+template <class T>
 struct KvRun {
-  const KT* k;
-  const VT* v;
+  const T* k;
+  const T* v;  // (unused for Q8_0: its values come from the step's layout, V8Args)
   int64_t n;
   Prefetch* pf;
 };
@@ -287,8 +287,8 @@ inline constexpr int kMaxRuns = 64;
 // One head of one row over a step's n keys/values (F16 or F32 rows of head_dim elements, or Q8_0
 // keys against the rounded queries): scores, then the online-softmax update of (max, sum) and of
 // the unnormalized output acc.
-template <class KT, class VT>
-void attend_block(const HeadQueries& q, KvRun<KT, VT>* runs, int nr, int64_t n, int64_t hd, const AttentionParams& p,
+template <class KT>
+void attend_block(const HeadQueries& q, KvRun<KT>* runs, int nr, int64_t n, int64_t hd, const AttentionParams& p,
                   float* s, float* w, HeadState& st, float* acc, const V8Args& v8) {
   for (int64_t i = 0, off = 0; i < nr; off += runs[i].n, ++i) {
     if constexpr (is_q8<KT>) scores_q8(q.q8, runs[i].k, runs[i].n, p.scale, s + off);
@@ -376,8 +376,8 @@ void values_heads(float* acc, const T* v, const float* w, int64_t ws, int64_t n,
 // attend_block for H query heads of one row that share a KV head (q, acc and states of head h at
 // q + h * hd, acc + h * hd, st[h]): bitwise attend_block per head, with each K/V element read
 // once for all of them. s and w hold kMaxPassHeads rows of ss floats.
-template <class KT, class VT, int H>
-void attend_heads(const HeadQueries& q, KvRun<KT, VT>* runs, int nr, int64_t n, int64_t hd, const AttentionParams& p,
+template <class KT, int H>
+void attend_heads(const HeadQueries& q, KvRun<KT>* runs, int nr, int64_t n, int64_t hd, const AttentionParams& p,
                   float* s, float* w, int64_t ss, HeadState* st, float* acc, const V8Args& v8) {
   for (int64_t i = 0, off = 0; i < nr; off += runs[i].n, ++i) {
     if constexpr (is_q8<KT>)
@@ -397,7 +397,7 @@ void attend_heads(const HeadQueries& q, KvRun<KT, VT>* runs, int nr, int64_t n, 
     values_q8(acc, *v8.v, w, ss, v8.off, n, hd, H, v8.wq);
   } else {
     for (int64_t i = 0, off = 0; i < nr; off += runs[i].n, ++i) {
-      values_heads<VT, H>(acc, runs[i].v, w + off, ss, runs[i].n, hd, *runs[i].pf);
+      values_heads<KT, H>(acc, runs[i].v, w + off, ss, runs[i].n, hd, *runs[i].pf);
     }
   }
   for (int h = 0; h < H; ++h) update_state(st[h], correction[h], sum[h], new_max[h]);
@@ -408,17 +408,17 @@ void attend_heads(const HeadQueries& q, KvRun<KT, VT>* runs, int nr, int64_t n, 
 // in passes of 8, 4, 2 and 1 heads where head_dim allows, else one head at a time.
 // Q8_0 keys (head_dim a multiple of 32) take the passes down to one head: its integer scores
 // have no faster single-head form.
-template <class KT, class VT>
-void attend_group(const HeadQueries& q, KvRun<KT, VT>* runs, int nr, int64_t n, int64_t hd, const AttentionParams& p,
+template <class KT>
+void attend_group(const HeadQueries& q, KvRun<KT>* runs, int nr, int64_t n, int64_t hd, const AttentionParams& p,
                   float* s, float* w, int64_t ss, HeadState* st, float* acc, int64_t count, const V8Args& v8) {
   int64_t h = 0;
 #if KVASIR_HAVE_AVX2
   if (hd % 8 == 0 && (count >= 2 || is_q8<KT>)) {
     for (; h + 8 <= count; h += 8)
-      attend_heads<KT, VT, 8>(q.head(h), runs, nr, n, hd, p, s, w, ss, st + h, acc + h * hd, v8);
-    if (h + 4 <= count) attend_heads<KT, VT, 4>(q.head(h), runs, nr, n, hd, p, s, w, ss, st + h, acc + h * hd, v8), h += 4;
-    if (h + 2 <= count) attend_heads<KT, VT, 2>(q.head(h), runs, nr, n, hd, p, s, w, ss, st + h, acc + h * hd, v8), h += 2;
-    if (is_q8<KT> && h < count) attend_heads<KT, VT, 1>(q.head(h), runs, nr, n, hd, p, s, w, ss, st + h, acc + h * hd, v8), ++h;
+      attend_heads<KT, 8>(q.head(h), runs, nr, n, hd, p, s, w, ss, st + h, acc + h * hd, v8);
+    if (h + 4 <= count) attend_heads<KT, 4>(q.head(h), runs, nr, n, hd, p, s, w, ss, st + h, acc + h * hd, v8), h += 4;
+    if (h + 2 <= count) attend_heads<KT, 2>(q.head(h), runs, nr, n, hd, p, s, w, ss, st + h, acc + h * hd, v8), h += 2;
+    if (is_q8<KT> && h < count) attend_heads<KT, 1>(q.head(h), runs, nr, n, hd, p, s, w, ss, st + h, acc + h * hd, v8), ++h;
   }
 #endif
   for (; h < count; ++h) attend_block(q.head(h), runs, nr, n, hd, p, s, w, st[h], acc + h * hd, v8);
@@ -504,7 +504,7 @@ struct Accumulators {
 struct TileArgs {
   const float* q;  // queries (rotated when kv.rotate_k), row m at q + m * q_stride
   int64_t q_stride, n_rows;
-  QueriesQ8 q8;    // Q8_0 keys: (row m, head h) rounded at q8.head(m * n_heads + h)
+  QueriesQ8 q8;    // Q8_0 keys: (row m, head h) as integer codes at q8.head(m * n_heads + h)
   const KvLayerView& kv;
   const int32_t* block_table;
   int64_t pos0;
@@ -534,8 +534,8 @@ const float* tile_queries(const float* q, int64_t n_rows, int64_t row_stride, co
   return q_rot;
 }
 
-// Against Q8_0 keys, the tile's queries (as tile_queries gives them) rounded to 8 bits into
-// area; nothing (a null QueriesQ8) for other types.
+// Against Q8_0 keys, the tile's queries (as tile_queries gives them) as integer codes
+// (quantize_query) into area; nothing (a null QueriesQ8) for other types.
 QueriesQ8 tile_queries_q8(const float* q, int64_t q_stride, int64_t n_rows, const KvLayerView& kv,
                           const AttentionParams& p, int64_t kv_begin, int64_t kv_end, void* area) {
   if (kv.type != DType::Q8_0) return {};
@@ -644,13 +644,15 @@ void attend_keys(const TileArgs& t, int64_t lo, int64_t hi, Accumulators a, floa
         HeadState* st = a.state + m * p.n_heads + head;
         // The row's keys of this step, one run per block: from scratch (ks, vs) or, where those
         // are null, in place.
-        auto attend_runs = [&]<class KT, class VT>(const KT* ks, const VT* vs) {
-          KvRun<KT, VT> runs[kMaxRuns];
+        auto attend_runs = [&]<class T>(const T* ks, const T* vs) {
+          KvRun<T> runs[kMaxRuns];
           int nr = 0;
           for (int64_t p0 = t0; p0 <= t1; ++nr) {
             const int64_t p1 = std::min(t1, p0 - p0 % bs + bs - 1);
-            const KT* k = ks ? ks + (p0 - first) * hd : reinterpret_cast<const KT*>(kv_row(kv.k, kv, t.block_table, p0, g));
-            const VT* v = vs ? vs + (p0 - first) * hd : reinterpret_cast<const VT*>(kv_row(kv.v, kv, t.block_table, p0, g));
+            const T* k = ks ? ks + (p0 - first) * hd : reinterpret_cast<const T*>(kv_row(kv.k, kv, t.block_table, p0, g));
+            const T* v = nullptr;
+            if constexpr (!is_q8<T>)
+              v = vs ? vs + (p0 - first) * hd : reinterpret_cast<const T*>(kv_row(kv.v, kv, t.block_table, p0, g));
             runs[nr] = {k, v, p1 - p0 + 1, &pfs[(p0 - start) / bs]};
             p0 = p1 + 1;
           }
