@@ -78,6 +78,35 @@ Status Scheduler::set_draft(RequestId id, std::span<const int32_t> draft) {
   return {};
 }
 
+Status Scheduler::fill_draft(RequestId id, std::span<const int32_t> draft) {
+  if (!awaiting_update_) return Error{"fill_draft: no step is waiting for its update"};
+  auto seq = std::find_if(out_.seqs.begin(), out_.seqs.end(), [&](const ScheduledSeq& s) { return s.id == id; });
+  auto req = requests_.find(id);
+  if (seq == out_.seqs.end() || req == requests_.end() || seq->num_draft == 0)
+    return Error{"fill_draft: request " + str(id) + " has no draft rows in this step"};
+  if (int32_t(draft.size()) > seq->num_draft)
+    return Error{"fill_draft: " + str(int64_t(draft.size())) + " draft tokens for " + str(seq->num_draft) + " rows"};
+  Request* r = req->second.get();
+  const int32_t k = int32_t(draft.size()), dropped = seq->num_draft - k;
+  r->step_tokens.resize(size_t(1 + k));
+  std::copy(draft.begin(), draft.end(), r->step_tokens.begin() + 1);
+  seq->tokens = r->step_tokens;
+  if (dropped > 0) {
+    for (int32_t j = k; j < seq->num_draft && size_t(j) < counters_.draft_tokens_at.size(); ++j)
+      --counters_.draft_tokens_at[size_t(j)];
+    counters_.num_draft_tokens -= dropped;
+    if (k == 0) --counters_.num_drafts;
+    seq->num_draft = k;
+    seq->end -= dropped;
+    out_.num_tokens -= dropped;
+    counters_.num_scheduled_tokens -= dropped;
+    step_draft_rows_ -= dropped;
+    r->num_computed_tokens = seq->end;
+    kv_.seq_truncate(id, seq->end);
+  }
+  return {};
+}
+
 int32_t Scheduler::chunk_limit(int32_t remaining, int32_t budget) const {
   int32_t n = std::min(remaining, budget);
   if (config_.max_chunk_tokens > 0) n = std::min(n, config_.max_chunk_tokens);

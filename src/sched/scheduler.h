@@ -20,7 +20,7 @@
 // Prefill and decode are not modes: every request computes tokens [num_computed, num_tokens).
 //
 // Speculative decoding (the multi-token step contract): a decoding request may carry draft tokens
-// (set_draft before step()). It is then scheduled as 1 + K rows, its last token and K draft
+// (set_draft before step(); fill_draft may replace them before update()). It is then scheduled as 1 + K rows, its last token and K draft
 // tokens, each wanting logits; K shrinks to the token budget, the free blocks (drafts never
 // preempt anyone), the context and max_new_tokens. update() gets the draft prefix verification
 // accepted plus one more token; the rejected positions are rolled back (block table truncated,
@@ -137,6 +137,11 @@ class Scheduler {
   // Draft tokens to verify in the next step, if the request decodes in it (else dropped).
   Status set_draft(RequestId id, std::span<const int32_t> draft);
   const SchedulerOutput& step();
+  // Between step() and update(): the draft tokens of a sequence this step scheduled with a draft,
+  // replacing what set_draft gave (a drafter that writes the step's own KV blocks, as a
+  // self-speculative draft sharing the target's KV does, drafts once its rows are placed). A
+  // shorter draft drops the rows beyond it from the step and returns their blocks.
+  Status fill_draft(RequestId id, std::span<const int32_t> draft);
   // The sampled token of every sequence of the last step that wanted logits (and is still active).
   // Registers newly computed full blocks in the prefix cache; finishes requests that reached
   // max_new_tokens or max_model_len (Length) or that the caller marked finished.

@@ -120,5 +120,40 @@ TEST(SchedulerDraft, AcceptedMustBeAPrefixOfTheDraft) {
   EXPECT_FALSE(s.set_draft(42, std::vector<int32_t>{1}).ok());
 }
 
+// A drafter that writes the step's own blocks fills the rows after step(): the tokens replace the
+// placeholders, and a shorter draft drops the rows beyond it (their blocks and counts with them).
+TEST(SchedulerDraft, FillDraftReplacesAndShrinksTheScheduledRows) {
+  Scheduler s = make_sched(config());
+  prefill(s, 1, range(0, 5));  // tokens 0..4, 100: KV for 5 positions (2 blocks)
+  EXPECT_FALSE(s.fill_draft(1, std::vector<int32_t>{1}).ok());  // no step is waiting
+  ASSERT_TRUE(s.set_draft(1, std::vector<int32_t>{0, 0, 0, 0, 0}).ok());
+  const SchedulerOutput& out = s.step();
+  ASSERT_EQ(out.seqs[0].num_draft, 5);
+  EXPECT_EQ(s.kv().seq_blocks(1).size(), 3u);  // positions 0..10
+  EXPECT_FALSE(s.fill_draft(1, range(20, 6)).ok());  // more tokens than rows
+  EXPECT_FALSE(s.fill_draft(7, range(20, 1)).ok());  // not scheduled
+  ASSERT_TRUE(s.fill_draft(1, std::vector<int32_t>{7, 8}).ok());
+  const ScheduledSeq& q = out.seqs[0];
+  EXPECT_EQ(q.num_draft, 2);
+  EXPECT_EQ(q.end, 8);
+  EXPECT_EQ(out.num_tokens, 3);
+  EXPECT_EQ(std::vector<int32_t>(q.tokens.begin(), q.tokens.end()), (std::vector<int32_t>{100, 7, 8}));
+  EXPECT_EQ(s.kv().seq_blocks(1).size(), 2u);  // positions 0..7: the third block went back
+  EXPECT_EQ(s.counters().num_draft_tokens, 2);
+  EXPECT_EQ(s.counters().draft_tokens_at[2], 0);
+  ASSERT_TRUE(s.update(std::vector<SeqOutput>{{.id = 1, .token = 50, .accepted = {7, 8}}}).ok());
+  EXPECT_EQ(s.find(1)->tokens, (std::vector<int32_t>{0, 1, 2, 3, 4, 100, 7, 8, 50}));
+  EXPECT_EQ(s.find(1)->num_computed_tokens, 8);
+  // An empty draft leaves a plain decode row.
+  ASSERT_TRUE(s.set_draft(1, std::vector<int32_t>{0, 0}).ok());
+  ASSERT_EQ(s.step().seqs[0].num_draft, 2);
+  ASSERT_TRUE(s.fill_draft(1, {}).ok());
+  EXPECT_EQ(s.step().seqs[0].end, 9);  // the same step until update()
+  EXPECT_EQ(s.counters().num_drafts, 1);
+  ASSERT_TRUE(s.update(std::vector<SeqOutput>{{.id = 1, .token = 51}}).ok());
+  EXPECT_EQ(s.find(1)->num_computed_tokens, 9);
+  EXPECT_EQ(s.kv().seq_blocks(1).size(), 3u);  // positions 0..8
+}
+
 }  // namespace
 }  // namespace kvasir::sched
