@@ -60,7 +60,7 @@ struct SpecOptions {
   std::vector<int32_t> skip_layers;  // layer_skip: the draft runs every layer but these
   // Self-speculative drafts project onto these tokens only (the most frequent ones); empty: all.
   std::vector<int32_t> head_tokens;
-  uint64_t draft_kv_mem_bytes = 0;  // the draft's own KV; 0: as many tokens as the target's holds, capped at 512 MiB
+  uint64_t draft_kv_mem_bytes = 0;  // a draft model's own KV; 0: as many tokens as the target's holds, capped at 512 MiB (self-drafts share the target's)
 };
 
 // How an embedding request pools its prompt's final hidden states (engine/embedding's result is

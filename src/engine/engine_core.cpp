@@ -188,7 +188,7 @@ struct EngineCore::Impl {
     int32_t k = 0, most = 0;  // rows chosen; rows the proposer can fill
     int32_t left = 0;         // tokens the request may still generate beyond this step's own
   };
-  void draft_with_model(std::vector<SpecCandidate>& cands);
+  void draft_scheduled(const sched::SchedulerOutput& so);
   Delta& delta_for(std::vector<Delta>& out, std::unordered_map<RequestId, size_t>& index, RequestId id);
 };
 
@@ -209,7 +209,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const Model& model, const
   if (!runner) return Error{runner.error(), runner.error_code()};
   const runtime::RunnerInfo& info = (*runner)->info();
   const SpecOptions& spec = o.spec;
-  // The draft's KV holds as many tokens as the target's (self-drafts store only their layers).
+  // The draft model's KV holds as many tokens as the target's.
   auto draft_blocks = [&](uint64_t per_token) {
     const uint64_t cap = spec.draft_kv_mem_bytes > 0 ? spec.draft_kv_mem_bytes : 512ull << 20;
     const uint64_t tokens = std::min<uint64_t>(uint64_t(info.num_kv_blocks * info.block_size), cap / std::max<uint64_t>(per_token, 1));
@@ -242,9 +242,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const Model& model, const
                      ErrorCode::invalid_argument};
     if (spec.method == SpecMethod::layer_skip && (spec.skip_layers.empty() || layers.empty()))
       return Error{"layer skipping needs a non-empty set of layers to skip that leaves at least one", ErrorCode::invalid_argument};
-    const uint64_t per_token = KvCache::bytes_per_token(c, KvCacheOptions{.stored_layers = layers});
-    auto d = (*runner)->self_draft({.layers = layers, .head_tokens = spec.head_tokens,
-                                    .kv_blocks = draft_blocks(per_token), .block_size = o.block_size});
+    auto d = (*runner)->self_draft({.layers = layers, .head_tokens = spec.head_tokens});
     if (!d) return Error{d.error(), d.error_code()};
     draft = std::move(*d);
   }
@@ -284,7 +282,8 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<runtime::
   std::unique_ptr<spec::ModelDrafter> drafter;
   if (draft_runner) {
     if (draft_runner->info().block_size != o.block_size) return Error{"the draft runner's KV block size differs from the engine's"};
-    auto d = spec::ModelDrafter::create(std::move(draft_runner), std::move(draft_token_of_logit), tokenizer.n_vocab(),
+    const spec::KvMode kv_mode = o.spec.method == SpecMethod::draft ? spec::KvMode::own : spec::KvMode::target;
+    auto d = spec::ModelDrafter::create(std::move(draft_runner), kv_mode, std::move(draft_token_of_logit), tokenizer.n_vocab(),
                                         o.clock ? o.clock : sched::Clock(sched::steady_now_ns));
     if (!d) return Error{d.error(), d.error_code()};
     drafter = std::move(*d);
@@ -542,8 +541,9 @@ void EngineCore::Impl::propose_drafts() {
       else if (plan[i].sure_row_pays && ++c.live->spec_idle_steps >= 16) c.k = 1, c.live->spec_idle_steps = 0;
     }
   }
-  if (drafter) draft_with_model(cands);
   for (auto& c : cands) {
+    // A model drafts once the step has placed its rows (draft_scheduled): until then, placeholders.
+    if (drafter) c.draft.assign(size_t(c.k), scheduler.find(c.id)->tokens.back());
     c.k = std::min(c.k, int32_t(c.draft.size()));
     if (c.k == 0) continue;
     c.draft.resize(size_t(c.k));
@@ -551,20 +551,25 @@ void EngineCore::Impl::propose_drafts() {
   }
 }
 
-// Runs the draft model for the candidates the controller gave rows, batched, and feeds what its
-// forwards took to the draft's cost model.
-void EngineCore::Impl::draft_with_model(std::vector<SpecCandidate>& cands) {
+// Runs the draft model, batched, for the sequences this step scheduled with draft rows, puts its
+// tokens in those rows (the rows it could not fill leave the step), and feeds what its forwards
+// took to the draft's cost model. It drafts after scheduling because a self-speculative draft
+// writes its K/V where the step's verify rows go, in the blocks the scheduler just placed.
+void EngineCore::Impl::draft_scheduled(const sched::SchedulerOutput& so) {
   draft_jobs.clear();
-  for (const SpecCandidate& c : cands)
-    if (c.k > 0) draft_jobs.push_back({.id = c.id, .context = scheduler.find(c.id)->tokens, .k = c.k});
+  for (const sched::ScheduledSeq& seq : so.seqs)
+    if (seq.num_draft > 0)
+      draft_jobs.push_back(
+          {.id = seq.id, .context = scheduler.find(seq.id)->tokens, .k = seq.num_draft, .target_blocks = seq.block_table});
   if (draft_jobs.empty()) return;
   const Status s = drafter->propose(draft_jobs);
   const spec::ModelDrafter::Timing& t = drafter->last_timing();
   scheduler.exclude_time(t.total_ns);  // the step-cost model prices target forwards only
-  if (!s) return;  // no drafts this step; the drafter has forgotten these requests
-  size_t j = 0;
-  for (SpecCandidate& c : cands)
-    if (c.k > 0) c.draft = std::move(draft_jobs[j++].draft);
+  for (spec::DraftJob& j : draft_jobs) {
+    if (!s) j.draft.clear();  // no drafts this step; the drafter has forgotten these requests
+    (void)scheduler.fill_draft(j.id, j.draft);
+  }
+  if (!s) return;
   for (const auto& [rows, ns] : t.later) draft_cost.observe_forward(rows, double(ns));
   draft_cost.observe_first(t.first_logits, t.first_catch_up, double(t.first_ns));
 }
@@ -643,6 +648,7 @@ Status EngineCore::step(std::vector<Delta>& out) {
 
   m.propose_drafts();
   const sched::SchedulerOutput& so = m.scheduler.step();
+  if (m.drafter) m.draft_scheduled(so);
   m.outputs.clear();
   if (!so.empty()) {
     m.batch.clear();

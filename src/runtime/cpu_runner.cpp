@@ -7,10 +7,10 @@ namespace {
 
 class SelfDraftRunner : public ModelRunner {
  public:
-  SelfDraftRunner(Forward& forward, KvCache kv, std::vector<int32_t> layers, std::vector<uint8_t> head_bytes,
+  SelfDraftRunner(Forward& forward, KvCache& kv, std::vector<int32_t> layers, std::vector<uint8_t> head_bytes,
                   Matrix head, RunnerInfo info)
       : forward_(forward),
-        kv_(std::move(kv)),
+        kv_(kv),
         layers_(std::move(layers)),
         head_bytes_(std::move(head_bytes)),
         head_(head),
@@ -27,7 +27,7 @@ class SelfDraftRunner : public ModelRunner {
 
  private:
   Forward& forward_;
-  KvCache kv_;
+  KvCache& kv_;  // the target's
   std::vector<int32_t> layers_;
   std::vector<uint8_t> head_bytes_;  // the chosen rows of the output matrix, in head order
   Matrix head_;
@@ -81,7 +81,6 @@ Result<std::unique_ptr<ModelRunner>> CpuRunner::self_draft(const SelfDraftOption
     if (o.layers[i] < 0 || o.layers[i] >= c.n_layers || (i > 0 && o.layers[i] <= o.layers[i - 1]))
       return Error{"draft layers must be ascending indices below " + std::to_string(c.n_layers),
                    ErrorCode::invalid_argument};
-  if (o.kv_blocks < 2) return Error{"the draft's KV needs at least 2 blocks", ErrorCode::invalid_argument};
   const Matrix& out = model_.weights().output;
   std::vector<uint8_t> head_bytes;
   Matrix head = out;
@@ -95,18 +94,13 @@ Result<std::unique_ptr<ModelRunner>> CpuRunner::self_draft(const SelfDraftOption
     }
     head.n_out = int64_t(o.head_tokens.size());
   }
-  KvCacheOptions kvo{.num_blocks = o.kv_blocks, .block_size = o.block_size, .type = o.kv_type, .stored_layers = o.layers};
-  auto kv = KvCache::create(c, kvo);
-  if (!kv) return Error{kv.error()};
   RunnerInfo info = info_;
   info.n_vocab = head.n_out;
   info.n_embd = 0;
-  info.num_kv_blocks = o.kv_blocks;
-  info.block_size = o.block_size;
   info.n_layers = int64_t(o.layers.size());
   info.identity += "#draft";
   return std::unique_ptr<ModelRunner>(
-      new SelfDraftRunner(forward_, std::move(*kv), o.layers, std::move(head_bytes), head, std::move(info)));
+      new SelfDraftRunner(forward_, kv_, o.layers, std::move(head_bytes), head, std::move(info)));
 }
 
 void CpuRunner::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {

@@ -29,9 +29,6 @@ struct CpuRunnerOptions {
 struct SelfDraftOptions {
   std::vector<int32_t> layers;       // strictly ascending, non-empty
   std::vector<int32_t> head_tokens;  // the vocabulary rows the draft's head projects onto; empty: all
-  int64_t kv_blocks = 0;             // the draft's own KV blocks (only `layers` get storage)
-  int64_t block_size = 16;
-  DType kv_type = DType::F16;
 };
 
 class CpuRunner : public ModelRunner {
@@ -43,10 +40,11 @@ class CpuRunner : public ModelRunner {
   const float* hidden() const override { return forward_.hidden(); }
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) override;
 
-  // A draft runner over this runner's weights, Forward and threads (nothing is copied but the
-  // head's rows), with a KV cache of its own: the draft never writes the target's. Its logits rows
-  // are [head_tokens.size()] wide when a head is chosen (logit i is token head_tokens[i]). Valid
-  // while this runner lives; the two run one after the other, never at once.
+  // A draft runner over this runner's weights, Forward, threads and KV storage (nothing is copied
+  // but the head's rows): its forwards read and write the target's K/V of the layers they run, in
+  // the blocks the batch names (spec::KvMode::target). Its logits rows are [head_tokens.size()]
+  // wide when a head is chosen (logit i is token head_tokens[i]). Valid while this runner lives;
+  // the two run one after the other, never at once.
   Result<std::unique_ptr<ModelRunner>> self_draft(const SelfDraftOptions& options);
 
  private:

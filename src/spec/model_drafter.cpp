@@ -5,25 +5,30 @@
 
 namespace kvasir::spec {
 
-Result<std::unique_ptr<ModelDrafter>> ModelDrafter::create(std::unique_ptr<runtime::ModelRunner> runner,
+Result<std::unique_ptr<ModelDrafter>> ModelDrafter::create(std::unique_ptr<runtime::ModelRunner> runner, KvMode kv_mode,
                                                            std::vector<int32_t> token_of_logit,
                                                            int64_t n_vocab_target, std::function<int64_t()> clock) {
   if (!runner || !clock) return Error{"no draft runner or clock", ErrorCode::invalid_argument};
   const runtime::RunnerInfo& info = runner->info();
   if (!token_of_logit.empty() && int64_t(token_of_logit.size()) != info.n_vocab)
     return Error{"the draft head's token map does not match its logits", ErrorCode::invalid_argument};
-  if (info.max_batch_tokens < 1 || info.num_kv_blocks < 2 || info.num_kv_blocks > (int64_t(1) << 30))
-    return Error{"the draft runner needs a batch size and at least 2 KV blocks", ErrorCode::invalid_argument};
-  auto kv = kv::KvManager::create({.num_blocks = int32_t(info.num_kv_blocks),
-                                   .block_size = int32_t(info.block_size),
-                                   .enable_prefix_cache = false,
-                                   .model_id = info.identity});
-  if (!kv) return Error{kv.error()};
+  if (info.max_batch_tokens < 1) return Error{"the draft runner needs a batch size", ErrorCode::invalid_argument};
+  std::optional<kv::KvManager> kv;
+  if (kv_mode == KvMode::own) {
+    if (info.num_kv_blocks < 2 || info.num_kv_blocks > (int64_t(1) << 30))
+      return Error{"the draft runner needs at least 2 KV blocks", ErrorCode::invalid_argument};
+    auto m = kv::KvManager::create({.num_blocks = int32_t(info.num_kv_blocks),
+                                    .block_size = int32_t(info.block_size),
+                                    .enable_prefix_cache = false,
+                                    .model_id = info.identity});
+    if (!m) return Error{m.error()};
+    kv = std::move(*m);
+  }
   return std::unique_ptr<ModelDrafter>(
-      new ModelDrafter(std::move(runner), std::move(*kv), std::move(token_of_logit), n_vocab_target, std::move(clock)));
+      new ModelDrafter(std::move(runner), std::move(kv), std::move(token_of_logit), n_vocab_target, std::move(clock)));
 }
 
-ModelDrafter::ModelDrafter(std::unique_ptr<runtime::ModelRunner> runner, kv::KvManager kv,
+ModelDrafter::ModelDrafter(std::unique_ptr<runtime::ModelRunner> runner, std::optional<kv::KvManager> kv,
                            std::vector<int32_t> token_of_logit, int64_t n_vocab_target, std::function<int64_t()> clock)
     : runner_(std::move(runner)),
       kv_(std::move(kv)),
@@ -32,7 +37,7 @@ ModelDrafter::ModelDrafter(std::unique_ptr<runtime::ModelRunner> runner, kv::KvM
       clock_(std::move(clock)) {}
 
 void ModelDrafter::release(int64_t id) {
-  if (held_.erase(id)) kv_.seq_free(id);
+  if (held_.erase(id)) kv_->seq_free(id);
 }
 
 int32_t ModelDrafter::pick(const float* row) const {
@@ -50,7 +55,7 @@ int32_t ModelDrafter::pick(const float* row) const {
 // Makes room for `tokens` positions of request `id`, evicting the draft KV of the requests that
 // drafted least recently (never one of this call's).
 bool ModelDrafter::reserve(int64_t id, int32_t tokens, const std::unordered_set<int64_t>& busy) {
-  while (!kv_.seq_allocate(id, tokens)) {
+  while (!kv_->seq_allocate(id, tokens)) {
     int64_t victim = -1;
     uint64_t oldest = UINT64_MAX;
     for (const auto& [other, h] : held_)
@@ -58,6 +63,36 @@ bool ModelDrafter::reserve(int64_t id, int32_t tokens, const std::unordered_set<
     if (victim < 0) return false;
     release(victim);
   }
+  return true;
+}
+
+bool ModelDrafter::queue_first(DraftJob& j, int32_t k, const std::unordered_set<int64_t>& busy) {
+  const int32_t n = int32_t(j.context.size());
+  if (!kv_) {
+    if (!j.target_blocks || int64_t(j.target_blocks->size()) * runner_->info().block_size < n - 1 + k) return false;
+    j.draft.assign(size_t(k), -1);
+    pending_.push_back({j.context[size_t(n - 1)], n - 1, j.target_blocks, &j.draft[0]});
+    return true;
+  }
+  auto [it, fresh] = held_.try_emplace(j.id);
+  if (fresh && !kv_->seq_admit(j.id, {}, 0, {}, 0)) {
+    held_.erase(it);
+    return false;
+  }
+  it->second.last_used = calls_;
+  std::vector<int32_t>& held = it->second.tokens;
+  // Positions whose KV still holds this context's tokens; the last token is fed again for logits.
+  const size_t keep = std::min<size_t>(
+      size_t(std::mismatch(held.begin(), held.end(), j.context.begin(), j.context.end()).first - held.begin()),
+      size_t(n - 1));
+  kv_->seq_truncate(j.id, int32_t(keep));
+  held.resize(keep);
+  if (!reserve(j.id, n - 1 + k, busy)) return false;
+  j.draft.assign(size_t(k), -1);
+  const std::vector<int32_t>* blocks = &kv_->seq_blocks(j.id);
+  for (int32_t p = int32_t(keep); p < n; ++p)
+    pending_.push_back({j.context[size_t(p)], p, blocks, p + 1 == n ? &j.draft[0] : nullptr});
+  held.assign(j.context.begin(), j.context.end());
   return true;
 }
 
@@ -75,25 +110,7 @@ Status ModelDrafter::propose(std::span<DraftJob> jobs) {
     const int32_t n = int32_t(j.context.size());
     if (j.k <= 0 || n == 0) continue;
     const int32_t k = int32_t(std::min<int64_t>(j.k, info.n_ctx_train - n + 1));  // positions up to n + k - 2
-    if (k <= 0) continue;
-    auto [it, fresh] = held_.try_emplace(j.id);
-    if (fresh && !kv_.seq_admit(j.id, {}, 0, {}, 0)) {
-      held_.erase(it);
-      continue;
-    }
-    it->second.last_used = calls_;
-    std::vector<int32_t>& held = it->second.tokens;
-    // Positions whose KV still holds this context's tokens; the last token is fed again for logits.
-    const size_t keep = std::min<size_t>(
-        size_t(std::mismatch(held.begin(), held.end(), j.context.begin(), j.context.end()).first - held.begin()),
-        size_t(n - 1));
-    kv_.seq_truncate(j.id, int32_t(keep));
-    held.resize(keep);
-    if (!reserve(j.id, n - 1 + k, busy)) continue;
-    j.draft.assign(size_t(k), -1);
-    for (int32_t p = int32_t(keep); p < n; ++p)
-      pending_.push_back({j.context[size_t(p)], p, j.id, p + 1 == n ? &j.draft[0] : nullptr});
-    held.assign(j.context.begin(), j.context.end());
+    if (k <= 0 || !queue_first(j, k, busy)) continue;
     max_k = std::max(max_k, k);
   }
   for (const Row& r : pending_) timing_.first_logits += r.out != nullptr;
@@ -105,8 +122,12 @@ Status ModelDrafter::propose(std::span<DraftJob> jobs) {
     for (DraftJob& j : jobs) {
       if (int32_t(j.draft.size()) <= d || j.draft[size_t(d - 1)] < 0) continue;
       const int32_t n = int32_t(j.context.size());
-      pending_.push_back({j.draft[size_t(d - 1)], n - 1 + d, j.id, &j.draft[size_t(d)]});
-      held_.at(j.id).tokens.push_back(j.draft[size_t(d - 1)]);
+      const std::vector<int32_t>* blocks = j.target_blocks;
+      if (kv_) {
+        held_.at(j.id).tokens.push_back(j.draft[size_t(d - 1)]);
+        blocks = &kv_->seq_blocks(j.id);
+      }
+      pending_.push_back({j.draft[size_t(d - 1)], n - 1 + d, blocks, &j.draft[size_t(d)]});
     }
     if (pending_.empty()) continue;
     const int64_t t0 = clock_();
@@ -123,6 +144,7 @@ Status ModelDrafter::propose(std::span<DraftJob> jobs) {
 }
 
 int32_t ModelDrafter::unseen(int64_t id, std::span<const int32_t> context) const {
+  if (!kv_) return 0;
   const int32_t n = int32_t(context.size());
   const auto it = held_.find(id);
   if (it == held_.end()) return std::max(n - 1, 0);
@@ -137,13 +159,10 @@ Status ModelDrafter::flush() {
   for (size_t begin = 0; begin < pending_.size();) {
     const size_t end = std::min(pending_.size(), begin + size_t(max_rows));
     batch_.clear();
-    int64_t last_id = -1;
     for (size_t r = begin; r < end; ++r) {
       const Row& row = pending_[r];
-      if (row.id != last_id) {  // a request's rows are contiguous
-        batch_.block_tables.push_back(&kv_.seq_blocks(row.id));
-        last_id = row.id;
-      }
+      if (batch_.block_tables.empty() || batch_.block_tables.back() != row.blocks)  // a request's rows are contiguous
+        batch_.block_tables.push_back(row.blocks);
       batch_.add(row.token, row.pos, int32_t(batch_.block_tables.size() - 1), row.out != nullptr);
     }
     auto logits = runner_->forward(batch_);
