@@ -509,10 +509,6 @@ Result<const float*> Forward::forward(const Batch& batch, KvCache& kv, const For
     if (plan.layers[i] < 0 || plan.layers[i] >= c_.n_layers || (i > 0 && plan.layers[i] <= plan.layers[i - 1]))
       return Error{"a forward plan's layers must be ascending indices below " + std::to_string(c_.n_layers),
                    ErrorCode::invalid_argument};
-  for (int64_t il = 0; il < c_.n_layers; ++il)
-    if ((plan.layers.empty() || std::binary_search(plan.layers.begin(), plan.layers.end(), int32_t(il))) &&
-        !kv.options().stores(il))
-      return Error{"the KV cache has no storage for layer " + std::to_string(il), ErrorCode::invalid_argument};
   const Matrix& head = plan.head ? *plan.head : model_.weights().output;
   if (head.n_in != c_.n_embd || head.n_out < 1 || head.n_out > c_.n_vocab)
     return Error{"a forward plan's head must map n_embd to at most n_vocab rows", ErrorCode::invalid_argument};

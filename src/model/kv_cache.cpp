@@ -11,7 +11,7 @@ size_t KvCache::bytes_per_token(const ModelConfig& c, DType type) {
 size_t KvCache::bytes_per_token(const ModelConfig& c, const KvCacheOptions& o) {
   size_t bytes = 0;
   for (int64_t il = 0; il < c.n_layers; ++il)
-    if (o.stores(il)) bytes += row_bytes(o.layer_type(il), 2 * c.kv_dim());
+    bytes += row_bytes(o.layer_type(il), 2 * c.kv_dim());
   return bytes;
 }
 
@@ -53,7 +53,7 @@ Result<KvCache> KvCache::create(const ModelConfig& c, const KvCacheOptions& o) {
   size_t total = 0;
   for (int64_t il = 0; il < c.n_layers; ++il) {
     kv.pool_offset_.push_back(total);
-    const size_t bytes = o.stores(il) ? row_bytes(o.layer_type(il), 2 * o.num_blocks * o.block_size * c.kv_dim()) : 0;
+    const size_t bytes = row_bytes(o.layer_type(il), 2 * o.num_blocks * o.block_size * c.kv_dim());
     total += (bytes + 63) & ~size_t(63);
   }
   kv.memory_ = HugeBuffer(total);

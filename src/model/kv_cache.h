@@ -24,12 +24,7 @@ struct KvCacheOptions {
   bool rotate_k = true;  // Q4_0 layers store K and V Hadamard-rotated (a power-of-two head_dim)
   // Quantized layers store K and V in this basis (KV calibration); null: as they are.
   std::shared_ptr<const KvTransform> transform = nullptr;
-  // The layers that get storage (a self-speculative draft runs a few); empty: every layer.
-  std::vector<int32_t> stored_layers = {};
   DType layer_type(int64_t il) const { return layer_types.empty() ? type : layer_types[size_t(il)]; }
-  bool stores(int64_t il) const {
-    return stored_layers.empty() || std::find(stored_layers.begin(), stored_layers.end(), il) != stored_layers.end();
-  }
 };
 
 class KvCache {
