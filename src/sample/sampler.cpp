@@ -219,4 +219,28 @@ int32_t Sampler::draw_excluding(Distribution& d, int32_t excluded) {
   return last >= 0 ? last : d.best_;
 }
 
+int32_t Sampler::draw_residual(Distribution& d, std::span<const TokenProb> q) {
+  if (d.greedy_) return d.best_;
+  auto q_of = [&](int32_t id) {
+    const auto it = std::lower_bound(q.begin(), q.end(), id, [](const TokenProb& t, int32_t v) { return t.id < v; });
+    return it != q.end() && it->id == id ? double(it->p) : 0.0;
+  };
+  double covered = 0;  // sum of min(p, q): the mass acceptance took
+  for (const TokenProb& t : q) covered += std::min(d.prob(t.id), double(t.p));
+  const double rest = 1.0 - covered;
+  if (!(rest > 1e-9)) return draw(d);
+  SortedPrefix& prefix = d.prefix_;
+  const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng_) * rest;
+  double acc = 0;
+  int32_t last = -1;
+  for (size_t i = 0; i < d.keep_ && prefix.has(i); ++i) {
+    const double r = d.weight(prefix[i].logit) / d.sum_ - q_of(prefix[i].id);
+    if (r <= 0) continue;
+    acc += r;
+    last = prefix[i].id;
+    if (u < acc) return prefix[i].id;
+  }
+  return last >= 0 ? last : d.best_;  // rounding left u past the end
+}
+
 }  // namespace kvasir

@@ -57,6 +57,12 @@ class SortedPrefix {
 };
 }  // namespace sample_detail
 
+// One token's probability in a sparse distribution (a speculative draft's q).
+struct TokenProb {
+  int32_t id;
+  float p;
+};
+
 struct SamplingParams {
   float temperature = 0.8f;
   int32_t top_k = 40;
@@ -112,6 +118,10 @@ class Sampler {
   // rejected point-mass draft in speculative decoding (normalize(max(0, p - q)) for q one-hot at
   // `excluded`). Greedy returns the argmax (the draft was not it).
   int32_t draw_excluding(Distribution& d, int32_t excluded);
+  // A draw from normalize(max(0, p - q)), p = `d` and q a draft's distribution given sparsely
+  // (ids ascending, summing to 1): the token verification emits when a draft drawn from q is
+  // rejected. Where q covers p entirely (no residual mass), a draw from p. Greedy: the argmax.
+  int32_t draw_residual(Distribution& d, std::span<const TokenProb> q);
   // A uniform number in [0, 1) from this request's RNG (rejection tests of speculative decoding).
   double uniform() { return std::uniform_real_distribution<double>(0.0, 1.0)(rng_); }
   const SamplingParams& params() const { return params_; }

@@ -1,6 +1,8 @@
 #include "spec/model_drafter.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <unordered_set>
 
 namespace kvasir::spec {
@@ -52,6 +54,49 @@ int32_t ModelDrafter::pick(const float* row) const {
   return best;
 }
 
+int32_t ModelDrafter::sample(const float* row, float temperature, std::mt19937_64& rng, std::vector<TokenProb>& q) const {
+  const int64_t n = runner_->info().n_vocab;
+  // The kDraftSupport best (logit descending, token ascending) in a min-heap on that order.
+  struct Cand {
+    float v;
+    int32_t t;
+  };
+  auto better = [](const Cand& a, const Cand& b) { return a.v > b.v || (a.v == b.v && a.t < b.t); };
+  Cand best[kDraftSupport];
+  int size = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t t = token_of_logit_.empty() ? int32_t(i) : token_of_logit_[size_t(i)];
+    if (t >= n_vocab_target_ || !(row[i] > -std::numeric_limits<float>::infinity())) continue;
+    const Cand c{row[i], t};
+    if (size < kDraftSupport) {
+      best[size++] = c;
+      std::push_heap(best, best + size, better);
+    } else if (better(c, best[0])) {
+      std::pop_heap(best, best + size, better);
+      best[size - 1] = c;
+      std::push_heap(best, best + size, better);
+    }
+  }
+  q.clear();
+  if (size == 0) return -1;
+  float top = best[0].v;
+  for (int i = 0; i < size; ++i) top = std::max(top, best[i].v);
+  double sum = 0;
+  for (int i = 0; i < size; ++i) sum += std::exp(double(best[i].v - top) / temperature);
+  for (int i = 0; i < size; ++i) q.push_back({best[i].t, float(std::exp(double(best[i].v - top) / temperature) / sum)});
+  std::sort(q.begin(), q.end(), [](const TokenProb& a, const TokenProb& b) { return a.id < b.id; });
+  // The draw walks q in id order against the float probabilities verification will read.
+  double total = 0;
+  for (const TokenProb& e : q) total += e.p;
+  const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng) * total;
+  double acc = 0;
+  for (const TokenProb& e : q) {
+    acc += e.p;
+    if (u < acc) return e.id;
+  }
+  return q.back().id;
+}
+
 // Makes room for `tokens` positions of request `id`, evicting the draft KV of the requests that
 // drafted least recently (never one of this call's).
 bool ModelDrafter::reserve(int64_t id, int32_t tokens, const std::unordered_set<int64_t>& busy) {
@@ -71,7 +116,8 @@ bool ModelDrafter::queue_first(DraftJob& j, int32_t k, const std::unordered_set<
   if (!kv_) {
     if (!j.target_blocks || int64_t(j.target_blocks->size()) * runner_->info().block_size < n - 1 + k) return false;
     j.draft.assign(size_t(k), -1);
-    pending_.push_back({j.context[size_t(n - 1)], n - 1, j.target_blocks, &j.draft[0]});
+    j.q.assign(j.temperature > 0 && j.rng ? size_t(k) : 0, {});
+    pending_.push_back({j.context[size_t(n - 1)], n - 1, j.target_blocks, &j, 0});
     return true;
   }
   auto [it, fresh] = held_.try_emplace(j.id);
@@ -89,9 +135,10 @@ bool ModelDrafter::queue_first(DraftJob& j, int32_t k, const std::unordered_set<
   held.resize(keep);
   if (!reserve(j.id, n - 1 + k, busy)) return false;
   j.draft.assign(size_t(k), -1);
+  j.q.assign(j.temperature > 0 && j.rng ? size_t(k) : 0, {});
   const std::vector<int32_t>* blocks = &kv_->seq_blocks(j.id);
   for (int32_t p = int32_t(keep); p < n; ++p)
-    pending_.push_back({j.context[size_t(p)], p, blocks, p + 1 == n ? &j.draft[0] : nullptr});
+    pending_.push_back({j.context[size_t(p)], p, blocks, p + 1 == n ? &j : nullptr, 0});
   held.assign(j.context.begin(), j.context.end());
   return true;
 }
@@ -107,13 +154,14 @@ Status ModelDrafter::propose(std::span<DraftJob> jobs) {
   int32_t max_k = 0;
   for (DraftJob& j : jobs) {
     j.draft.clear();
+    j.q.clear();
     const int32_t n = int32_t(j.context.size());
     if (j.k <= 0 || n == 0) continue;
     const int32_t k = int32_t(std::min<int64_t>(j.k, info.n_ctx_train - n + 1));  // positions up to n + k - 2
     if (k <= 0 || !queue_first(j, k, busy)) continue;
     max_k = std::max(max_k, k);
   }
-  for (const Row& r : pending_) timing_.first_logits += r.out != nullptr;
+  for (const Row& r : pending_) timing_.first_logits += r.job != nullptr;
   timing_.first_catch_up = int32_t(pending_.size()) - timing_.first_logits;
   Status s = flush();
   timing_.first_ns = clock_() - start;
@@ -127,7 +175,7 @@ Status ModelDrafter::propose(std::span<DraftJob> jobs) {
         held_.at(j.id).tokens.push_back(j.draft[size_t(d - 1)]);
         blocks = &kv_->seq_blocks(j.id);
       }
-      pending_.push_back({j.draft[size_t(d - 1)], n - 1 + d, blocks, &j.draft[size_t(d)]});
+      pending_.push_back({j.draft[size_t(d - 1)], n - 1 + d, blocks, &j, d});
     }
     if (pending_.empty()) continue;
     const int64_t t0 = clock_();
@@ -137,6 +185,7 @@ Status ModelDrafter::propose(std::span<DraftJob> jobs) {
   for (DraftJob& j : jobs) {
     const auto end = std::find(j.draft.begin(), j.draft.end(), -1);
     j.draft.erase(end, j.draft.end());
+    if (j.q.size() > j.draft.size()) j.q.resize(j.draft.size());
     if (!s) release(j.id);  // a failed forward leaves the draft KV undefined
   }
   timing_.total_ns = clock_() - start;
@@ -163,13 +212,18 @@ Status ModelDrafter::flush() {
       const Row& row = pending_[r];
       if (batch_.block_tables.empty() || batch_.block_tables.back() != row.blocks)  // a request's rows are contiguous
         batch_.block_tables.push_back(row.blocks);
-      batch_.add(row.token, row.pos, int32_t(batch_.block_tables.size() - 1), row.out != nullptr);
+      batch_.add(row.token, row.pos, int32_t(batch_.block_tables.size() - 1), row.job != nullptr);
     }
     auto logits = runner_->forward(batch_);
     if (!logits) return Error{"draft forward failed: " + logits.error()};
     int64_t i = 0;
     for (size_t r = begin; r < end; ++r)
-      if (pending_[r].out) *pending_[r].out = pick(*logits + (i++) * n_logits);
+      if (DraftJob* j = pending_[r].job) {
+        const float* row = *logits + (i++) * n_logits;
+        const size_t d = size_t(pending_[r].d);
+        if (j->temperature > 0 && j->rng) j->draft[d] = sample(row, j->temperature, *j->rng, j->q[d]);
+        else j->draft[d] = pick(row);
+      }
     begin = end;
   }
   return {};

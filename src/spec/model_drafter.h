@@ -8,13 +8,17 @@
 //   verified position for the layers the draft runs, so there is nothing to catch up and no KV of
 //   the draft's own; the draft rows sit where the step's verify rows go, and the verify forward
 //   rewrites them with the target's values before anything reads them.
-// Greedy drafts are point masses, so the engine's verification (keep x with probability p(x))
-// stays exactly lossless at any temperature.
+// A job at temperature 0 gets greedy drafts (point masses: verification keeps x with probability
+// p(x)). At a temperature T > 0 each token is drawn from q, the draft's softmax at T over its
+// kDraftSupport best tokens, and q is returned with it: verification keeps x with probability
+// min(1, p(x)/q(x)) and resamples from normalize(max(0, p - q)), lossless for any q, and the draft
+// is kept far more often than a point mass where p is spread out.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
+#include <random>
 #include <span>
 #include <unordered_map>
 #include <unordered_set>
@@ -23,6 +27,7 @@
 #include "core/status.h"
 #include "kv/kv_manager.h"
 #include "runtime/model_runner.h"
+#include "sample/sampler.h"
 
 namespace kvasir::spec {
 
@@ -35,8 +40,14 @@ struct DraftJob {
   // KvMode::target: the target's blocks for positions [0, context.size() + k - 1), which hold the
   // K/V of positions [0, context.size() - 1) (the step that verifies this draft scheduled them).
   const std::vector<int32_t>* target_blocks = nullptr;
+  float temperature = 0;                // > 0: sampled drafts (rng required)
+  std::mt19937_64* rng = nullptr;       // the request's draft RNG
   std::vector<int32_t> draft = {};      // out: up to k tokens (fewer when the draft KV is full)
+  std::vector<std::vector<TokenProb>> q = {};  // out: each sampled token's q (ids ascending); empty: greedy
 };
+
+// Tokens a sampled draft's q spans: the draft's best, where nearly all of its mass is.
+inline constexpr int kDraftSupport = 16;
 
 class ModelDrafter {
  public:
@@ -77,8 +88,11 @@ class ModelDrafter {
   bool queue_first(DraftJob& j, int32_t k, const std::unordered_set<int64_t>& busy);
   // The best proposable token of one logits row.
   int32_t pick(const float* row) const;
+  // A token drawn from q, the softmax at `temperature` over the row's kDraftSupport best
+  // proposable tokens; q is written (ids ascending).
+  int32_t sample(const float* row, float temperature, std::mt19937_64& rng, std::vector<TokenProb>& q) const;
   // Runs the pending rows in forwards of at most max_batch_tokens; a row that wants logits gets
-  // its pick written to *out.
+  // its job's draft token `d` from them.
   Status flush();
   bool reserve(int64_t id, int32_t tokens, const std::unordered_set<int64_t>& busy);
 
@@ -97,7 +111,8 @@ class ModelDrafter {
   struct Row {
     int32_t token, pos;
     const std::vector<int32_t>* blocks;  // the sequence's block table (own or the target's)
-    int32_t* out;                        // null: no logits wanted
+    DraftJob* job;                       // null: no logits wanted
+    int32_t d;                           // the draft token this row's logits choose
   };
   std::vector<Row> pending_;
   Batch batch_;
