@@ -34,7 +34,9 @@ struct Live {
   std::vector<int32_t> picked;
   std::vector<TokenLogprob> picked_logprobs;
   // Speculation controller: per draft position j, the rate at which draft token j is accepted
-  // when the ones before it were (moving averages: acceptance falls with depth), and steps since
+  // when the ones before it were (moving averages: acceptance falls with depth), for the positions
+  // verified so far (a prefix: position j is seen only when 0..j-1 were accepted; deeper ones are
+  // planned at the deepest seen one's rate, and a new position starts from it), and steps since
   // the last draft, so that a request whose drafts stopped paying is probed again now and then.
   std::vector<double> spec_accept;
   int32_t spec_idle_steps = 0;
@@ -64,7 +66,7 @@ struct Live {
 
   static constexpr double kAcceptPrior = 0.6;  // hopeful, so that a new request tries drafts
   double& accept_rate(size_t j) {
-    if (spec_accept.size() <= j) spec_accept.resize(j + 1, kAcceptPrior);
+    if (spec_accept.size() <= j) spec_accept.resize(j + 1, spec_accept.empty() ? kAcceptPrior : spec_accept.back());
     return spec_accept[j];
   }
 
@@ -533,8 +535,8 @@ void EngineCore::Impl::propose_drafts() {
     std::vector<spec::DraftCandidate> plan(cands.size());
     for (size_t i = 0; i < cands.size(); ++i) {
       SpecCandidate& c = cands[i];
-      c.live->accept_rate(size_t(c.most - 1));  // every position has an estimate (a prior at first)
-      plan[i] = {.accept = c.live->spec_accept,
+      static const std::vector<double> kPrior = {Live::kAcceptPrior};
+      plan[i] = {.accept = c.live->spec_accept.empty() ? std::span<const double>(kPrior) : c.live->spec_accept,
                  .most = c.most,
                  .catch_up = drafter ? drafter->unseen(c.id, scheduler.find(c.id)->tokens) : 0,
                  .left = c.left};
@@ -626,6 +628,11 @@ void EngineCore::Impl::commit_token(const sched::ScheduledSeq& seq) {
     const size_t kept = l.picked.size() - 1;
     for (size_t j = 0; j <= kept && j < size_t(seq.num_draft); ++j)
       l.accept_rate(j) = 0.7 * l.accept_rate(j) + 0.3 * (j < kept ? 1.0 : 0.0);
+    // Every draft token kept: the position after them was not tried. Its estimate drifts toward
+    // the last one's, so that one early rejection there does not keep K short for good.
+    const size_t next = size_t(seq.num_draft);
+    if (kept == next && next < l.spec_accept.size())
+      l.spec_accept[next] += 0.05 * (l.spec_accept[next - 1] - l.spec_accept[next]);
   }
   outputs.push_back(std::move(out));
 }
