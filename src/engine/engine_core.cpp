@@ -501,11 +501,12 @@ void EngineCore::Impl::watch_trigger(Live& l, int32_t token) const {
 // verify row (the scheduler's step-cost model), and for a model drafter its forwards and its
 // catch-up on context it has not seen (spec::DraftCostModel). A request without rows for 16
 // steps is probed with one (when a sure token would pay for it), so that its estimate can
-// recover; every 8th step drafts for nobody, which keeps the plain step's cost measured.
+// recover; every 8th step drafts for nobody (every 16th after the first 64), which keeps the
+// plain step's cost measured at a small price where drafts pay.
 void EngineCore::Impl::propose_drafts() {
   const SpecOptions& o = options.spec;
   if (o.method == SpecMethod::none) return;
-  if (o.adaptive && ++spec_steps % 8 == 0) return;
+  if (o.adaptive && ++spec_steps % (spec_steps <= 64 ? 8 : 16) == 0) return;
   std::vector<SpecCandidate> cands;
   int32_t decodes = 0;
   for (auto& [id, l] : live) {
@@ -529,9 +530,13 @@ void EngineCore::Impl::propose_drafts() {
     // Costs are relative to a plain decode step: nothing is drafted until one was measured.
     const double step = scheduler.step_cost().decode_time(std::max(decodes, 1));
     if (step <= 0) return;
+    int32_t most_rows = 0;
+    for (const SpecCandidate& c : cands) most_rows += c.most;
+    std::vector<double> verify_rows_ns(size_t(std::min(most_rows, 256)) + 1);
+    for (size_t d = 0; d < verify_rows_ns.size(); ++d) verify_rows_ns[d] = scheduler.step_cost().draft_rows_time(int32_t(d));
     const spec::DraftCosts costs = spec::relative_costs(step, scheduler.step_cost().draft_row_ns(),
                                                         drafter ? &draft_cost : nullptr,
-                                                        scheduler.step_cost().prefill_token_ns());
+                                                        scheduler.step_cost().prefill_token_ns(), verify_rows_ns);
     std::vector<spec::DraftCandidate> plan(cands.size());
     for (size_t i = 0; i < cands.size(); ++i) {
       SpecCandidate& c = cands[i];

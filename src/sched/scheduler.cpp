@@ -202,6 +202,14 @@ double StepCostModel::decode_time(int32_t n) const {
   return -1;
 }
 
+double StepCostModel::draft_rows_time(int32_t rows) const {
+  if (rows <= 0) return 0;
+  if (rows < int32_t(draft_ns_.size()) && draft_ns_[size_t(rows)] > 0) return draft_ns_[size_t(rows)];
+  for (int32_t m = std::min<int32_t>(rows, int32_t(draft_ns_.size())) - 1; m > 0; --m)
+    if (draft_ns_[size_t(m)] > 0) return draft_ns_[size_t(m)] + (rows - m) * draft_row_ns_;
+  return rows * draft_row_ns_;
+}
+
 void StepCostModel::observe(int64_t duration_ns, int32_t num_decodes, int32_t num_prefill_tokens,
                             int32_t num_draft_rows) {
   constexpr double kKeep = 0.8;  // moving averages: follow depth changes in ~5 steps
@@ -221,6 +229,11 @@ void StepCostModel::observe(int64_t duration_ns, int32_t num_decodes, int32_t nu
     draft_excess_ns_ = kKeep * draft_excess_ns_ + std::max(0.0, d - base);
     draft_excess_rows_ = kKeep * draft_excess_rows_ + num_draft_rows;
     draft_row_ns_ = draft_excess_ns_ / draft_excess_rows_;
+    if (num_draft_rows > 0) {
+      if (int32_t(draft_ns_.size()) <= num_draft_rows) draft_ns_.resize(size_t(num_draft_rows) + 1, 0.0);
+      double& avg = draft_ns_[size_t(num_draft_rows)];
+      avg = avg > 0 ? kKeep * avg + (1 - kKeep) * std::max(0.0, d - base) : std::max(0.0, d - base);
+    }
     return;
   }
   // The time beyond the decodes, averaged per token with each step weighted by its tokens: a

@@ -119,6 +119,11 @@ class StepCostModel {
   // The cost of one draft row (a verify row wanting logits) on top of a decode step; 0 before any
   // step with drafts and no prefill was measured.
   double draft_row_ns() const { return draft_row_ns_; }
+  // What a step's `rows` draft rows cost together on top of its decodes: measured on steps with
+  // exactly that many (no prefill), else draft_row_ns() per row beyond the largest smaller count
+  // measured (verify forwards are not linear in their rows: on a large vocabulary the output head
+  // is a matrix product whose row tiles change cost at some row counts).
+  double draft_rows_time(int32_t rows) const;
   bool has_prefill() const { return excess_tokens_ > 0; }
   void observe(int64_t duration_ns, int32_t num_decodes, int32_t num_prefill_tokens, int32_t num_draft_rows = 0);
 
@@ -127,6 +132,7 @@ class StepCostModel {
   double prefill_token_ns_ = 0;
   double excess_ns_ = 0, excess_tokens_ = 0;  // decayed sums behind prefill_token_ns_
   double draft_row_ns_ = 0, draft_excess_ns_ = 0, draft_excess_rows_ = 0;
+  std::vector<double> draft_ns_;  // [draft rows]: their excess over the decodes, 0: not measured
 };
 
 class Scheduler {

@@ -20,6 +20,18 @@ double catch_up_cost(const DraftCandidate& c, const DraftCosts& costs) {
   return costs.catch_up_token * c.catch_up / std::clamp(double(c.left) / per_step, 1.0, 64.0);
 }
 
+// The step's verify rows [0, total) together, and what row `total` adds (never negative: averages
+// of noisy steps need not grow).
+double verify_total(const DraftCosts& c, int32_t total) {
+  const int32_t last = int32_t(c.verify_rows.size()) - 1;
+  if (last < 1) return total * c.verify_row;
+  if (total <= last) return c.verify_rows[size_t(total)];
+  return c.verify_rows[size_t(last)] + (total - last) * c.verify_row;
+}
+double verify_added(const DraftCosts& c, int32_t total) {
+  return std::max(0.0, verify_total(c, total + 1) - verify_total(c, total));
+}
+
 }  // namespace
 
 void plan_draft_rows(std::span<DraftCandidate> cands, int32_t decodes, const DraftCosts& costs) {
@@ -35,24 +47,27 @@ void plan_draft_rows(std::span<DraftCandidate> cands, int32_t decodes, const Dra
     size_t cand;
   };
   std::vector<Row> rows;
+  int32_t verify_rows = 0;  // chosen at the depths before
   for (int32_t j = 0; !active.empty(); ++j) {
     rows.clear();
     for (size_t i : active) {
       const DraftCandidate& c = cands[i];
       if (c.most <= j) continue;
-      double cost = costs.verify_row + costs.draft_row;
+      double cost = costs.draft_row;  // the verify row's share is added where the prefix places it
       if (j == 0) cost += catch_up_cost(c, costs);
-      rows.push_back({gain[i] * rate(c, j), std::max(cost, 1e-9), i});
+      rows.push_back({gain[i] * rate(c, j), cost, i});
     }
-    std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
-      return a.gain * b.cost > b.gain * a.cost || (a.gain * b.cost == b.gain * a.cost && a.cand < b.cand);
+    // Ordered by gain per cost at the average verify row's price.
+    std::sort(rows.begin(), rows.end(), [&](const Row& a, const Row& b) {
+      const double ca = std::max(a.cost + costs.verify_row, 1e-9), cb = std::max(b.cost + costs.verify_row, 1e-9);
+      return a.gain * cb > b.gain * ca || (a.gain * cb == b.gain * ca && a.cand < b.cand);
     });
     // The prefix with the best step rate, the depth's forward included.
     double best = tokens / time, g = 0, k = 0, best_g = 0, best_k = 0;
     size_t best_m = 0;
     for (size_t m = 0; m < rows.size(); ++m) {
       g += rows[m].gain;
-      k += rows[m].cost;
+      k += rows[m].cost + verify_added(costs, verify_rows + int32_t(m));
       const double r = (tokens + g) / (time + costs.draft_forward + k);
       if (r > best) best = r, best_m = m + 1, best_g = g, best_k = k;
     }
@@ -60,6 +75,7 @@ void plan_draft_rows(std::span<DraftCandidate> cands, int32_t decodes, const Dra
     if (best_m == 0 || best_g * time <= kRowMargin * tokens * extra_time) break;
     tokens += best_g;
     time += extra_time;
+    verify_rows += int32_t(best_m);
     active.clear();
     for (size_t m = 0; m < best_m; ++m) {
       cands[rows[m].cand].k = j + 1;
@@ -70,8 +86,8 @@ void plan_draft_rows(std::span<DraftCandidate> cands, int32_t decodes, const Dra
   // A probe's one sure row: its own forward unless the step drafts anyway.
   const bool forward_planned = std::any_of(cands.begin(), cands.end(), [](const DraftCandidate& c) { return c.k > 0; });
   for (DraftCandidate& c : cands) {
-    const double cost =
-        costs.verify_row + costs.draft_row + (forward_planned ? 0 : costs.draft_forward) + catch_up_cost(c, costs);
+    const double cost = verify_added(costs, verify_rows) + costs.draft_row + (forward_planned ? 0 : costs.draft_forward) +
+                        catch_up_cost(c, costs);
     c.sure_row_pays = time > kRowMargin * tokens * cost;
   }
 }
@@ -102,9 +118,13 @@ void DraftCostModel::observe_first(int32_t logits_rows, int32_t catch_up_tokens,
   catch_up_ns_ = catch_up_ns_ < 0 ? per : 0.8 * catch_up_ns_ + 0.2 * per;
 }
 
-DraftCosts relative_costs(double step_ns, double verify_row_ns, const DraftCostModel* draft, double prefill_token_ns) {
+DraftCosts relative_costs(double step_ns, double verify_row_ns, const DraftCostModel* draft, double prefill_token_ns,
+                          std::span<const double> verify_rows_ns) {
   DraftCosts c;
   if (verify_row_ns > 0) c.verify_row = verify_row_ns / step_ns;
+  // The measured counts, up to the first one not measured.
+  for (size_t d = 0; d < verify_rows_ns.size() && (d == 0 || verify_rows_ns[d] > 0); ++d)
+    c.verify_rows.push_back(d == 0 ? 0.0 : verify_rows_ns[d] / step_ns);
   if (!draft) return c;
   c.draft_forward = 0.05;
   if (draft->measured()) {

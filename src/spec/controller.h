@@ -12,7 +12,7 @@
 // n-gram drafts cost only their verify rows.
 //
 // Depth by depth, the requests still drafting are ordered by gain per cost and the prefix that
-// gives the best step rate is taken, if its extra tokens per extra time beat the step's rate so
+// gives the best step rate is taken (each row priced at what it adds to the step's verify rows), if its extra tokens per extra time beat the step's rate so
 // far by a margin; otherwise drafting stops at that depth. K = 0 (no rows) where nothing pays.
 #pragma once
 #include <cstdint>
@@ -23,6 +23,9 @@ namespace kvasir::spec {
 
 struct DraftCosts {
   double verify_row = 0.1;      // one more row wanting logits in the target's forward
+  // verify_rows[D]: a step's D verify rows together, where measured for that many (index 0 is
+  // 0); beyond its end, verify_row per row more. Empty: verify_row per row throughout.
+  std::vector<double> verify_rows = {};
   double draft_forward = 0;     // a draft forward's fixed part
   double draft_row = 0;         // a draft forward's part per row
   double catch_up_token = 0;    // one context token the draft has not seen
@@ -67,6 +70,9 @@ class DraftCostModel {
 // (0: not measured yet, a prior), and with a model drafter (draft non-null) its measured forwards
 // and catch-up tokens. Until measured, a draft forward is priced hopefully (so that it is tried)
 // and a catch-up token as the target's own prefill token (a draft costs no more).
-DraftCosts relative_costs(double step_ns, double verify_row_ns, const DraftCostModel* draft, double prefill_token_ns);
+// verify_rows_ns[D]: the measured cost of D verify rows together (0: not measured), relative
+// like the rest.
+DraftCosts relative_costs(double step_ns, double verify_row_ns, const DraftCostModel* draft, double prefill_token_ns,
+                          std::span<const double> verify_rows_ns = {});
 
 }  // namespace kvasir::spec

@@ -33,6 +33,23 @@ TEST(SpecController, FreeDraftsGetEveryRowThatPays) {
   EXPECT_TRUE(none[0].sure_row_pays);  // probing may try it
 }
 
+// Verify rows priced by how many the step has: on Gemma 3 270M a step's third verify row was
+// measured at 0.79 of a step for all three against 0.23 for two. A sure draft with a free draft
+// forward: linear rows of 0.1 take every position; with the measured table it stops at two
+// (with the third, 3.99 tokens in 1.79 steps, 2.23 a step, against 3.00 in 1.23, 2.44).
+TEST(SpecController, VerifyRowsArePricedByTheirCount) {
+  const std::vector<double> sure = {0.999};
+  std::vector<DraftCandidate> c = {{.accept = sure, .most = 4}};
+  EXPECT_EQ(plan(c, 1, {.verify_row = 0.1}), (std::vector<int32_t>{4}));
+  EXPECT_EQ(plan(c, 1, {.verify_row = 0.1, .verify_rows = {0.0, 0.1, 0.23, 0.79, 0.99}}), (std::vector<int32_t>{2}));
+  // Counts past the table's end cost verify_row each beyond its last entry.
+  EXPECT_EQ(plan(c, 1, {.verify_row = 0.1, .verify_rows = {0.0, 0.1, 0.2}}), (std::vector<int32_t>{4}));
+  // relative_costs keeps the measured counts up to the first one not measured.
+  const std::vector<double> ns = {0.0, 1e6, 2e6, 0.0, 5e6};
+  const DraftCosts r = relative_costs(1e7, 1e6, nullptr, 1e5, ns);
+  EXPECT_EQ(r.verify_rows, (std::vector<double>{0.0, 0.1, 0.2}));
+}
+
 TEST(SpecController, ADraftForwardIsSharedByTheRequestsDraftingTogether) {
   const std::vector<double> a = {0.8};
   // A draft forward costs 0.6 of a step whatever its rows; a verify row 0.05. One request at one
