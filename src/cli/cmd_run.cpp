@@ -149,7 +149,9 @@ int run_generate(RunArgs a) {
   const auto t1 = Clock::now();
   int generated = 0;
   for (; generated < a.n_predict; ++generated) {
-    const int32_t next = sampler.sample(logits, tokens);
+    // The engine's draw (keyed by position): the same tokens as `--spec` runs and the server give.
+    Distribution dist = sampler.distribution(logits, tokens);
+    const int32_t next = sampler.draw_at(dist, int64_t(tokens.size()));
     if (tokenizer->is_eog(next)) break;
     tokens.push_back(next);
     const std::string text = decoder.push(next);

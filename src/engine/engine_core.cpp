@@ -14,7 +14,6 @@
 #include "spec/controller.h"
 #include "spec/model_drafter.h"
 #include "spec/ngram.h"
-#include "spec/verify.h"
 
 namespace kvasir::engine {
 namespace {
@@ -40,10 +39,6 @@ struct Live {
   // the last draft, so that a request whose drafts stopped paying is probed again now and then.
   std::vector<double> spec_accept;
   int32_t spec_idle_steps = 0;
-  // Sampled model drafts: their own RNG (seeded from the request's), and this step's q per draft
-  // token (empty: point masses).
-  std::mt19937_64 draft_rng;
-  std::vector<std::vector<TokenProb>> draft_q;
   // Structured output: the grammar's state after the tokens picked so far (pick_token advances
   // it over exactly the tokens it keeps). done_at: the picked token after which the document is
   // complete and nothing may follow (-1: none); forced_stop: nothing at all was allowed.
@@ -72,7 +67,7 @@ struct Live {
 
   Live(GenerationParams p, const Tokenizer& tok)
       : params(std::move(p)), sampler(params.sampling), decoder(tok, /*skip_special=*/true, /*continuation=*/true),
-        stops(params.stop.stop_strings), draft_rng(params.sampling.seed ^ 0x9e3779b97f4a7c15ull) {
+        stops(params.stop.stop_strings) {
     if (params.grammar && params.grammar_trigger.empty()) matcher.emplace(params.grammar);
     if (params.prompt_logprobs >= 0) {
       prompt_lps.resize(params.prompt.size());
@@ -402,25 +397,11 @@ void EngineCore::Impl::pick_token(const sched::ScheduledSeq& seq, const float* l
       row = biased;
     }
     Distribution d = l.sampler.distribution(row, history);
-    int32_t token = -1;
-    bool accepted = false;
-    if (j < seq.num_draft) {
-      const int32_t x = draft[size_t(j)];
-      const std::vector<TokenProb>* q = size_t(j) < l.draft_q.size() && !l.draft_q[size_t(j)].empty() ? &l.draft_q[size_t(j)] : nullptr;
-      if (d.greedy()) {
-        accepted = d.prob(x) == 1.0;
-        token = accepted ? x : l.sampler.draw(d);
-      } else if (q) {  // x was drawn from q: keep it with probability min(1, p(x) / q(x))
-        const auto it = std::lower_bound(q->begin(), q->end(), x, [](const TokenProb& t, int32_t v) { return t.id < v; });
-        accepted = spec::accept_draft(d.prob(x), it != q->end() && it->id == x ? it->p : 0.0, l.sampler.uniform());
-        token = accepted ? x : l.sampler.draw_residual(d, *q);
-      } else {  // a point mass at x
-        accepted = l.sampler.uniform() < d.prob(x);
-        token = accepted ? x : l.sampler.draw_excluding(d, x);
-      }
-    } else {
-      token = l.sampler.draw(d);
-    }
+    // Every row draws its position's token as a plain step would (Sampler::draw_at): a draft token
+    // is kept exactly when it is that token, so the output is token for token the one without
+    // speculation, whatever was drafted.
+    const int32_t token = l.sampler.draw_at(d, int64_t(history.size()));
+    const bool accepted = j < seq.num_draft && token == draft[size_t(j)];
     l.picked.push_back(token);
     if (l.params.top_logprobs >= 0) {
       thread_local std::vector<int32_t> order;
@@ -587,17 +568,15 @@ void EngineCore::Impl::draft_scheduled(const sched::SchedulerOutput& so) {
                             .context = scheduler.find(seq.id)->tokens,
                             .k = seq.num_draft,
                             .target_blocks = seq.block_table,
-                            .temperature = sampled ? l.params.sampling.temperature : 0.f,
-                            .rng = sampled ? &l.draft_rng : nullptr});
+                            .sampler = sampled ? &l.sampler : nullptr});
     }
   if (draft_jobs.empty()) return;
   const Status s = drafter->propose(draft_jobs);
   const spec::ModelDrafter::Timing& t = drafter->last_timing();
   scheduler.exclude_time(t.total_ns);  // the step-cost model prices target forwards only
   for (spec::DraftJob& j : draft_jobs) {
-    if (!s) j.draft.clear(), j.q.clear();  // no drafts this step; the drafter has forgotten these requests
+    if (!s) j.draft.clear();  // no drafts this step; the drafter has forgotten these requests
     (void)scheduler.fill_draft(j.id, j.draft);
-    live.at(j.id)->draft_q = std::move(j.q);
   }
   if (!s) return;
   for (const auto& [rows, ns] : t.later) draft_cost.observe_forward(rows, double(ns));

@@ -187,11 +187,11 @@ double Distribution::prob(int32_t id) const {
   return weight(x) / sum_;
 }
 
-int32_t Sampler::draw(Distribution& d) {
+int32_t Sampler::draw_with(Distribution& d, double u01) {
   if (d.greedy_) return d.best_;
   SortedPrefix& prefix = d.prefix_;
   const size_t keep = d.keep_;
-  const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng_) * d.sum_;
+  const double u = u01 * d.sum_;
   double acc = 0;
   for (size_t i = 0; i < keep && prefix.has(i); ++i) {
     acc += d.weight(prefix[i].logit);
@@ -201,46 +201,25 @@ int32_t Sampler::draw(Distribution& d) {
   return prefix[std::min(keep, prefix.size()) - 1].id;
 }
 
-int32_t Sampler::draw_excluding(Distribution& d, int32_t excluded) {
+int32_t Sampler::draw(Distribution& d) {
   if (d.greedy_) return d.best_;
-  const double w_excluded = d.prob(excluded) > 0 ? d.weight(d.logits_[size_t(excluded)]) : 0.0;
-  const double rest = d.sum_ - w_excluded;
-  if (!(rest > 0)) return draw(d);  // nothing else survives (then the draft is never rejected)
-  SortedPrefix& prefix = d.prefix_;
-  const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng_) * rest;
-  double acc = 0;
-  int32_t last = -1;
-  for (size_t i = 0; i < d.keep_ && prefix.has(i); ++i) {
-    if (prefix[i].id == excluded) continue;
-    acc += d.weight(prefix[i].logit);
-    last = prefix[i].id;
-    if (u < acc) return prefix[i].id;
-  }
-  return last >= 0 ? last : d.best_;
+  return draw_with(d, std::uniform_real_distribution<double>(0.0, 1.0)(rng_));
 }
 
-int32_t Sampler::draw_residual(Distribution& d, std::span<const TokenProb> q) {
-  if (d.greedy_) return d.best_;
-  auto q_of = [&](int32_t id) {
-    const auto it = std::lower_bound(q.begin(), q.end(), id, [](const TokenProb& t, int32_t v) { return t.id < v; });
-    return it != q.end() && it->id == id ? double(it->p) : 0.0;
+int32_t Sampler::draw_at(Distribution& d, int64_t position) const {
+  return draw_with(d, position_uniform(params_.seed, position));
+}
+
+double position_uniform(uint64_t seed, int64_t position) {
+  // splitmix64 of the seed, then of the position mixed into it: independent, uniform bits per pair.
+  auto mix = [](uint64_t z) {
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
   };
-  double covered = 0;  // sum of min(p, q): the mass acceptance took
-  for (const TokenProb& t : q) covered += std::min(d.prob(t.id), double(t.p));
-  const double rest = 1.0 - covered;
-  if (!(rest > 1e-9)) return draw(d);
-  SortedPrefix& prefix = d.prefix_;
-  const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng_) * rest;
-  double acc = 0;
-  int32_t last = -1;
-  for (size_t i = 0; i < d.keep_ && prefix.has(i); ++i) {
-    const double r = d.weight(prefix[i].logit) / d.sum_ - q_of(prefix[i].id);
-    if (r <= 0) continue;
-    acc += r;
-    last = prefix[i].id;
-    if (u < acc) return prefix[i].id;
-  }
-  return last >= 0 ? last : d.best_;  // rounding left u past the end
+  const uint64_t bits = mix(mix(seed) ^ uint64_t(position));
+  return double(bits >> 11) * 0x1.0p-53;
 }
 
 }  // namespace kvasir

@@ -57,12 +57,6 @@ class SortedPrefix {
 };
 }  // namespace sample_detail
 
-// One token's probability in a sparse distribution (a speculative draft's q).
-struct TokenProb {
-  int32_t id;
-  float p;
-};
-
 struct SamplingParams {
   float temperature = 0.8f;
   int32_t top_k = 40;
@@ -74,6 +68,9 @@ struct SamplingParams {
   int32_t penalty_last_n = 64;
   uint64_t seed = 0;
 };
+
+// A uniform number in [0, 1) that depends only on (seed, position): what Sampler::draw_at uses.
+double position_uniform(uint64_t seed, int64_t position);
 
 // Index of the largest value; the lowest index wins a tie.
 int32_t argmax(std::span<const float> logits);
@@ -114,20 +111,16 @@ class Sampler {
   Distribution distribution(std::span<const float> logits, std::span<const int32_t> history) const;
   // The one seeded draw from `d` (walked in sampling order); greedy takes no randomness.
   int32_t draw(Distribution& d);
-  // A draw from `d` with token `excluded` taken out and the rest renormalized: the residual of a
-  // rejected point-mass draft in speculative decoding (normalize(max(0, p - q)) for q one-hot at
-  // `excluded`). Greedy returns the argmax (the draft was not it).
-  int32_t draw_excluding(Distribution& d, int32_t excluded);
-  // A draw from normalize(max(0, p - q)), p = `d` and q a draft's distribution given sparsely
-  // (ids ascending, summing to 1): the token verification emits when a draft drawn from q is
-  // rejected. Where q covers p entirely (no residual mass), a draw from p. Greedy: the argmax.
-  int32_t draw_residual(Distribution& d, std::span<const TokenProb> q);
-  // A uniform number in [0, 1) from this request's RNG (rejection tests of speculative decoding).
-  double uniform() { return std::uniform_real_distribution<double>(0.0, 1.0)(rng_); }
+  // The draw from `d` for the token at `position` of the sequence (its index among prompt and
+  // generated tokens), with the uniform position_uniform(seed, position) instead of the stream:
+  // the engine's draws. The token at a position is then the same however the steps ran: alone or
+  // in a batch, after a preemption, and with or without speculative drafts before it.
+  int32_t draw_at(Distribution& d, int64_t position) const;
   const SamplingParams& params() const { return params_; }
 
  private:
   bool has_penalties() const;
+  static int32_t draw_with(Distribution& d, double u01);
 
   SamplingParams params_;
   std::mt19937_64 rng_;

@@ -54,47 +54,17 @@ int32_t ModelDrafter::pick(const float* row) const {
   return best;
 }
 
-int32_t ModelDrafter::sample(const float* row, float temperature, std::mt19937_64& rng, std::vector<TokenProb>& q) const {
+int32_t ModelDrafter::sample(const float* row, const DraftJob& j, int32_t d) {
   const int64_t n = runner_->info().n_vocab;
-  // The kDraftSupport best (logit descending, token ascending) in a min-heap on that order.
-  struct Cand {
-    float v;
-    int32_t t;
-  };
-  auto better = [](const Cand& a, const Cand& b) { return a.v > b.v || (a.v == b.v && a.t < b.t); };
-  Cand best[kDraftSupport];
-  int size = 0;
+  vocab_row_.assign(size_t(n_vocab_target_), -std::numeric_limits<float>::infinity());
   for (int64_t i = 0; i < n; ++i) {
     const int32_t t = token_of_logit_.empty() ? int32_t(i) : token_of_logit_[size_t(i)];
-    if (t >= n_vocab_target_ || !(row[i] > -std::numeric_limits<float>::infinity())) continue;
-    const Cand c{row[i], t};
-    if (size < kDraftSupport) {
-      best[size++] = c;
-      std::push_heap(best, best + size, better);
-    } else if (better(c, best[0])) {
-      std::pop_heap(best, best + size, better);
-      best[size - 1] = c;
-      std::push_heap(best, best + size, better);
-    }
+    if (t < n_vocab_target_) vocab_row_[size_t(t)] = row[i];
   }
-  q.clear();
-  if (size == 0) return -1;
-  float top = best[0].v;
-  for (int i = 0; i < size; ++i) top = std::max(top, best[i].v);
-  double sum = 0;
-  for (int i = 0; i < size; ++i) sum += std::exp(double(best[i].v - top) / temperature);
-  for (int i = 0; i < size; ++i) q.push_back({best[i].t, float(std::exp(double(best[i].v - top) / temperature) / sum)});
-  std::sort(q.begin(), q.end(), [](const TokenProb& a, const TokenProb& b) { return a.id < b.id; });
-  // The draw walks q in id order against the float probabilities verification will read.
-  double total = 0;
-  for (const TokenProb& e : q) total += e.p;
-  const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng) * total;
-  double acc = 0;
-  for (const TokenProb& e : q) {
-    acc += e.p;
-    if (u < acc) return e.id;
-  }
-  return q.back().id;
+  history_.assign(j.context.begin(), j.context.end());
+  history_.insert(history_.end(), j.draft.begin(), j.draft.begin() + d);
+  Distribution dist = j.sampler->distribution(vocab_row_, history_);
+  return j.sampler->draw_at(dist, int64_t(history_.size()));
 }
 
 // Makes room for `tokens` positions of request `id`, evicting the draft KV of the requests that
@@ -116,7 +86,6 @@ bool ModelDrafter::queue_first(DraftJob& j, int32_t k, const std::unordered_set<
   if (!kv_) {
     if (!j.target_blocks || int64_t(j.target_blocks->size()) * runner_->info().block_size < n - 1 + k) return false;
     j.draft.assign(size_t(k), -1);
-    j.q.assign(j.temperature > 0 && j.rng ? size_t(k) : 0, {});
     pending_.push_back({j.context[size_t(n - 1)], n - 1, j.target_blocks, &j, 0});
     return true;
   }
@@ -135,7 +104,6 @@ bool ModelDrafter::queue_first(DraftJob& j, int32_t k, const std::unordered_set<
   held.resize(keep);
   if (!reserve(j.id, n - 1 + k, busy)) return false;
   j.draft.assign(size_t(k), -1);
-  j.q.assign(j.temperature > 0 && j.rng ? size_t(k) : 0, {});
   const std::vector<int32_t>* blocks = &kv_->seq_blocks(j.id);
   for (int32_t p = int32_t(keep); p < n; ++p)
     pending_.push_back({j.context[size_t(p)], p, blocks, p + 1 == n ? &j : nullptr, 0});
@@ -154,7 +122,6 @@ Status ModelDrafter::propose(std::span<DraftJob> jobs) {
   int32_t max_k = 0;
   for (DraftJob& j : jobs) {
     j.draft.clear();
-    j.q.clear();
     const int32_t n = int32_t(j.context.size());
     if (j.k <= 0 || n == 0) continue;
     const int32_t k = int32_t(std::min<int64_t>(j.k, info.n_ctx_train - n + 1));  // positions up to n + k - 2
@@ -185,7 +152,6 @@ Status ModelDrafter::propose(std::span<DraftJob> jobs) {
   for (DraftJob& j : jobs) {
     const auto end = std::find(j.draft.begin(), j.draft.end(), -1);
     j.draft.erase(end, j.draft.end());
-    if (j.q.size() > j.draft.size()) j.q.resize(j.draft.size());
     if (!s) release(j.id);  // a failed forward leaves the draft KV undefined
   }
   timing_.total_ns = clock_() - start;
@@ -221,8 +187,7 @@ Status ModelDrafter::flush() {
       if (DraftJob* j = pending_[r].job) {
         const float* row = *logits + (i++) * n_logits;
         const size_t d = size_t(pending_[r].d);
-        if (j->temperature > 0 && j->rng) j->draft[d] = sample(row, j->temperature, *j->rng, j->q[d]);
-        else j->draft[d] = pick(row);
+        j->draft[d] = j->sampler ? sample(row, *j, int32_t(d)) : pick(row);
       }
     begin = end;
   }

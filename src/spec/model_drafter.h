@@ -8,17 +8,17 @@
 //   verified position for the layers the draft runs, so there is nothing to catch up and no KV of
 //   the draft's own; the draft rows sit where the step's verify rows go, and the verify forward
 //   rewrites them with the target's values before anything reads them.
-// A job at temperature 0 gets greedy drafts (point masses: verification keeps x with probability
-// p(x)). At a temperature T > 0 each token is drawn from q, the draft's softmax at T over its
-// kDraftSupport best tokens, and q is returned with it: verification keeps x with probability
-// min(1, p(x)/q(x)) and resamples from normalize(max(0, p - q)), lossless for any q, and the draft
-// is kept far more often than a point mass where p is spread out.
+// A greedy job's draft tokens are the draft's argmax. A sampled job's are drawn the way the
+// target will draw their positions: the request's own sampling applied to the draft's logits and
+// the uniform of the token's position (Sampler::draw_at). The engine keeps a draft token exactly
+// when the target's draw at its position is that token, so the output never depends on the
+// drafts, and a draft whose distribution is near the target's lands on the same token for most
+// uniforms (greedy drafts only where the target's draw is the draft's argmax).
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
-#include <random>
 #include <span>
 #include <unordered_map>
 #include <unordered_set>
@@ -40,14 +40,9 @@ struct DraftJob {
   // KvMode::target: the target's blocks for positions [0, context.size() + k - 1), which hold the
   // K/V of positions [0, context.size() - 1) (the step that verifies this draft scheduled them).
   const std::vector<int32_t>* target_blocks = nullptr;
-  float temperature = 0;                // > 0: sampled drafts (rng required)
-  std::mt19937_64* rng = nullptr;       // the request's draft RNG
+  const Sampler* sampler = nullptr;     // the request's, for sampled drafts; null: greedy drafts
   std::vector<int32_t> draft = {};      // out: up to k tokens (fewer when the draft KV is full)
-  std::vector<std::vector<TokenProb>> q = {};  // out: each sampled token's q (ids ascending); empty: greedy
 };
-
-// Tokens a sampled draft's q spans: the draft's best, where nearly all of its mass is.
-inline constexpr int kDraftSupport = 16;
 
 class ModelDrafter {
  public:
@@ -88,9 +83,9 @@ class ModelDrafter {
   bool queue_first(DraftJob& j, int32_t k, const std::unordered_set<int64_t>& busy);
   // The best proposable token of one logits row.
   int32_t pick(const float* row) const;
-  // A token drawn from q, the softmax at `temperature` over the row's kDraftSupport best
-  // proposable tokens; q is written (ids ascending).
-  int32_t sample(const float* row, float temperature, std::mt19937_64& rng, std::vector<TokenProb>& q) const;
+  // Job j's draft token d (at position context.size() + d) drawn from one logits row as the
+  // target will draw that position.
+  int32_t sample(const float* row, const DraftJob& j, int32_t d);
   // Runs the pending rows in forwards of at most max_batch_tokens; a row that wants logits gets
   // its job's draft token `d` from them.
   Status flush();
@@ -115,6 +110,8 @@ class ModelDrafter {
     int32_t d;                           // the draft token this row's logits choose
   };
   std::vector<Row> pending_;
+  std::vector<float> vocab_row_;     // a draft row over the target's vocabulary (sample())
+  std::vector<int32_t> history_;     // a sampled draft's context and drafts so far (penalties)
   Batch batch_;
 };
 

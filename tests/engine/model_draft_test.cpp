@@ -117,8 +117,43 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"layer_skip_llama", "fixture-llama-q4_k_m", {.method = SpecMethod::layer_skip, .max_k = 3, .skip_layers = {1}}, ""},
         Case{"early_exit_gemma3_head", "fixture-gemma3-q8_0",
              {.method = SpecMethod::early_exit, .max_k = 3, .exit_layer = 1, .head_tokens = {0, 1, 2, 5, 9, 100, 200}}, ""},
-        Case{"early_exit_qwen3moe", "next/fixture-qwen3moe-q4_k", {.method = SpecMethod::early_exit, .max_k = 2, .exit_layer = 1}, ""}),
+        Case{"early_exit_qwen3moe", "next/fixture-qwen3moe-q4_k", {.method = SpecMethod::early_exit, .max_k = 2, .exit_layer = 1}, ""},
+        Case{"ngram", "stories260K", {.method = SpecMethod::ngram, .max_k = 3}, ""}),
     [](const auto& info) { return info.param.name; });
+
+// Seeded sampling is lossless token for token: every row draws its position's token with the
+// position's uniform, and a draft token is kept only when it is that token, so sampled requests
+// (temperature 0.9, top-k, top-p) give exactly the plain engine's tokens with every proposer, in
+// a crowd with tiny chunks and preemption, with the controller choosing K from timings.
+TEST_P(ModelDrafting, SeededSampledTokensEqualThePlainEngineInACrowd) {
+  const Case& c = GetParam();
+  auto target = load_model(c.target);
+  if (!target) GTEST_SKIP() << c.target << " is not available";
+  auto tok = Tokenizer::from_gguf(target->gguf());
+  ASSERT_TRUE(tok.ok()) << tok.error();
+  SpecOptions spec = c.spec;
+  if (!c.draft.empty()) {
+    spec.draft_model = load_model(c.draft);
+    if (!spec.draft_model) GTEST_SKIP() << c.draft << " is not available";
+  }
+  auto reqs = crowd(10, int32_t(target->config().n_vocab), 43);
+  for (size_t i = 0; i < reqs.size(); ++i)
+    reqs[i].sampling = {.temperature = 0.9f, .top_k = 40, .top_p = 0.95f, .min_p = 0.f, .seed = 1000 + i};
+  auto plain = core(*target, *tok, {.max_batch_tokens = 64, .max_seqs = 8, .kv_blocks = 128});
+  const auto ref = run_all(*plain, reqs);
+  for (bool adaptive : {true, false}) {
+    EngineOptions o{.max_batch_tokens = 16, .max_seqs = 8, .kv_blocks = 7};
+    o.spec = spec;
+    o.spec.adaptive = adaptive;
+    auto s = core(*target, *tok, o);
+    ASSERT_TRUE(s);
+    const auto got = run_all(*s, reqs);
+    ASSERT_EQ(got.size(), ref.size());
+    for (auto a = ref.begin(), b = got.begin(); a != ref.end(); ++a, ++b)
+      EXPECT_EQ(a->second, b->second) << "request " << a->first << " adaptive " << adaptive;
+    if (!adaptive) EXPECT_GT(s->stats().spec_draft_tokens, 50);
+  }
+}
 
 // A self-draft runs on the target's own KV: its first draft row reads the K/V the target wrote
 // for every earlier position, and its rows sit where the verify rows go. A "draft" through every

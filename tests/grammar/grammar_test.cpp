@@ -348,3 +348,22 @@ TEST(Regex, PatternsBecomeJsonStringBodies) {
     EXPECT_FALSE(m.accept_bytes(no) && m.can_end()) << no;
   }
 }
+
+
+// format "date" admits only dates that exist in every year: year 0001-9999, each month's own
+// days, February 01-28 (whether the 29th exists depends on the year). A sampled "0000-05-05"
+// once failed a validator.
+TEST(JsonSchema, DateFormatAdmitsOnlyRealDates) {
+  auto text = json_schema_to_gbnf(json::parse(R"({"type":"string","format":"date"})"));
+  ASSERT_TRUE(text.ok()) << text.error();
+  auto cg = compile_text(*text, small_vocab());
+  auto admits = [&](const std::string& date) {
+    Matcher m(cg);
+    return m.accept_bytes("\"" + date + "\"") && m.can_end();
+  };
+  for (const char* ok : {"2024-02-28", "0001-01-31", "1999-04-30", "9999-12-31", "0010-11-30", "0100-07-31"})
+    EXPECT_TRUE(admits(ok)) << ok;
+  for (const char* no : {"0000-05-05", "2023-02-29", "2023-02-30", "2023-04-31", "2023-13-01", "2023-00-10", "2023-01-00"})
+    EXPECT_FALSE(admits(no)) << no;
+}
+
