@@ -152,8 +152,6 @@ void SpecFlags::add_to(CLI::App* cmd) {
                   "early-exit (the model's first --exit-layer layers) or layer-skip (all but --skip-layers)");
   cmd->add_option("--spec-k", max_k, "Draft tokens per step at most")->check(CLI::Range(1, 16));
   cmd->add_flag("--no-spec-auto", no_auto, "Always draft --spec-k tokens (no controller)");
-  cmd->add_flag("--greedy-drafts", greedy_drafts,
-                "Model drafts are the draft's argmax even for sampled requests (default: drawn as the model will draw)");
   cmd->add_option("--draft-model", draft_model, "Draft model for --spec draft (implies it): a GGUF with the target's vocabulary");
   cmd->add_option("--exit-layer", exit_layer, "--spec early-exit: the draft runs layers [0, L)")->check(CLI::Range(1, 4096));
   cmd->add_option("--skip-layers", skip_layers, "--spec layer-skip: the layers the draft skips, e.g. 3,5,7-9");
@@ -214,10 +212,6 @@ Result<engine::SpecOptions> SpecFlags::to_options() const {
   o.exit_layer = exit_layer;
   o.max_k = max_k;
   o.adaptive = !no_auto;
-  o.sampled_drafts = !greedy_drafts;
-  if (greedy_drafts && o.method != engine::SpecMethod::draft && o.method != engine::SpecMethod::early_exit &&
-      o.method != engine::SpecMethod::layer_skip)
-    return Error{"--greedy-drafts goes with a model's drafts (--spec draft, early-exit, layer-skip)"};
   return o;
 }
 

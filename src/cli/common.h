@@ -49,7 +49,6 @@ struct SpecFlags {
   std::string method = "none";
   int32_t max_k = 4;
   bool no_auto = false;
-  bool greedy_drafts = false;
   std::string draft_model;
   int32_t exit_layer = 0;
   std::string skip_layers;

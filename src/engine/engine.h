@@ -60,10 +60,6 @@ struct SpecOptions {
   std::vector<int32_t> skip_layers;  // layer_skip: the draft runs every layer but these
   // Self-speculative drafts project onto these tokens only (the most frequent ones); empty: all.
   std::vector<int32_t> head_tokens;
-  // Model drafts for a request sampled at a temperature are drawn as the target will draw their
-  // positions (the request's sampling over the draft's logits, the position's uniform); false:
-  // the draft's argmax. Either way a draft token is kept exactly when the target draws it.
-  bool sampled_drafts = true;
   uint64_t draft_kv_mem_bytes = 0;  // a draft model's own KV; 0: as many tokens as the target's holds, capped at 512 MiB (self-drafts share the target's)
 };
 

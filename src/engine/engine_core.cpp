@@ -561,15 +561,9 @@ void EngineCore::Impl::propose_drafts() {
 void EngineCore::Impl::draft_scheduled(const sched::SchedulerOutput& so) {
   draft_jobs.clear();
   for (const sched::ScheduledSeq& seq : so.seqs)
-    if (seq.num_draft > 0) {
-      Live& l = *live.at(seq.id);
-      const bool sampled = options.spec.sampled_drafts && l.params.sampling.temperature > 0;
-      draft_jobs.push_back({.id = seq.id,
-                            .context = scheduler.find(seq.id)->tokens,
-                            .k = seq.num_draft,
-                            .target_blocks = seq.block_table,
-                            .sampler = sampled ? &l.sampler : nullptr});
-    }
+    if (seq.num_draft > 0)
+      draft_jobs.push_back(
+          {.id = seq.id, .context = scheduler.find(seq.id)->tokens, .k = seq.num_draft, .target_blocks = seq.block_table});
   if (draft_jobs.empty()) return;
   const Status s = drafter->propose(draft_jobs);
   const spec::ModelDrafter::Timing& t = drafter->last_timing();

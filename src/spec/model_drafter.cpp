@@ -1,8 +1,6 @@
 #include "spec/model_drafter.h"
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
 #include <unordered_set>
 
 namespace kvasir::spec {
@@ -52,19 +50,6 @@ int32_t ModelDrafter::pick(const float* row) const {
     if (best < 0 || row[i] > best_v || (row[i] == best_v && t < best)) best = t, best_v = row[i];
   }
   return best;
-}
-
-int32_t ModelDrafter::sample(const float* row, const DraftJob& j, int32_t d) {
-  const int64_t n = runner_->info().n_vocab;
-  vocab_row_.assign(size_t(n_vocab_target_), -std::numeric_limits<float>::infinity());
-  for (int64_t i = 0; i < n; ++i) {
-    const int32_t t = token_of_logit_.empty() ? int32_t(i) : token_of_logit_[size_t(i)];
-    if (t < n_vocab_target_) vocab_row_[size_t(t)] = row[i];
-  }
-  history_.assign(j.context.begin(), j.context.end());
-  history_.insert(history_.end(), j.draft.begin(), j.draft.begin() + d);
-  Distribution dist = j.sampler->distribution(vocab_row_, history_);
-  return j.sampler->draw_at(dist, int64_t(history_.size()));
 }
 
 // Makes room for `tokens` positions of request `id`, evicting the draft KV of the requests that
@@ -184,11 +169,7 @@ Status ModelDrafter::flush() {
     if (!logits) return Error{"draft forward failed: " + logits.error()};
     int64_t i = 0;
     for (size_t r = begin; r < end; ++r)
-      if (DraftJob* j = pending_[r].job) {
-        const float* row = *logits + (i++) * n_logits;
-        const size_t d = size_t(pending_[r].d);
-        j->draft[d] = j->sampler ? sample(row, *j, int32_t(d)) : pick(row);
-      }
+      if (DraftJob* j = pending_[r].job) j->draft[size_t(pending_[r].d)] = pick(*logits + (i++) * n_logits);
     begin = end;
   }
   return {};

@@ -8,12 +8,9 @@
 //   verified position for the layers the draft runs, so there is nothing to catch up and no KV of
 //   the draft's own; the draft rows sit where the step's verify rows go, and the verify forward
 //   rewrites them with the target's values before anything reads them.
-// A greedy job's draft tokens are the draft's argmax. A sampled job's are drawn the way the
-// target will draw their positions: the request's own sampling applied to the draft's logits and
-// the uniform of the token's position (Sampler::draw_at). The engine keeps a draft token exactly
-// when the target's draw at its position is that token, so the output never depends on the
-// drafts, and a draft whose distribution is near the target's lands on the same token for most
-// uniforms (greedy drafts only where the target's draw is the draft's argmax).
+// Drafts are the draft's argmax (point masses). The engine keeps a draft token exactly when the
+// target's own draw at its position is that token (Sampler::draw_at): with probability p(x),
+// what the rejection rule gives a point mass, and the output never depends on the drafts.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -27,7 +24,6 @@
 #include "core/status.h"
 #include "kv/kv_manager.h"
 #include "runtime/model_runner.h"
-#include "sample/sampler.h"
 
 namespace kvasir::spec {
 
@@ -40,7 +36,6 @@ struct DraftJob {
   // KvMode::target: the target's blocks for positions [0, context.size() + k - 1), which hold the
   // K/V of positions [0, context.size() - 1) (the step that verifies this draft scheduled them).
   const std::vector<int32_t>* target_blocks = nullptr;
-  const Sampler* sampler = nullptr;     // the request's, for sampled drafts; null: greedy drafts
   std::vector<int32_t> draft = {};      // out: up to k tokens (fewer when the draft KV is full)
 };
 
@@ -83,9 +78,6 @@ class ModelDrafter {
   bool queue_first(DraftJob& j, int32_t k, const std::unordered_set<int64_t>& busy);
   // The best proposable token of one logits row.
   int32_t pick(const float* row) const;
-  // Job j's draft token d (at position context.size() + d) drawn from one logits row as the
-  // target will draw that position.
-  int32_t sample(const float* row, const DraftJob& j, int32_t d);
   // Runs the pending rows in forwards of at most max_batch_tokens; a row that wants logits gets
   // its job's draft token `d` from them.
   Status flush();
@@ -110,8 +102,6 @@ class ModelDrafter {
     int32_t d;                           // the draft token this row's logits choose
   };
   std::vector<Row> pending_;
-  std::vector<float> vocab_row_;     // a draft row over the target's vocabulary (sample())
-  std::vector<int32_t> history_;     // a sampled draft's context and drafts so far (penalties)
   Batch batch_;
 };
 

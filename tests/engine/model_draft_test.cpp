@@ -189,9 +189,9 @@ TEST(ModelDrafting, SelfDraftThroughEveryLayerIsAlwaysAccepted) {
 }
 
 // The joint distribution of the first 3 tokens at temperature 1 from a fixed prompt over 20,000
-// seeded requests: without speculation, with stories260K-q4_0 drafting (drafts sampled from its
-// distribution, and greedy ones), with its own first 3 layers drafting (sampled) and with n-gram
-// drafts (K = 3, fixed; the prompt repeats itself, so n-gram drafts where it keeps repeating). Two-sample chi-square over the cells with an expected count of at
+// seeded requests: without speculation, with stories260K-q4_0 drafting, with its own first 3
+// layers drafting and with n-gram drafts (K = 3, fixed; the prompt repeats itself, so n-gram
+// drafts where it keeps repeating). Two-sample chi-square over the cells with an expected count of at
 // least 5 per run (the rest pooled into one), at p = 1e-4. The same statistic tells temperature
 // 1 from temperature 1.15 (shown below): it has the power to see a distribution that is off.
 TEST(ModelDrafting, SampledDistributionIsThePlainEngines) {
@@ -250,7 +250,6 @@ TEST(ModelDrafting, SampledDistributionIsThePlainEngines) {
   EXPECT_EQ(plain_stats.spec_draft_tokens, 0);
   const std::pair<SpecOptions, int> variants[] = {  // (options, draft tokens at least)
       {{.method = SpecMethod::draft, .max_k = 3, .adaptive = false, .draft_model = draft}, kSamples},
-      {{.method = SpecMethod::draft, .max_k = 3, .adaptive = false, .draft_model = draft, .sampled_drafts = false}, kSamples},
       {{.method = SpecMethod::early_exit, .max_k = 3, .adaptive = false, .exit_layer = 3}, kSamples},
       {{.method = SpecMethod::ngram, .max_k = 3, .adaptive = false}, kSamples / 40},  // only where the text repeats
   };
@@ -265,11 +264,7 @@ TEST(ModelDrafting, SampledDistributionIsThePlainEngines) {
     EXPECT_GE(cells, 12);
     EXPECT_LT(chi2, critical) << "method " << int(v.method) << ", " << cells << " cells";
   }
-  // Drafts sampled from the draft's distribution are kept more often than its argmax at
-  // temperature 1 (sum of min(p, q) against p(argmax q)).
-  EXPECT_GT(acceptance[0], acceptance[1] + 0.03) << acceptance[0] << " vs " << acceptance[1];
-  std::printf("acceptance: draft sampled %.3f, draft greedy %.3f, early exit sampled %.3f, n-gram %.3f\n", acceptance[0],
-              acceptance[1], acceptance[2], acceptance[3]);
+  std::printf("acceptance: draft model %.3f, early exit %.3f, n-gram %.3f\n", acceptance[0], acceptance[1], acceptance[2]);
   const auto [hotter, hs] = histogram({}, 1.15f);
   const auto [chi2, critical, cells] = chi2_vs(plain, hotter);
   EXPECT_GT(chi2, critical) << cells << " cells";  // the test sees a distribution that is off
