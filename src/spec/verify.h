@@ -3,8 +3,11 @@
 // under the target distribution p; on rejection the token comes from normalize(max(0, p - q)).
 // Whatever q is, the emitted token is distributed exactly as p.
 //
-// The engine's proposers are deterministic (q is a point mass at x): acceptance is then u < p(x)
-// and the residual is p without x, renormalized; greedy accepts x exactly when it is p's argmax.
+// The engine's drafts are point masses (q one-hot at x): acceptance is then u < p(x) and the
+// residual is p without x, renormalized. The engine realizes exactly that by drawing the
+// position's token from p with a position-keyed uniform (Sampler::draw_at) and keeping x when it
+// is that token, which also makes its output the output without speculation; this file is the
+// general rule and its reference.
 #pragma once
 #include <cstdint>
 #include <span>
