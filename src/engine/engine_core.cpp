@@ -487,7 +487,8 @@ void EngineCore::Impl::watch_trigger(Live& l, int32_t token) const {
 void EngineCore::Impl::propose_drafts() {
   const SpecOptions& o = options.spec;
   if (o.method == SpecMethod::none) return;
-  if (o.adaptive && ++spec_steps % (spec_steps <= 64 ? 8 : 16) == 0) return;
+  ++spec_steps;
+  if (o.adaptive && spec_steps % (spec_steps <= 64 ? 8 : 16) == 0) return;
   std::vector<SpecCandidate> cands;
   int32_t decodes = 0;
   for (auto& [id, l] : live) {

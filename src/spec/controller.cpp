@@ -47,7 +47,7 @@ void plan_draft_rows(std::span<DraftCandidate> cands, int32_t decodes, const Dra
     size_t cand;
   };
   std::vector<Row> rows;
-  int32_t verify_rows = 0;  // chosen at the depths before
+  int32_t verify_count = 0;  // verify rows chosen at the depths before
   for (int32_t j = 0; !active.empty(); ++j) {
     rows.clear();
     for (size_t i : active) {
@@ -67,7 +67,7 @@ void plan_draft_rows(std::span<DraftCandidate> cands, int32_t decodes, const Dra
     size_t best_m = 0;
     for (size_t m = 0; m < rows.size(); ++m) {
       g += rows[m].gain;
-      k += rows[m].cost + verify_added(costs, verify_rows + int32_t(m));
+      k += rows[m].cost + verify_added(costs, verify_count + int32_t(m));
       const double r = (tokens + g) / (time + costs.draft_forward + k);
       if (r > best) best = r, best_m = m + 1, best_g = g, best_k = k;
     }
@@ -75,7 +75,7 @@ void plan_draft_rows(std::span<DraftCandidate> cands, int32_t decodes, const Dra
     if (best_m == 0 || best_g * time <= kRowMargin * tokens * extra_time) break;
     tokens += best_g;
     time += extra_time;
-    verify_rows += int32_t(best_m);
+    verify_count += int32_t(best_m);
     active.clear();
     for (size_t m = 0; m < best_m; ++m) {
       cands[rows[m].cand].k = j + 1;
@@ -86,7 +86,7 @@ void plan_draft_rows(std::span<DraftCandidate> cands, int32_t decodes, const Dra
   // A probe's one sure row: its own forward unless the step drafts anyway.
   const bool forward_planned = std::any_of(cands.begin(), cands.end(), [](const DraftCandidate& c) { return c.k > 0; });
   for (DraftCandidate& c : cands) {
-    const double cost = verify_added(costs, verify_rows) + costs.draft_row + (forward_planned ? 0 : costs.draft_forward) +
+    const double cost = verify_added(costs, verify_count) + costs.draft_row + (forward_planned ? 0 : costs.draft_forward) +
                         catch_up_cost(c, costs);
     c.sure_row_pays = time > kRowMargin * tokens * cost;
   }
