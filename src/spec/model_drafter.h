@@ -46,7 +46,6 @@ class ModelDrafter {
   static Result<std::unique_ptr<ModelDrafter>> create(std::unique_ptr<runtime::ModelRunner> runner, KvMode kv_mode,
                                                       std::vector<int32_t> token_of_logit, int64_t n_vocab_target,
                                                       std::function<int64_t()> clock);
-  KvMode kv_mode() const { return kv_ ? KvMode::own : KvMode::target; }
 
   // Fills every job's draft. Jobs must name distinct requests.
   Status propose(std::span<DraftJob> jobs);
