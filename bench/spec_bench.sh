@@ -51,5 +51,5 @@ for kind in $workloads; do
     same=$(python3 -c "import json,sys; t=lambda f:[json.loads(l)['text'] for l in open(f)]; print('identical' if t(sys.argv[1])==t(sys.argv[2]) else 'DIFFERENT')" "$work/out-none.jsonl" "$work/out-spec.jsonl")
     echo "$kind round $r: none $b tok/s, spec $s tok/s (accepted $acc%, texts $same)"
   done
-  python3 -c "import statistics,sys; b=[float(x) for x in sys.argv[1].split()]; s=[float(x) for x in sys.argv[2].split()]; print(f'$kind c=$conc: median none {statistics.median(b):.1f} tok/s, spec {statistics.median(s):.1f} tok/s, ratio {statistics.median(s)/statistics.median(b):.2f}x')" "${base[*]}" "${spec[*]}"
+  python3 -c "import statistics,sys; b=[float(x) for x in sys.argv[1].split()]; s=[float(x) for x in sys.argv[2].split()]; r=[y/x for x,y in zip(b,s)]; print(f'$kind c=$conc: median none {statistics.median(b):.1f} tok/s, spec {statistics.median(s):.1f} tok/s, ratio {statistics.median(s)/statistics.median(b):.2f}x; median of the rounds\' ratios {statistics.median(r):.3f}x, {sum(x >= 1 for x in r)} of {len(r)} rounds >= 1')" "${base[*]}" "${spec[*]}"
 done

@@ -36,9 +36,12 @@ struct Live {
   // when the ones before it were (moving averages: acceptance falls with depth), for the positions
   // verified so far (a prefix: position j is seen only when 0..j-1 were accepted; deeper ones are
   // planned at the deepest seen one's rate, and a new position starts from it), and steps since
-  // the last draft, so that a request whose drafts stopped paying is probed again now and then.
+  // the last draft, so that a request whose drafts stopped paying is probed again now and then:
+  // after spec_probe_wait steps, which doubles with each probe (up to 256) and falls back to 16
+  // once the plan drafts for it again, so that a proposer that never pays costs ever fewer probes.
   std::vector<double> spec_accept;
   int32_t spec_idle_steps = 0;
+  int32_t spec_probe_wait = 16;
   // Structured output: the grammar's state after the tokens picked so far (pick_token advances
   // it over exactly the tokens it keeps). done_at: the picked token after which the document is
   // complete and nothing may follow (-1: none); forced_stop: nothing at all was allowed.
@@ -159,6 +162,18 @@ struct EngineCore::Impl {
   std::unique_ptr<spec::ModelDrafter> drafter;
   std::vector<spec::DraftJob> draft_jobs;
   spec::DraftCostModel draft_cost;  // what the draft model's forwards take (model drafting)
+  // The check on the controller's plans (spec::RealizedGain): the last step's forecast gain and
+  // what it emitted, judged when the next step starts (a step's time runs from its start to the
+  // next one's, draft forwards and the engine's work between steps included).
+  spec::RealizedGain realized_gain;
+  sched::Clock clock;
+  struct SpecStep {
+    int64_t start_ns = -1;
+    double forecast_gain = 0;  // forecast tokens per time over the plain step's (0: no drafts planned)
+    int32_t decodes = 0, tokens = 0;
+    bool drafted = false, decodes_only = false;
+  } spec_last;
+  void judge_last_step(int64_t now_ns);
 
   Impl(std::unique_ptr<runtime::ModelRunner> r, const Tokenizer& t, const EngineOptions& o, sched::Scheduler s,
        int32_t len)
@@ -292,6 +307,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<runtime::
   }
   auto impl = std::make_unique<Impl>(std::move(runner), tokenizer, o, std::move(*sched), len);
   impl->drafter = std::move(drafter);
+  impl->clock = o.clock ? o.clock : sched::Clock(sched::steady_now_ns);
   return std::unique_ptr<EngineCore>(new EngineCore(std::move(impl)));
 }
 
@@ -480,13 +496,16 @@ void EngineCore::Impl::watch_trigger(Live& l, int32_t token) const {
 // occurrence of their last tokens), as many rows each as spec::plan_draft_rows finds paying for
 // the whole step, from each request's acceptance per draft position and the measured costs: a
 // verify row (the scheduler's step-cost model), and for a model drafter its forwards and its
-// catch-up on context it has not seen (spec::DraftCostModel). A request without rows for 16
-// steps is probed with one (when a sure token would pay for it), so that its estimate can
-// recover; every 8th step drafts for nobody (every 16th after the first 64), which keeps the
+// catch-up on context it has not seen (spec::DraftCostModel). A request without rows for a while
+// is probed with one (with the others due, when their rows as sure tokens would pay for their
+// shared draft forward), so that its estimate can recover; every 8th step drafts for nobody (every 16th after the first 64), which keeps the
 // plain step's cost measured at a small price where drafts pay.
 void EngineCore::Impl::propose_drafts() {
   const SpecOptions& o = options.spec;
   if (o.method == SpecMethod::none) return;
+  const int64_t now_ns = clock();
+  if (o.adaptive) judge_last_step(now_ns);
+  spec_last = {.start_ns = now_ns};
   ++spec_steps;
   if (o.adaptive && spec_steps % (spec_steps <= 64 ? 8 : 16) == 0) return;
   std::vector<SpecCandidate> cands;
@@ -516,9 +535,10 @@ void EngineCore::Impl::propose_drafts() {
     for (const SpecCandidate& c : cands) most_rows += c.most;
     std::vector<double> verify_rows_ns(size_t(std::min(most_rows, 256)) + 1);
     for (size_t d = 0; d < verify_rows_ns.size(); ++d) verify_rows_ns[d] = scheduler.step_cost().draft_rows_time(int32_t(d));
-    const spec::DraftCosts costs = spec::relative_costs(step, scheduler.step_cost().draft_row_ns(),
-                                                        drafter ? &draft_cost : nullptr,
-                                                        scheduler.step_cost().prefill_token_ns(), verify_rows_ns);
+    spec::DraftCosts costs = spec::relative_costs(step, scheduler.step_cost().draft_row_ns(),
+                                                  drafter ? &draft_cost : nullptr,
+                                                  scheduler.step_cost().prefill_token_ns(), verify_rows_ns);
+    costs.realized = realized_gain.factor();
     std::vector<spec::DraftCandidate> plan(cands.size());
     for (size_t i = 0; i < cands.size(); ++i) {
       SpecCandidate& c = cands[i];
@@ -526,9 +546,11 @@ void EngineCore::Impl::propose_drafts() {
       plan[i] = {.accept = c.live->spec_accept.empty() ? std::span<const double>(kPrior) : c.live->spec_accept,
                  .most = c.most,
                  .catch_up = drafter ? drafter->unseen(c.id, scheduler.find(c.id)->tokens) : 0,
-                 .left = c.left};
+                 .left = c.left,
+                 .probe_due = c.live->spec_idle_steps >= c.live->spec_probe_wait};
     }
-    spec::plan_draft_rows(plan, decodes, costs);
+    const spec::StepForecast forecast = spec::plan_draft_rows(plan, decodes, costs);
+    spec_last.forecast_gain = forecast.tokens / forecast.time / double(std::max(decodes, 1));
     if (drafter && !draft_cost.measured()) {
       // Until the draft's forwards are measured (its priors say nothing about this draft), one
       // request tries it whatever the plan: the one with the least to catch up, with two
@@ -541,8 +563,13 @@ void EngineCore::Impl::propose_drafts() {
     for (size_t i = 0; i < cands.size(); ++i) {
       SpecCandidate& c = cands[i];
       c.k = plan[i].k;
-      if (c.k > 0) c.live->spec_idle_steps = 0;
-      else if (plan[i].sure_row_pays && ++c.live->spec_idle_steps >= 16) c.k = 1, c.live->spec_idle_steps = 0;
+      Live& l = *c.live;
+      if (c.k == 0) {
+        ++l.spec_idle_steps;
+      } else {
+        l.spec_probe_wait = plan[i].probe_due ? std::min(2 * l.spec_probe_wait, 256) : 16;
+        l.spec_idle_steps = 0;
+      }
     }
   }
   for (auto& c : cands) {
@@ -553,6 +580,19 @@ void EngineCore::Impl::propose_drafts() {
     c.draft.resize(size_t(c.k));
     (void)scheduler.set_draft(c.id, c.draft);
   }
+}
+
+// The last step against its forecast: a drafted step of decodes only (a prefill chunk's time would
+// blur it) reports the gain it forecast and the one it realized, its tokens per time over the
+// plain step's measured rate; a step without drafts fades that evidence.
+void EngineCore::Impl::judge_last_step(int64_t now_ns) {
+  const SpecStep& l = spec_last;
+  if (l.start_ns < 0 || now_ns <= l.start_ns) return;
+  if (!l.drafted) return realized_gain.relax();
+  const double plain = scheduler.step_cost().decode_time(l.decodes);
+  if (!l.decodes_only || l.forecast_gain <= 0 || plain <= 0) return;
+  const double realized = double(l.tokens) / double(now_ns - l.start_ns) / (double(l.decodes) / plain);
+  realized_gain.observe(l.forecast_gain, realized);
 }
 
 // Runs the draft model, batched, for the sequences this step scheduled with draft rows, puts its
@@ -720,6 +760,14 @@ Status EngineCore::step(std::vector<Delta>& out) {
     });
     for (const auto& picked : m.to_sample) m.commit_token(*picked.first);
     for (const auto& o : m.outputs) m.totals.generation_tokens_total += 1 + int64_t(o.accepted.size());
+    m.spec_last.decodes_only = true;
+    for (const auto& seq : so.seqs) {
+      const bool decode = seq.want_logits && seq.end - seq.start == 1 + seq.num_draft;
+      m.spec_last.decodes_only = m.spec_last.decodes_only && decode;
+      m.spec_last.decodes += decode;
+      m.spec_last.drafted = m.spec_last.drafted || seq.num_draft > 0;
+    }
+    for (const auto& o : m.outputs) m.spec_last.tokens += 1 + int32_t(o.accepted.size());
     if (auto s = m.scheduler.update(m.outputs); !s) return s;
   }
 

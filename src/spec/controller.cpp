@@ -34,8 +34,9 @@ double verify_added(const DraftCosts& c, int32_t total) {
 
 }  // namespace
 
-void plan_draft_rows(std::span<DraftCandidate> cands, int32_t decodes, const DraftCosts& costs) {
+StepForecast plan_draft_rows(std::span<DraftCandidate> cands, int32_t decodes, const DraftCosts& costs) {
   double tokens = double(std::max(decodes, 1)), time = 1.0;
+  const double plain_rate = tokens;
   std::vector<double> gain(cands.size(), 1.0);  // chance that every row so far is accepted
   std::vector<size_t> active;
   for (size_t i = 0; i < cands.size(); ++i) {
@@ -73,6 +74,8 @@ void plan_draft_rows(std::span<DraftCandidate> cands, int32_t decodes, const Dra
     }
     const double extra_time = costs.draft_forward + best_k;
     if (best_m == 0 || best_g * time <= kRowMargin * tokens * extra_time) break;
+    // Corrected by what drafting has realized, the step must still beat a plain one.
+    if (costs.realized * (tokens + best_g) / (time + extra_time) <= kRowMargin * plain_rate) break;
     tokens += best_g;
     time += extra_time;
     verify_count += int32_t(best_m);
@@ -83,13 +86,48 @@ void plan_draft_rows(std::span<DraftCandidate> cands, int32_t decodes, const Dra
       active.push_back(rows[m].cand);
     }
   }
-  // A probe's one sure row: its own forward unless the step drafts anyway.
+  // Probes: sure rows, cheapest first (the least to catch up), the prefix with the best rate; a
+  // draft forward is theirs to pay unless the step drafts anyway.
   const bool forward_planned = std::any_of(cands.begin(), cands.end(), [](const DraftCandidate& c) { return c.k > 0; });
-  for (DraftCandidate& c : cands) {
-    const double cost = verify_added(costs, verify_count) + costs.draft_row + (forward_planned ? 0 : costs.draft_forward) +
-                        catch_up_cost(c, costs);
-    c.sure_row_pays = time > kRowMargin * tokens * cost;
+  std::vector<std::pair<double, size_t>> due;
+  for (size_t i = 0; i < cands.size(); ++i)
+    if (cands[i].probe_due && cands[i].k == 0 && cands[i].most > 0) due.push_back({costs.draft_row + catch_up_cost(cands[i], costs), i});
+  std::sort(due.begin(), due.end());
+  double best = tokens / time, extra = forward_planned ? 0.0 : costs.draft_forward, best_extra = 0;
+  size_t best_m = 0;
+  for (size_t m = 0; m < due.size(); ++m) {
+    extra += due[m].first + verify_added(costs, verify_count + int32_t(m));
+    const double r = (tokens + double(m + 1)) / (time + extra);
+    if (r > best) best = r, best_m = m + 1, best_extra = extra;
   }
+  if (best_m == 0 || best <= kRowMargin * tokens / time || costs.realized * best <= kRowMargin * plain_rate)
+    return {tokens, time};
+  time += best_extra;
+  for (size_t m = 0; m < best_m; ++m) {
+    cands[due[m].second].k = 1;
+    tokens += rate(cands[due[m].second], 0);
+  }
+  return {tokens, time};
+}
+
+void RealizedGain::observe(double forecast_gain, double realized_gain) {
+  constexpr double kKeep = 0.9;  // about the last ten drafted steps
+  if (!(forecast_gain > 0) || !(realized_gain > 0)) return;
+  w_ = kKeep * w_ + 1;
+  forecast_ = kKeep * forecast_ + forecast_gain;
+  realized_ = kKeep * realized_ + realized_gain;
+}
+
+void RealizedGain::relax() {
+  constexpr double kFade = 0.98;  // ~35 plain steps halve the evidence
+  w_ *= kFade;
+  forecast_ *= kFade;
+  realized_ *= kFade;
+}
+
+double RealizedGain::factor() const {
+  if (w_ < 2.5) return 1.0;  // fewer than three recent steps say nothing against single steps' noise
+  return std::clamp(realized_ / forecast_, 0.5, 1.25);
 }
 
 void DraftCostModel::observe_forward(int32_t rows, double ns) {

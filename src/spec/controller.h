@@ -12,8 +12,10 @@
 // n-gram drafts cost only their verify rows.
 //
 // Depth by depth, the requests still drafting are ordered by gain per cost and the prefix that
-// gives the best step rate is taken (each row priced at what it adds to the step's verify rows), if its extra tokens per extra time beat the step's rate so
-// far by a margin; otherwise drafting stops at that depth. K = 0 (no rows) where nothing pays.
+// gives the best step rate is taken (each row priced at what it adds to the step's verify rows),
+// if its extra tokens per extra time beat the step's rate so far by a margin and the step's rate,
+// scaled by what drafted steps have realized against their forecasts, still beats a plain step's
+// by that margin; otherwise drafting stops at that depth. K = 0 (no rows) where nothing pays.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -29,6 +31,9 @@ struct DraftCosts {
   double draft_forward = 0;     // a draft forward's fixed part
   double draft_row = 0;         // a draft forward's part per row
   double catch_up_token = 0;    // one context token the draft has not seen
+  // What drafted steps actually gained over what their plans forecast (RealizedGain); a row's
+  // extra tokens are scaled by it before they must beat the step's rate.
+  double realized = 1.0;
 };
 
 struct DraftCandidate {
@@ -36,15 +41,40 @@ struct DraftCandidate {
   int32_t most = 0;                // rows the proposer can fill
   int32_t catch_up = 0;            // context tokens the draft must compute first (model drafts)
   int32_t left = 1;                // tokens the request may still generate (spreads the catch-up)
+  bool probe_due = false;          // in: its estimate is stale; try one row if sure rows would pay
   int32_t k = 0;                   // out: rows chosen
-  bool sure_row_pays = false;      // out: whether one sure draft token would pay (probing)
 };
 
 inline constexpr double kRowMargin = 1.02;  // no rows that barely pay
 
-// Fills every candidate's k (0..most) and sure_row_pays for a step with `decodes` decoding
-// requests (candidates among them).
-void plan_draft_rows(std::span<DraftCandidate> cands, int32_t decodes, const DraftCosts& costs);
+// Fills every candidate's k (0..most) for a step with `decodes` decoding requests (candidates
+// among them). Then the probes: candidates left without rows whose probe is due get one row each
+// if those rows, taken as sure tokens and sharing one draft forward, would pay (a request's
+// estimate only moves when it drafts, and at a few decodes one request's row alone never pays
+// for a draft forward that several could share).
+// Returns the step's forecast: its expected tokens and its time in plain steps (probes counted at
+// their estimated acceptance).
+struct StepForecast {
+  double tokens = 0, time = 1;
+};
+StepForecast plan_draft_rows(std::span<DraftCandidate> cands, int32_t decodes, const DraftCosts& costs);
+
+// The check on the plan: costs and acceptance are estimates, and a plan that drafts on optimistic
+// ones loses while it believes it gains. After each drafted step (without prefill) the engine
+// reports the forecast's gain (forecast tokens per time over the plain step's) and the realized
+// one (tokens emitted per time taken, draft forwards included, over the plain step's measured
+// rate); factor() is their ratio over recent drafted steps (decayed sums, so one noisy step moves
+// it little), 1 until a few were seen, within [0.5, 1.25]. Steps without drafts fade the evidence
+// (relax), so that a controller that stopped drafting on a bad stretch tries again later.
+class RealizedGain {
+ public:
+  void observe(double forecast_gain, double realized_gain);
+  void relax();
+  double factor() const;
+
+ private:
+  double w_ = 0, forecast_ = 0, realized_ = 0;
+};
 
 // What a model drafter's forwards cost, fitted online from its measured forwards: a fixed part
 // plus a part per row (decayed least squares; with one row count seen, all fixed), and the cost

@@ -2,6 +2,7 @@
 // whose right answer follows from the step-rate arithmetic by hand.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <vector>
 
 #include "spec/controller.h"
@@ -27,10 +28,10 @@ TEST(SpecController, FreeDraftsGetEveryRowThatPays) {
   // pays; 0.125 against 1.75 / 1.2 x 0.1 x 1.02 = 0.149 does not.
   std::vector<DraftCandidate> alone = {{.accept = half, .most = 4}};
   EXPECT_EQ(plan(alone, 1, {.verify_row = 0.1}), (std::vector<int32_t>{2}));
-  EXPECT_TRUE(alone[0].sure_row_pays);
   std::vector<DraftCandidate> none = {{.accept = never, .most = 4}};
   EXPECT_EQ(plan(none, 1, {.verify_row = 0.1}), (std::vector<int32_t>{0}));
-  EXPECT_TRUE(none[0].sure_row_pays);  // probing may try it
+  none[0].probe_due = true;  // a sure row for 0.1 pays: the probe tries one
+  EXPECT_EQ(plan(none, 1, {.verify_row = 0.1}), (std::vector<int32_t>{1}));
 }
 
 // Verify rows priced by how many the step has: on Gemma 3 270M a step's third verify row was
@@ -61,12 +62,36 @@ TEST(SpecController, ADraftForwardIsSharedByTheRequestsDraftingTogether) {
   EXPECT_EQ(plan(one, 1, costs), (std::vector<int32_t>{1}));
   std::vector<DraftCandidate> one_of_four = {{.accept = a, .most = 1}};
   EXPECT_EQ(plan(one_of_four, 4, costs), (std::vector<int32_t>{0}));
-  EXPECT_FALSE(one_of_four[0].sure_row_pays);  // 5 / 1.65 < 4: not even a sure token pays
+  one_of_four[0].probe_due = true;  // 5 / 1.65 < 4: not even a sure token pays for a probe
+  EXPECT_EQ(plan(one_of_four, 4, costs), (std::vector<int32_t>{0}));
   std::vector<DraftCandidate> four(4, DraftCandidate{.accept = a, .most = 1});
   EXPECT_EQ(plan(four, 4, costs), (std::vector<int32_t>{0, 0, 0, 0}));
   const std::vector<double> b = {0.9};
   for (auto& x : four) x.accept = b;
   EXPECT_EQ(plan(four, 4, costs), (std::vector<int32_t>{1, 1, 1, 1}));
+}
+
+// Probes share a draft forward: at 4 decodes one request's sure row cannot pay for a forward of
+// 0.6 (5 / 1.65 = 3.03 a step against 4), but the probes due together can: two sure rows give
+// 6 / 1.7 = 3.53, still short; three 7 / 1.75 = 4.0, short of the 2% margin; four 8 / 1.8 = 4.44.
+TEST(SpecController, ProbesDueTogetherShareTheirDraftForward) {
+  const std::vector<double> low = {0.1};
+  const DraftCosts costs{.verify_row = 0.05, .draft_forward = 0.6};
+  for (int32_t n_due = 1; n_due <= 4; ++n_due) {
+    std::vector<DraftCandidate> c(4, DraftCandidate{.accept = low, .most = 2});
+    for (int32_t i = 0; i < n_due; ++i) c[size_t(i)].probe_due = true;
+    const std::vector<int32_t> k = plan(c, 4, costs);
+    for (int32_t i = 0; i < 4; ++i) EXPECT_EQ(k[size_t(i)], n_due == 4 ? 1 : 0) << n_due << " due, candidate " << i;
+  }
+  // Where the plan drafts anyway the forward is paid: a single probe then costs its row only. With
+  // a forward of 0.3, three sure drafts give 7 / 1.45 = 4.83 a step; the probe's row 8 / 1.5 = 5.33.
+  const std::vector<double> sure = {0.999};
+  const DraftCosts cheaper{.verify_row = 0.05, .draft_forward = 0.3};
+  std::vector<DraftCandidate> mixed = {{.accept = sure, .most = 1}, {.accept = sure, .most = 1}, {.accept = sure, .most = 1},
+                                       {.accept = low, .most = 1, .probe_due = true}};
+  EXPECT_EQ(plan(mixed, 4, cheaper), (std::vector<int32_t>{1, 1, 1, 1}));
+  mixed[3].probe_due = false;
+  EXPECT_EQ(plan(mixed, 4, cheaper), (std::vector<int32_t>{1, 1, 1, 0}));
 }
 
 TEST(SpecController, CatchUpIsSpreadOverTheRequestsHorizon) {
@@ -76,13 +101,53 @@ TEST(SpecController, CatchUpIsSpreadOverTheRequestsHorizon) {
   // steps (the most; 10,000 tokens left) they add 0.047.
   std::vector<DraftCandidate> c = {{.accept = a, .most = 2, .catch_up = 300, .left = 1}};
   EXPECT_EQ(plan(c, 1, costs), (std::vector<int32_t>{0}));
-  EXPECT_FALSE(c[0].sure_row_pays);
+  c[0].probe_due = true;  // not even as a probe
+  EXPECT_EQ(plan(c, 1, costs), (std::vector<int32_t>{0}));
+  c[0].probe_due = false;
   c[0].left = 10000;
   EXPECT_GT(plan(c, 1, costs)[0], 0);
   // Only the candidate that has seen its context drafts when the other's catch-up cannot pay.
   std::vector<DraftCandidate> two = {{.accept = a, .most = 1, .catch_up = 300, .left = 1},
                                      {.accept = a, .most = 1, .catch_up = 0, .left = 1}};
   EXPECT_EQ(plan(two, 2, costs), (std::vector<int32_t>{0, 1}));
+}
+
+// Drafts that realized less than forecast raise the bar: four requests at 0.9 with a forward of
+// 0.6 forecast 7.6 tokens in 1.8 steps (4.22 a step against 4, past the 2% margin); realizing
+// 95% of forecasts, 4.01 is not.
+TEST(SpecController, RealizedGainsBelowForecastStopMarginalDrafts) {
+  const std::vector<double> a = {0.9};
+  DraftCosts costs{.verify_row = 0.05, .draft_forward = 0.6};
+  std::vector<DraftCandidate> four(4, DraftCandidate{.accept = a, .most = 1});
+  const StepForecast f = plan_draft_rows(four, 4, costs);
+  EXPECT_EQ(four[0].k, 1);
+  EXPECT_NEAR(f.tokens, 7.6, 1e-9);
+  EXPECT_NEAR(f.time, 1.8, 1e-9);
+  costs.realized = 0.95;
+  EXPECT_EQ(plan(four, 4, costs), (std::vector<int32_t>{0, 0, 0, 0}));
+  // Probes too: four sure rows, 8 / 1.8 = 4.44 a step, realized at 0.9: 4.0, not past 4.08.
+  for (auto& c : four) c.probe_due = true;
+  EXPECT_EQ(plan(four, 4, costs), (std::vector<int32_t>{1, 1, 1, 1}));
+  costs.realized = 0.9;
+  EXPECT_EQ(plan(four, 4, costs), (std::vector<int32_t>{0, 0, 0, 0}));
+}
+
+TEST(SpecController, RealizedGainFollowsRecentDraftedSteps) {
+  RealizedGain g;
+  g.observe(1.2, 0.9);
+  g.observe(1.2, 0.9);
+  EXPECT_DOUBLE_EQ(g.factor(), 1.0);  // two steps are not evidence yet
+  g.observe(1.2, 0.9);
+  EXPECT_NEAR(g.factor(), 0.75, 1e-12);
+  for (int i = 0; i < 100; ++i) g.observe(1.2, 1.2);  // the old ones decay away
+  EXPECT_NEAR(g.factor(), 1.0, 1e-3);
+  for (int i = 0; i < 100; ++i) g.observe(1.0, 0.1);
+  EXPECT_DOUBLE_EQ(g.factor(), 0.5);  // clamped
+  g.observe(-1, 1);  // a step without a forecast says nothing
+  g.observe(1, std::numeric_limits<double>::quiet_NaN());
+  EXPECT_DOUBLE_EQ(g.factor(), 0.5);
+  for (int i = 0; i < 200; ++i) g.relax();  // steps without drafts: the evidence fades, drafts are tried again
+  EXPECT_DOUBLE_EQ(g.factor(), 1.0);
 }
 
 TEST(SpecCostModel, FitsAFixedPartAndAPartPerRow) {
