@@ -1,13 +1,16 @@
-// `kvasir bench -m MODEL -p 512 -n 128 -r 5 [-t THREADS] [-d DEPTH] [--json|--csv]`: the
-// llama-bench equivalent. pp = prompt processing (one P-token prefill), tg = generation (N
-// single-token steps after D tokens of context). Mean ± stdev over R runs after one warm-up,
+// `kvasir bench -m MODEL -p 512 -n 128 -r 5 [-t THREADS] [-d DEPTH] [--kv-type T,...] [--json|--csv]`:
+// the llama-bench equivalent. pp = prompt processing (one P-token prefill), tg = generation (N
+// single-token steps after D tokens of context; the depth is computed once and every run starts
+// back there). Mean ± stdev over R runs after one warm-up,
 // with achieved GB/s (weights + KV read per generated token) and GFLOP/s (prefill matmuls +
 // attention), and a hash of the logits as a cheap correctness check.
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
+#include <functional>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -43,6 +46,12 @@ Stats stats(const std::vector<double>& v) {
   for (double x : v) s.stdev += (x - s.mean) * (x - s.mean);
   s.stdev = v.size() > 1 ? std::sqrt(s.stdev / double(v.size() - 1)) : 0;
   return s;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 Result<std::vector<int64_t>> parse_list(const std::string& text, const char* what) {
@@ -115,6 +124,7 @@ struct Row {
   Stats tps;
   double gbps, gflops;
   uint64_t hash;
+  std::vector<double> runs;  // tokens/s of each run, in order
 };
 
 int run_bench(const BenchArgs& a) {
@@ -124,8 +134,17 @@ int run_bench(const BenchArgs& a) {
   auto ts = parse_list(a.threads.empty() ? std::to_string(ThreadPool::default_threads()) : a.threads, "-t");
   for (auto* r : {&ps, &ns, &ds, &ts})
     if (!*r) return fail(r->error());
-  auto kv_type = parse_kv_type(a.kv_type);
-  if (!kv_type) return fail(kv_type.error());
+  std::vector<DType> kv_types;
+  {
+    std::stringstream ss(a.kv_type);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      auto t = parse_kv_type(item);
+      if (!t) return fail(t.error());
+      kv_types.push_back(*t);
+    }
+    if (kv_types.empty()) return fail("empty --kv-type");
+  }
   auto model = Model::load(model_path(a.model));
   if (!model) return fail(model.error());
   const Model& m = **model;
@@ -145,68 +164,100 @@ int run_bench(const BenchArgs& a) {
     for (int64_t p : *ps) max_ctx = std::max(max_ctx, d + p);
     for (int64_t n : *ns) max_ctx = std::max(max_ctx, d + n);
   }
-  std::shared_ptr<const KvTransform> kv_transform;
-  if (dtype_info(*kv_type).block_size > 1 && !a.kv_no_calibrate) {  // quantized K/V as run and serve store them
-    auto tok = Tokenizer::from_gguf(m.gguf());  // (loaded only here: bench needs no tokenizer otherwise)
+  std::vector<std::shared_ptr<const KvTransform>> kv_transforms(kv_types.size());
+  for (size_t k = 0; k < kv_types.size(); ++k) {
+    if (dtype_info(kv_types[k]).block_size == 1 || a.kv_no_calibrate) continue;
+    // Quantized K/V as run and serve store them (the tokenizer is loaded only here).
+    auto tok = Tokenizer::from_gguf(m.gguf());
     if (!tok) return fail(tok.error());
-    auto t = calibrate_kv_cache(m, *tok, *kv_type, max_ctx, "", ThreadPool::default_threads());
+    auto t = calibrate_kv_cache(m, *tok, kv_types[k], max_ctx, "", ThreadPool::default_threads());
     if (!t) return fail(t.error());
-    kv_transform = *t;
+    kv_transforms[k] = *t;
   }
+  const bool several = kv_types.size() > 1;
+  auto label = [&](const std::string& test, size_t k) {
+    return several ? test + " kv " + std::string(dtype_info(kv_types[k]).name) : test;
+  };
   for (int64_t t : *ts) {
-    auto session = Session::create(m, {.n_ctx = max_ctx, .max_batch_tokens = a.batch, .num_threads = int(t),
-                                       .kv_type = *kv_type, .kv_transform = kv_transform});
-    if (!session) return fail(session.error());
-    Session& s = **session;
+    // One session per KV type: each test's runs alternate between them, so that a machine whose
+    // load changes shifts every type alike.
+    std::vector<std::unique_ptr<Session>> sessions;
+    for (size_t k = 0; k < kv_types.size(); ++k) {
+      auto session = Session::create(m, {.n_ctx = max_ctx, .max_batch_tokens = a.batch, .num_threads = int(t),
+                                         .kv_type = kv_types[k], .kv_transform = kv_transforms[k]});
+      if (!session) return fail(session.error());
+      sessions.push_back(std::move(*session));
+    }
     uint64_t hash = 0;
     auto keep_hash = [&](int64_t, const float* l) { hash = fnv1a(l, size_t(c.n_vocab)); };
     // Only the last step's logits are hashed: hashing a 150k-vocabulary row byte by byte after
     // every decode step took ~5% of a step, time llama-bench does not spend.
     auto ignore = [](int64_t, const float*) {};
     for (int64_t d : *ds) {
+      // The depth is computed once per session; each run then goes back to it (the positions
+      // beyond are rewritten by the next run).
       const auto depth_tokens = random_tokens(d);
-      auto prepare = [&]() -> Status {
-        s.reset();
-        return d > 0 ? s.eval(depth_tokens, false, ignore) : Status{};
+      for (auto& s : sessions) {
+        s->reset();
+        if (d > 0) {
+          show_progress("depth " + std::to_string(d), int(t), -1, a.reps);
+          if (auto st = s->eval(depth_tokens, false, ignore); !st) return fail(st.error());
+        }
+      }
+      // A test's runs, kv types alternating within each; run(session) returns tokens per second.
+      std::vector<uint64_t> hashes(sessions.size());  // each session's last logits
+      auto measure = [&](const std::string& test, const std::function<Result<double>(Session&)>& run)
+          -> Result<std::vector<std::vector<double>>> {
+        std::vector<std::vector<double>> tps(sessions.size());
+        for (int r = a.no_warmup ? 0 : -1; r < a.reps; ++r) {  // r = -1: warm-up
+          show_progress(test, int(t), r, a.reps);
+          for (size_t k = 0; k < sessions.size(); ++k) {
+            sessions[k]->truncate(d);
+            auto v = run(*sessions[k]);
+            if (!v) return Error{v.error()};
+            hashes[k] = hash;
+            if (r >= 0) tps[k].push_back(*v);
+          }
+        }
+        return tps;
       };
       for (int64_t p : *ps) {
         if (p == 0) continue;
         const auto prompt = random_tokens(p);
-        std::vector<double> tps;
-        for (int r = a.no_warmup ? 0 : -1; r < a.reps; ++r) {  // r = -1: warm-up
-          show_progress("pp" + std::to_string(p), int(t), r, a.reps);
-          if (auto st = prepare(); !st) return fail(st.error());
+        const std::string test = "pp" + std::to_string(p) + (d ? "@d" + std::to_string(d) : "");
+        auto tps = measure(test, [&](Session& s) -> Result<double> {
           const auto t0 = Clock::now();
-          if (auto st = s.eval(prompt, false, keep_hash); !st) return fail(st.error());
-          const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
-          if (r >= 0) tps.push_back(double(p) / sec);
+          if (auto st = s.eval(prompt, false, keep_hash); !st) return Error{st.error()};
+          return double(p) / std::chrono::duration<double>(Clock::now() - t0).count();
+        });
+        if (!tps) return fail(tps.error());
+        for (size_t k = 0; k < sessions.size(); ++k) {
+          const Stats st = stats((*tps)[k]);
+          // Attention: q·k and p·v over the average context, per head.
+          const double attn = 4.0 * double(c.n_layers * c.n_heads * c.head_dim) * (double(d) + double(p) / 2);
+          rows.push_back({label(test, k), int(t), st, 0, (mm_flops + attn) * st.mean / 1e9, hashes[k], (*tps)[k]});
         }
-        const Stats st = stats(tps);
-        // Attention: q·k and p·v over the average context, per head.
-        const double attn = 4.0 * double(c.n_layers * c.n_heads * c.head_dim) * (double(d) + double(p) / 2);
-        rows.push_back({"pp" + std::to_string(p) + (d ? "@d" + std::to_string(d) : ""), int(t), st,
-                        0, (mm_flops + attn) * st.mean / 1e9, hash});
       }
       for (int64_t n : *ns) {
         if (n == 0) continue;
-        std::vector<double> tps;
-        for (int r = a.no_warmup ? 0 : -1; r < a.reps; ++r) {
-          show_progress("tg" + std::to_string(n), int(t), r, a.reps);
-          if (auto st = prepare(); !st) return fail(st.error());
+        const std::string test = "tg" + std::to_string(n) + (d ? "@d" + std::to_string(d) : "");
+        auto tps = measure(test, [&](Session& s) -> Result<double> {
           int32_t tok[1] = {int32_t(c.n_vocab > 1 ? 1 : 0)};
           const auto t0 = Clock::now();
           for (int64_t i = 0; i < n; ++i) {
             const Session::LogitsSink sink = i + 1 == n ? Session::LogitsSink(keep_hash) : Session::LogitsSink(ignore);
-            if (auto st = s.eval(tok, false, sink); !st) return fail(st.error());
+            if (auto st = s.eval(tok, false, sink); !st) return Error{st.error()};
             tok[0] = int32_t((uint32_t(tok[0]) * 2654435761u + 7u) % uint32_t(c.n_vocab));
           }
-          const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
-          if (r >= 0) tps.push_back(double(n) / sec);
+          return double(n) / std::chrono::duration<double>(Clock::now() - t0).count();
+        });
+        if (!tps) return fail(tps.error());
+        for (size_t k = 0; k < sessions.size(); ++k) {
+          const Stats st = stats((*tps)[k]);
+          const double kv_read = double(KvCache::bytes_per_token(c, kv_types[k])) * (double(d) + double(n) / 2);
+          rows.push_back({label(test, k), int(t), st, (double(wbytes) + kv_read) * st.mean / 1e9, mm_flops * st.mean / 1e9,
+                          hashes[k], (*tps)[k]});
         }
-        const Stats st = stats(tps);
-        const double kv_read = double(KvCache::bytes_per_token(c, *kv_type)) * (double(d) + double(n) / 2);
-        rows.push_back({"tg" + std::to_string(n) + (d ? "@d" + std::to_string(d) : ""), int(t), st,
-                        (double(wbytes) + kv_read) * st.mean / 1e9, mm_flops * st.mean / 1e9, hash});
       }
     }
   }
@@ -219,7 +270,7 @@ int run_bench(const BenchArgs& a) {
       out.push_back({{"model", m.path()}, {"arch", c.arch_name}, {"weight_bytes_per_token", wbytes},
                      {"isa", kernels::kernel_isa()}, {"threads", r.threads}, {"test", r.test},
                      {"tokens_per_s", r.tps.mean}, {"stdev", r.tps.stdev}, {"gb_per_s", r.gbps},
-                     {"gflop_per_s", r.gflops}, {"logits_hash", r.hash}, {"reps", a.reps}});
+                     {"gflop_per_s", r.gflops}, {"logits_hash", r.hash}, {"reps", a.reps}, {"runs", r.runs}});
     std::printf("%s\n", out.dump(2).c_str());
   } else if (a.csv) {
     std::printf("model,threads,test,tokens_per_s,stdev,gb_per_s,gflop_per_s,logits_hash\n");
@@ -231,6 +282,21 @@ int run_bench(const BenchArgs& a) {
     for (const auto& r : rows)
       std::printf("| %s | %s | %d | %s | %.2f ± %.2f | %.2f | %.1f | %016llx |\n", name.c_str(), kernels::kernel_isa(),
                   r.threads, r.test.c_str(), r.tps.mean, r.tps.stdev, r.gbps, r.gflops, (unsigned long long)r.hash);
+    // Several KV types: each against the first, run by run (the runs alternated).
+    for (size_t i = 0; several && i < rows.size(); i += kv_types.size()) {
+      for (size_t k = 1; k < kv_types.size(); ++k) {
+        const Row& base = rows[i];
+        const Row& other = rows[i + k];
+        std::vector<double> ratio;
+        std::string each;
+        for (size_t r = 0; r < base.runs.size(); ++r) {
+          ratio.push_back(other.runs[r] / base.runs[r]);
+          each += (r ? ", " : "") + std::to_string(ratio.back()).substr(0, 4);
+        }
+        std::printf("%s against %s: median of the runs' ratios %.3fx (%s)\n", other.test.c_str(), base.test.c_str(),
+                    median(ratio), each.c_str());
+      }
+    }
   }
   return 0;
 }
@@ -248,7 +314,9 @@ void register_bench(CLI::App& app, Handler& handler) {
   cmd->add_option("-r,--repetitions", a->reps, "Runs per test after a warm-up")->check(CLI::Range(1, 1000));
   cmd->add_flag("--no-warmup", a->no_warmup, "Skip the warm-up run (for long prompts, where it costs a whole run)");
   cmd->add_option("-b,--batch", a->batch, "Prefill chunk in tokens")->check(CLI::Range(1, 1 << 16));
-  cmd->add_option("--kv-type", a->kv_type, "KV cache type: f16, f32, q8_0 or q4_0 (quantized K and V are stored in a basis calibrated at start-up)");
+  cmd->add_option("--kv-type", a->kv_type,
+                  "KV cache type(s), comma-separated: f16, f32, q8_0 or q4_0 (quantized K and V are stored in a basis "
+                  "calibrated at start-up); several alternate run by run and are compared with the first");
   cmd->add_flag("--kv-no-calibrate", a->kv_no_calibrate, "Store quantized K and V as they are (no KV calibration)");
   cmd->add_flag("--json", a->json, "JSON output");
   cmd->add_flag("--csv", a->csv, "CSV output");

@@ -1,6 +1,7 @@
 // One sequence evaluated through the batched forward pass (a batch of one): what `run` and
 // `logits` need. The serving engine schedules many sequences over the same Forward and KvCache.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -37,6 +38,8 @@ class Session {
   int64_t n_past() const { return n_past_; }
   int64_t n_ctx() const { return n_ctx_; }
   void reset() { n_past_ = 0; }
+  // Back to the first n tokens (their K/V stay; the positions beyond are rewritten by the next eval).
+  void truncate(int64_t n) { n_past_ = std::min(n_past_, std::max<int64_t>(n, 0)); }
   Forward& forward() { return *forward_; }
 
  private:

@@ -310,3 +310,38 @@ TEST(Cli, ModelDraftsKeepTheTextAndBadDraftsAreRefused) {
   refused({"--draft-model", shared_path("models/next/fixture-phi3-f16.gguf")}, "a draft must share the target's tokens");
   refused({"--draft-model", "/nonexistent.gguf"}, "--draft-model");
 }
+
+// `bench --kv-type A,B` alternates the types run by run from one computed depth (F16 and F32 here:
+// stories260K's heads of 8 have no whole Q8_0 blocks). Each run must
+// start back at the depth, so the logits after the last of several runs equal those of a single
+// run that started there (a run that went on from the previous one's end would differ).
+TEST(Cli, BenchAlternatesKvTypesFromOneDepth) {
+  const std::string model = shared_path("models/stories260K.gguf");
+  if (!std::ifstream(model)) GTEST_SKIP() << "../shared is not available";
+  auto rows = [&](const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"bench", "-m", model, "-p", "8", "-n", "4", "-d", "64", "-t", "1", "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto o = kvasir(args);
+    EXPECT_EQ(o.code, 0) << o.err;
+    return o.code == 0 ? nlohmann::json::parse(o.out) : nlohmann::json::array();
+  };
+  const auto both = rows({"-r", "3", "--kv-type", "f16,f32"});
+  ASSERT_EQ(both.size(), 4u);
+  const std::vector<std::string> tests = {"pp8@d64 kv F16", "pp8@d64 kv F32", "tg4@d64 kv F16", "tg4@d64 kv F32"};
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(both[i]["test"], tests[i]);
+    EXPECT_EQ(both[i]["runs"].size(), 3u);
+  }
+  const auto f16 = rows({"-r", "1", "--no-warmup", "--kv-type", "f16"});
+  const auto f32 = rows({"-r", "1", "--no-warmup", "--kv-type", "f32"});
+  ASSERT_EQ(f16.size(), 2u);
+  ASSERT_EQ(f32.size(), 2u);
+  EXPECT_EQ(both[0]["logits_hash"], f16[0]["logits_hash"]);
+  EXPECT_EQ(both[2]["logits_hash"], f16[1]["logits_hash"]);
+  EXPECT_EQ(both[1]["logits_hash"], f32[0]["logits_hash"]);
+  EXPECT_EQ(both[3]["logits_hash"], f32[1]["logits_hash"]);
+  EXPECT_NE(both[2]["logits_hash"], both[3]["logits_hash"]);  // the types differ, each its own session
+  const auto bad = kvasir({"bench", "-m", model, "-p", "8", "-n", "0", "--kv-type", "f16,bogus"});
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.err.find("bogus"), std::string::npos) << bad.err;
+}
