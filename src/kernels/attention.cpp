@@ -484,10 +484,9 @@ void* q8_area(float* scratch, const KvLayerView& kv, const AttentionParams& p) {
 int64_t attention_scratch_floats(const KvLayerView& kv, const AttentionParams& p) {
   // attend_keys' blocks (blocks_floats), the rotated queries of a tile (kv.rotate_k), the states
   // of every (row, query head) of a tile, one span's partial for a tile (attention_rows over
-  // several spans), and against Q8_0 keys the tile's integer queries (two bytes a dim, a scale
-  // and a code sum a block).
-  const int64_t q8 = kv.type == DType::Q8_0 ? kAttentionTileRows * p.n_heads * (kv.head_dim / 2 + 2 * (kv.head_dim / kQ))
-                                            : 0;
+  // several spans), and against Q8_0 keys the tile's integer queries (two bytes a dim and a
+  // scale a block).
+  const int64_t q8 = kv.type == DType::Q8_0 ? kAttentionTileRows * p.n_heads * (kv.head_dim / 2 + kv.head_dim / kQ) : 0;
   return q8_offset(kv, p) + q8;
 }
 
@@ -541,15 +540,14 @@ QueriesQ8 tile_queries_q8(const float* q, int64_t q_stride, int64_t n_rows, cons
   if (kv.type != DType::Q8_0) return {};
   const int64_t hd = kv.head_dim, nb = hd / kQ, group = p.n_heads / kv.n_kv_heads;
   const int64_t slots = kAttentionTileRows * p.n_heads;
-  auto* qs = static_cast<int8_t*>(area);
-  auto* d = reinterpret_cast<float*>(qs + 2 * slots * hd);
-  auto* sum = reinterpret_cast<int32_t*>(d + slots * nb);
+  auto* qs = static_cast<int16_t*>(area);
+  auto* d = reinterpret_cast<float*>(qs + slots * hd);
   for (int64_t m = 0; m < n_rows; ++m)
     for (int64_t head = kv_begin * group; head < kv_end * group; ++head) {
       const int64_t i = m * p.n_heads + head;
-      quantize_query(q + m * q_stride + head * hd, hd, qs + 2 * i * hd, d + i * nb, sum + i * nb);
+      quantize_query(q + m * q_stride + head * hd, hd, qs + i * hd, d + i * nb);
     }
-  return {qs, d, sum, hd};
+  return {qs, d, hd};
 }
 
 // Online softmax of every (row, head) of the tile over the keys at positions [lo, hi] (within

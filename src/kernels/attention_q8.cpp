@@ -106,19 +106,14 @@ void values_q8_block(float* acc, const StepV8& v, int64_t b, const uint8_t* wq, 
 
 }  // namespace
 
-void quantize_query(const float* x, int64_t hd, int8_t* qs, float* d, int32_t* sum) {
+void quantize_query(const float* x, int64_t hd, int16_t* qs, float* d) {
   constexpr float kMax = 127.f * 128.f;
   for (int64_t b = 0; b < hd / kQ; ++b, x += kQ) {
     float amax = 0;
     for (int64_t i = 0; i < kQ; ++i) amax = std::max(amax, std::fabs(x[i]));
     const float inv = amax > 0 && std::isfinite(amax) ? kMax / amax : 0.f;
-    int32_t s = 0;
-    for (int64_t i = b * kQ; i < (b + 1) * kQ; ++i) {
-      const int c = int(std::nearbyint(std::clamp(x[i - b * kQ] * inv, -kMax, kMax)));
-      const int hi = (c + (c >= 0 ? 64 : -64)) / 128;  // to nearest, so that lo = c - 128 hi fits [-64, 64]
-      qs[i] = int8_t(hi), qs[hd + i] = int8_t(c - 128 * hi), s += c;
-    }
-    d[b] = amax / kMax, sum[b] = s;
+    for (int64_t i = 0; i < kQ; ++i) qs[b * kQ + i] = int16_t(std::nearbyint(std::clamp(x[i] * inv, -kMax, kMax)));
+    d[b] = amax / kMax;
   }
 }
 
@@ -153,15 +148,11 @@ void scores_q8_heads(const QueriesQ8& q, const BlockQ8_0* k, const float* dk, in
   constexpr int K = 8 / H;
   const int64_t nb = q.hd / kQ;
   const int lines = int((K * nb * int64_t(sizeof(BlockQ8_0)) + 63) / 64);  // as much of a later block a pass
-  // Per block, the lanes' query scales (and, with VNNI, 128 * code sums).
+  // Per block, the lanes' query scales.
   alignas(32) float dq[kMaxHeadDim / kQ][8];
-  alignas(32) int32_t corr[kMaxHeadDim / kQ][8];
   for (int64_t b = 0; b < nb; ++b)
     for (int h = 0; h < H; ++h)
-      for (int j = 0; j < K; ++j) dq[b][h * K + j] = q.d[h * nb + b], corr[b][h * K + j] = 128 * q.sum[h * nb + b];
-#if !KVASIR_HAVE_VNNI
-  const __m256i ones = _mm256_set1_epi16(1);
-#endif
+      for (int j = 0; j < K; ++j) dq[b][h * K + j] = q.d[h * nb + b];
   for (int64_t t = 0; t < n; t += K) {
     const BlockQ8_0* kt[K];
     for (int j = 0; j < K; ++j) kt[j] = k + (t + j < n ? t + j : 0) * nb;
@@ -169,12 +160,11 @@ void scores_q8_heads(const QueriesQ8& q, const BlockQ8_0* k, const float* dk, in
     prefetch_next(pf.v, pf.v_end, lines);  // (the values are read before the next step's scores)
     __m256 sv = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-      __m256i kc[K];
+      // Key codes widened to 16 bits: dims 0-15 and 16-31.
+      __m256i k0[K], k1[K];
       for (int j = 0; j < K; ++j) {
-        kc[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kt[j][b].qs));
-#if KVASIR_HAVE_VNNI
-        kc[j] = _mm256_xor_si256(kc[j], _mm256_set1_epi8(char(0x80)));
-#endif
+        k0[j] = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kt[j][b].qs)));
+        k1[j] = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kt[j][b].qs + 16)));
       }
       // Lane h * K + j takes key t + j's scale: the K scales at dk + t, repeated H times.
       const float* dkt = dk + b * dk_stride + t;
@@ -185,28 +175,18 @@ void scores_q8_heads(const QueriesQ8& q, const BlockQ8_0* k, const float* dk, in
       else dkl = _mm256_loadu_ps(dkt);
       __m256i acc[8];
       for (int h = 0; h < H; ++h) {
-        const int8_t* qh = q.qs + 2 * h * q.hd + b * kQ;
-        const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
-        const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh + q.hd));
-#if KVASIR_HAVE_VNNI
+        const int16_t* qh = q.qs + h * q.hd + b * kQ;
+        const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
+        const __m256i q1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh + 16));
         for (int j = 0; j < K; ++j) {
-          const __m256i x = _mm256_slli_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), kc[j], hi), 7);
-          acc[h * K + j] = _mm256_dpbusd_epi32(x, kc[j], lo);
-        }
+#if KVASIR_HAVE_VNNI
+          acc[h * K + j] = _mm256_dpwssd_epi32(_mm256_madd_epi16(k0[j], q0), k1[j], q1);
 #else
-        const __m256i ahi = _mm256_abs_epi8(hi), alo = _mm256_abs_epi8(lo);
-        for (int j = 0; j < K; ++j) {
-          const __m256i x = _mm256_madd_epi16(_mm256_maddubs_epi16(ahi, _mm256_sign_epi8(kc[j], hi)), ones);
-          const __m256i y = _mm256_madd_epi16(_mm256_maddubs_epi16(alo, _mm256_sign_epi8(kc[j], lo)), ones);
-          acc[h * K + j] = _mm256_add_epi32(_mm256_slli_epi32(x, 7), y);
+          acc[h * K + j] = _mm256_add_epi32(_mm256_madd_epi16(k0[j], q0), _mm256_madd_epi16(k1[j], q1));
+#endif
         }
-#endif
       }
-      __m256i dot = reduce8_epi32(acc);
-#if KVASIR_HAVE_VNNI
-      dot = _mm256_sub_epi32(dot, _mm256_load_si256(reinterpret_cast<const __m256i*>(corr[b])));
-#endif
-      const __m256 f = _mm256_cvtepi32_ps(dot), ls = _mm256_mul_ps(_mm256_load_ps(dq[b]), dkl);
+      const __m256 f = _mm256_cvtepi32_ps(reduce8_epi32(acc)), ls = _mm256_mul_ps(_mm256_load_ps(dq[b]), dkl);
       sv = b == 0 ? _mm256_mul_ps(f, ls) : _mm256_fmadd_ps(f, ls, sv);
     }
     alignas(32) float r[8];

@@ -13,21 +13,18 @@ namespace kvasir::kernels::q8 {
 
 // Queries as integers for exact integer scores against Q8_0 keys, per 32 dims: codes
 // C = round(x * 127 * 128 / absmax) (15 bits: 8-bit queries alone cost Gemma 3 270M 0.0005 of
-// mean KLD, five times what rounding the attention weights costs), held as two bytes
-// C = 128 * hi + lo (lo in [-64, 64]) that the int8 dot products take one at a time. A head's
-// hi codes are at qs, its lo codes at qs + hd, its per-block scales (absmax / (127 * 128)) at d
-// and per-block code sums at sum (VNNI moves the key codes to unsigned and takes 128 * sum back
-// off); head(h) is the h-th head after it.
+// mean KLD, five times what rounding the attention weights costs), held as int16 that 16-bit
+// pair products (vpmaddwd, vpdpwssd) take against the key codes widened to 16 bits. A head's
+// codes are at qs and its per-block scales (absmax / (127 * 128)) at d; head(h) is the h-th head
+// after it.
 struct QueriesQ8 {
-  const int8_t* qs = nullptr;
+  const int16_t* qs = nullptr;
   const float* d = nullptr;
-  const int32_t* sum = nullptr;
   int64_t hd = 0;
-  QueriesQ8 head(int64_t h) const { return {qs + 2 * h * hd, d + h * (hd / kQ), sum + h * (hd / kQ), hd}; }
-  int32_t code(int64_t i) const { return 128 * qs[i] + qs[hd + i]; }
+  QueriesQ8 head(int64_t h) const { return {qs + h * hd, d + h * (hd / kQ), hd}; }
+  int32_t code(int64_t i) const { return qs[i]; }
 };
-
-void quantize_query(const float* x, int64_t hd, int8_t* qs, float* d, int32_t* sum);
+void quantize_query(const float* x, int64_t hd, int16_t* qs, float* d);
 
 // s[t] = scale * q.k[t] against Q8_0 key rows of hd / 32 blocks: per block the exact int32 dot of
 // the codes, then in float sv = fma(float(dot), dq * dk, sv) block by block (a product for the
@@ -36,9 +33,8 @@ void scores_q8(const QueriesQ8& q, const BlockQ8_0* k, int64_t n, float scale, f
 
 // scores_q8 for H query heads (H in 1, 2, 4, 8; AVX2 builds only: heads h of q.head(h)) and
 // t < n into s[h * ss + t]: each key's codes are loaded once for all H heads, 8 / H keys a pass,
-// lane h * K + j = (head h, key t + j). The int32 dots are exact (vpdpbusd on the codes moved to
-// unsigned where VNNI is compiled in, else vpmaddubsw on |q| and k signed like q), so every lane
-// is scores_q8 bitwise. dk: the keys' scales as floats, key t's of block b at
+// lane h * K + j = (head h, key t + j). The int32 dots are exact (16-bit pair products of the
+// query codes and the key codes widened), so every lane is scores_q8 bitwise. dk: the keys' scales as floats, key t's of block b at
 // dk[b * dk_stride + t] (readable up to 7 keys past n).
 template <int H>
 void scores_q8_heads(const QueriesQ8& q, const BlockQ8_0* k, const float* dk, int64_t dk_stride, int64_t n, float scale,
