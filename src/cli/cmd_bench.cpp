@@ -10,9 +10,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <functional>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <random>
 #include <sstream>
 
@@ -200,7 +200,7 @@ int run_bench(const BenchArgs& a) {
       for (auto& s : sessions) {
         s->reset();
         if (d > 0) {
-          show_progress("depth " + std::to_string(d), int(t), -1, a.reps);
+          if (isatty(STDERR_FILENO)) std::fprintf(stderr, "\r\033[Kbench: computing %lld tokens of context", (long long)d);
           if (auto st = s->eval(depth_tokens, false, ignore); !st) return fail(st.error());
         }
       }

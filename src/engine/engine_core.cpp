@@ -173,6 +173,7 @@ struct EngineCore::Impl {
     int32_t decodes = 0, tokens = 0;
     bool drafted = false, decodes_only = false;
   } spec_last;
+  void note_spec_step(const sched::SchedulerOutput& so);
   void judge_last_step(int64_t now_ns);
 
   Impl(std::unique_ptr<runtime::ModelRunner> r, const Tokenizer& t, const EngineOptions& o, sched::Scheduler s,
@@ -496,10 +497,11 @@ void EngineCore::Impl::watch_trigger(Live& l, int32_t token) const {
 // occurrence of their last tokens), as many rows each as spec::plan_draft_rows finds paying for
 // the whole step, from each request's acceptance per draft position and the measured costs: a
 // verify row (the scheduler's step-cost model), and for a model drafter its forwards and its
-// catch-up on context it has not seen (spec::DraftCostModel). A request without rows for a while
-// is probed with one (with the others due, when their rows as sure tokens would pay for their
-// shared draft forward), so that its estimate can recover; every 8th step drafts for nobody (every 16th after the first 64), which keeps the
-// plain step's cost measured at a small price where drafts pay.
+// catch-up on context it has not seen (spec::DraftCostModel), the forecast corrected by what
+// drafted steps realized (spec::RealizedGain). A request without rows for a while is probed with
+// one (with the others due, when their rows as sure tokens would pay for their shared draft
+// forward), so that its estimate can recover; every 8th step drafts for nobody (every 16th after
+// the first 64), which keeps the plain step's cost measured at a small price where drafts pay.
 void EngineCore::Impl::propose_drafts() {
   const SpecOptions& o = options.spec;
   if (o.method == SpecMethod::none) return;
@@ -559,6 +561,7 @@ void EngineCore::Impl::propose_drafts() {
       for (size_t i = 1; i < plan.size(); ++i)
         if (plan[i].catch_up < plan[best].catch_up) best = i;
       for (size_t i = 0; i < plan.size(); ++i) plan[i].k = i == best ? std::min(plan[i].most, 2) : 0;
+      spec_last.forecast_gain = 0;  // not the plan's: nothing to judge it by
     }
     for (size_t i = 0; i < cands.size(); ++i) {
       SpecCandidate& c = cands[i];
@@ -580,6 +583,19 @@ void EngineCore::Impl::propose_drafts() {
     c.draft.resize(size_t(c.k));
     (void)scheduler.set_draft(c.id, c.draft);
   }
+}
+
+// What the step just run was, for judge_last_step: its decodes, whether it drafted, whether it
+// held anything but decodes, and the tokens it emitted.
+void EngineCore::Impl::note_spec_step(const sched::SchedulerOutput& so) {
+  spec_last.decodes_only = true;
+  for (const auto& seq : so.seqs) {
+    const bool decode = seq.want_logits && seq.end - seq.start == 1 + seq.num_draft;
+    spec_last.decodes_only = spec_last.decodes_only && decode;
+    spec_last.decodes += decode;
+    spec_last.drafted = spec_last.drafted || seq.num_draft > 0;
+  }
+  for (const auto& o : outputs) spec_last.tokens += 1 + int32_t(o.accepted.size());
 }
 
 // The last step against its forecast: a drafted step of decodes only (a prefill chunk's time would
@@ -760,14 +776,7 @@ Status EngineCore::step(std::vector<Delta>& out) {
     });
     for (const auto& picked : m.to_sample) m.commit_token(*picked.first);
     for (const auto& o : m.outputs) m.totals.generation_tokens_total += 1 + int64_t(o.accepted.size());
-    m.spec_last.decodes_only = true;
-    for (const auto& seq : so.seqs) {
-      const bool decode = seq.want_logits && seq.end - seq.start == 1 + seq.num_draft;
-      m.spec_last.decodes_only = m.spec_last.decodes_only && decode;
-      m.spec_last.decodes += decode;
-      m.spec_last.drafted = m.spec_last.drafted || seq.num_draft > 0;
-    }
-    for (const auto& o : m.outputs) m.spec_last.tokens += 1 + int32_t(o.accepted.size());
+    if (m.options.spec.method != SpecMethod::none) m.note_spec_step(so);
     if (auto s = m.scheduler.update(m.outputs); !s) return s;
   }
 
