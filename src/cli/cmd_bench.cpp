@@ -200,7 +200,8 @@ int run_bench(const BenchArgs& a) {
       for (auto& s : sessions) {
         s->reset();
         if (d > 0) {
-          if (isatty(STDERR_FILENO)) std::fprintf(stderr, "\r\033[Kbench: computing %lld tokens of context", (long long)d);
+          if (isatty(STDERR_FILENO))
+            std::fprintf(stderr, "\r\033[Kbench: computing %lld tokens of context", (long long)d);
           if (auto st = s->eval(depth_tokens, false, ignore); !st) return fail(st.error());
         }
       }
@@ -255,8 +256,8 @@ int run_bench(const BenchArgs& a) {
         for (size_t k = 0; k < sessions.size(); ++k) {
           const Stats st = stats((*tps)[k]);
           const double kv_read = double(KvCache::bytes_per_token(c, kv_types[k])) * (double(d) + double(n) / 2);
-          rows.push_back({label(test, k), int(t), st, (double(wbytes) + kv_read) * st.mean / 1e9, mm_flops * st.mean / 1e9,
-                          hashes[k], (*tps)[k]});
+          const double gbps = (double(wbytes) + kv_read) * st.mean / 1e9;
+          rows.push_back({label(test, k), int(t), st, gbps, mm_flops * st.mean / 1e9, hashes[k], (*tps)[k]});
         }
       }
     }

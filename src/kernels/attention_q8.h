@@ -34,8 +34,8 @@ void scores_q8(const QueriesQ8& q, const BlockQ8_0* k, int64_t n, float scale, f
 // scores_q8 for H query heads (H in 1, 2, 4, 8; AVX2 builds only: heads h of q.head(h)) and
 // t < n into s[h * ss + t]: each key's codes are loaded once for all H heads, 8 / H keys a pass,
 // lane h * K + j = (head h, key t + j). The int32 dots are exact (16-bit pair products of the
-// query codes and the key codes widened), so every lane is scores_q8 bitwise. dk: the keys' scales as floats, key t's of block b at
-// dk[b * dk_stride + t] (readable up to 7 keys past n).
+// query codes and the key codes widened), so every lane is scores_q8 bitwise. dk: the keys'
+// scales as floats, key t's of block b at dk[b * dk_stride + t] (readable up to 7 keys past n).
 template <int H>
 void scores_q8_heads(const QueriesQ8& q, const BlockQ8_0* k, const float* dk, int64_t dk_stride, int64_t n, float scale,
                      float* s, int64_t ss, Prefetch& pf);

@@ -91,7 +91,8 @@ StepForecast plan_draft_rows(std::span<DraftCandidate> cands, int32_t decodes, c
   const bool forward_planned = std::any_of(cands.begin(), cands.end(), [](const DraftCandidate& c) { return c.k > 0; });
   std::vector<std::pair<double, size_t>> due;
   for (size_t i = 0; i < cands.size(); ++i)
-    if (cands[i].probe_due && cands[i].k == 0 && cands[i].most > 0) due.push_back({costs.draft_row + catch_up_cost(cands[i], costs), i});
+    if (cands[i].probe_due && cands[i].k == 0 && cands[i].most > 0)
+      due.push_back({costs.draft_row + catch_up_cost(cands[i], costs), i});
   std::sort(due.begin(), due.end());
   double best = tokens / time, extra = forward_planned ? 0.0 : costs.draft_forward, best_extra = 0;
   size_t best_m = 0;

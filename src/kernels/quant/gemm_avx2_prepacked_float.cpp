@@ -1,4 +1,3 @@
-
 // The float types (F32, F16, BF16) repacked once at load (PackedMatrix) where rows are a multiple
 // of 8 elements (BF16: of 32). A panel holds 8 weight rows interleaved
 // by k-step: for each 8 elements of the row, the 8 rows' 8 elements in row order (128 bytes for

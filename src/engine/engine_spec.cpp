@@ -1,0 +1,151 @@
+// EngineCore's speculation: which requests draft how many rows (the controller, checked against
+// what drafted steps realize), and the model drafter run once the step has placed its rows.
+#include <algorithm>
+
+#include "engine/engine_core_impl.h"
+#include "spec/ngram.h"
+
+namespace kvasir::engine {
+
+// Drafts for the requests that decode next step (n-gram: what followed the latest earlier
+// occurrence of their last tokens), as many rows each as spec::plan_draft_rows finds paying for
+// the whole step, from each request's acceptance per draft position and the measured costs: a
+// verify row (the scheduler's step-cost model), and for a model drafter its forwards and its
+// catch-up on context it has not seen (spec::DraftCostModel), the forecast corrected by what
+// drafted steps realized (spec::RealizedGain). A request without rows for a while is probed with
+// one (with the others due, when their rows as sure tokens would pay for their shared draft
+// forward), so that its estimate can recover; every 8th step drafts for nobody (every 16th after
+// the first 64), which keeps the plain step's cost measured at a small price where drafts pay.
+void EngineCore::Impl::propose_drafts() {
+  const SpecOptions& o = options.spec;
+  if (o.method == SpecMethod::none) return;
+  const int64_t now_ns = clock();
+  if (o.adaptive) judge_last_step(now_ns);
+  spec_last = {.start_ns = now_ns};
+  ++spec_steps;
+  if (o.adaptive && spec_steps % (spec_steps <= 64 ? 8 : 16) == 0) return;
+  std::vector<SpecCandidate> cands;
+  int32_t decodes = 0;
+  for (auto& [id, l] : live) {
+    const sched::Request* r = scheduler.find(id);
+    if (!r || r->state != sched::RequestState::Running || r->num_tokens() - r->num_computed_tokens != 1) continue;
+    ++decodes;
+    if (!l->params.speculative || l->params.stop.max_tokens == 0) continue;
+    const int32_t left = l->params.stop.max_tokens - r->num_generated() - 1;  // beyond the step's own token
+    if (left <= 0) continue;
+    if (drafter) {  // drafted after the controller chose K: model drafts cost time
+      cands.push_back({id, l.get(), {}, 0, std::min(o.max_k, left), left});
+      continue;
+    }
+    std::vector<int32_t> draft = spec::propose_ngram(r->tokens, o.max_k);
+    const int32_t most = std::min(int32_t(draft.size()), left);
+    if (most > 0) cands.push_back({id, l.get(), std::move(draft), 0, most, left});
+  }
+  if (!o.adaptive) {
+    for (auto& c : cands) c.k = c.most;
+  } else {
+    // Costs are relative to a plain decode step: nothing is drafted until one was measured.
+    const double step = scheduler.step_cost().decode_time(std::max(decodes, 1));
+    if (step <= 0) return;
+    int32_t most_rows = 0;
+    for (const SpecCandidate& c : cands) most_rows += c.most;
+    std::vector<double> verify_rows_ns(size_t(std::min(most_rows, 256)) + 1);
+    for (size_t d = 0; d < verify_rows_ns.size(); ++d) verify_rows_ns[d] = scheduler.step_cost().draft_rows_time(int32_t(d));
+    spec::DraftCosts costs = spec::relative_costs(step, scheduler.step_cost().draft_row_ns(),
+                                                  drafter ? &draft_cost : nullptr,
+                                                  scheduler.step_cost().prefill_token_ns(), verify_rows_ns);
+    costs.realized = realized_gain.factor();
+    std::vector<spec::DraftCandidate> plan(cands.size());
+    for (size_t i = 0; i < cands.size(); ++i) {
+      SpecCandidate& c = cands[i];
+      static const std::vector<double> kPrior = {Live::kAcceptPrior};
+      plan[i] = {.accept = c.live->spec_accept.empty() ? std::span<const double>(kPrior) : c.live->spec_accept,
+                 .most = c.most,
+                 .catch_up = drafter ? drafter->unseen(c.id, scheduler.find(c.id)->tokens) : 0,
+                 .left = c.left,
+                 .probe_due = c.live->spec_idle_steps >= c.live->spec_probe_wait};
+    }
+    const spec::StepForecast forecast = spec::plan_draft_rows(plan, decodes, costs);
+    spec_last.forecast_gain = forecast.tokens / forecast.time / double(std::max(decodes, 1));
+    if (drafter && !draft_cost.measured()) {
+      // Until the draft's forwards are measured (its priors say nothing about this draft), one
+      // request tries it whatever the plan: the one with the least to catch up, with two
+      // positions so that a plain draft forward is timed too.
+      size_t best = 0;
+      for (size_t i = 1; i < plan.size(); ++i)
+        if (plan[i].catch_up < plan[best].catch_up) best = i;
+      for (size_t i = 0; i < plan.size(); ++i) plan[i].k = i == best ? std::min(plan[i].most, 2) : 0;
+      spec_last.forecast_gain = 0;  // not the plan's: nothing to judge it by
+    }
+    for (size_t i = 0; i < cands.size(); ++i) {
+      SpecCandidate& c = cands[i];
+      c.k = plan[i].k;
+      Live& l = *c.live;
+      if (c.k == 0) {
+        ++l.spec_idle_steps;
+      } else {
+        l.spec_probe_wait = plan[i].probe_due ? std::min(2 * l.spec_probe_wait, 256) : 16;
+        l.spec_idle_steps = 0;
+      }
+    }
+  }
+  for (auto& c : cands) {
+    // A model drafts once the step has placed its rows (draft_scheduled): until then, placeholders.
+    if (drafter) c.draft.assign(size_t(c.k), scheduler.find(c.id)->tokens.back());
+    c.k = std::min(c.k, int32_t(c.draft.size()));
+    if (c.k == 0) continue;
+    c.draft.resize(size_t(c.k));
+    (void)scheduler.set_draft(c.id, c.draft);
+  }
+}
+
+// What the step just run was, for judge_last_step: its decodes, whether it drafted, whether it
+// held anything but decodes, and the tokens it emitted.
+void EngineCore::Impl::note_spec_step(const sched::SchedulerOutput& so) {
+  spec_last.decodes_only = true;
+  for (const auto& seq : so.seqs) {
+    const bool decode = seq.want_logits && seq.end - seq.start == 1 + seq.num_draft;
+    spec_last.decodes_only = spec_last.decodes_only && decode;
+    spec_last.decodes += decode;
+    spec_last.drafted = spec_last.drafted || seq.num_draft > 0;
+  }
+  for (const auto& o : outputs) spec_last.tokens += 1 + int32_t(o.accepted.size());
+}
+
+// The last step against its forecast: a drafted step of decodes only (a prefill chunk's time would
+// blur it) reports the gain it forecast and the one it realized, its tokens per time over the
+// plain step's measured rate; a step without drafts fades that evidence.
+void EngineCore::Impl::judge_last_step(int64_t now_ns) {
+  const SpecStep& l = spec_last;
+  if (l.start_ns < 0 || now_ns <= l.start_ns) return;
+  if (!l.drafted) return realized_gain.relax();
+  const double plain = scheduler.step_cost().decode_time(l.decodes);
+  if (!l.decodes_only || l.forecast_gain <= 0 || plain <= 0) return;
+  const double realized = double(l.tokens) / double(now_ns - l.start_ns) / (double(l.decodes) / plain);
+  realized_gain.observe(l.forecast_gain, realized);
+}
+
+// Runs the draft model, batched, for the sequences this step scheduled with draft rows, puts its
+// tokens in those rows (the rows it could not fill leave the step), and feeds what its forwards
+// took to the draft's cost model. It drafts after scheduling because a self-speculative draft
+// writes its K/V where the step's verify rows go, in the blocks the scheduler just placed.
+void EngineCore::Impl::draft_scheduled(const sched::SchedulerOutput& so) {
+  draft_jobs.clear();
+  for (const sched::ScheduledSeq& seq : so.seqs)
+    if (seq.num_draft > 0)
+      draft_jobs.push_back(
+          {.id = seq.id, .context = scheduler.find(seq.id)->tokens, .k = seq.num_draft, .target_blocks = seq.block_table});
+  if (draft_jobs.empty()) return;
+  const Status s = drafter->propose(draft_jobs);
+  const spec::ModelDrafter::Timing& t = drafter->last_timing();
+  scheduler.exclude_time(t.total_ns);  // the step-cost model prices target forwards only
+  for (spec::DraftJob& j : draft_jobs) {
+    if (!s) j.draft.clear();  // no drafts this step; the drafter has forgotten these requests
+    (void)scheduler.fill_draft(j.id, j.draft);
+  }
+  if (!s) return;
+  for (const auto& [rows, ns] : t.later) draft_cost.observe_forward(rows, double(ns));
+  draft_cost.observe_first(t.first_logits, t.first_catch_up, double(t.first_ns));
+}
+
+}  // namespace kvasir::engine
