@@ -17,7 +17,7 @@
 namespace kvasir::kernels {
 namespace {
 
-using q8::prepare_step_v8;
+using q8::begin_step_v8;
 using q8::QueriesQ8;
 using q8::quantize_query;
 using q8::scores_q8;
@@ -253,12 +253,15 @@ inline void update_state(HeadState& st, float correction, float sum, float new_m
 // while it is computed (the block's pf, used up as it goes: a later pass of heads or rows over
 // the same block issues no prefetches again). Scores are per key and each output element's value chain runs over the
 // keys in order, so a step computed run by run is bitwise the step computed in one piece.
+// Q8_0 runs point at their page's K run instead (its keys interleaved, attention_q8.h), starting
+// at key `at` of the page.
 template <class T>
 struct KvRun {
   const T* k;
-  const T* v;  // (unused for Q8_0: its values come from the step's layout, V8Args)
+  const T* v;  // (unused for Q8_0: its values are read through the step's pages, V8Args)
   int64_t n;
   Prefetch* pf;
+  int64_t at = 0;
 };
 
 // The queries of a row's heads as the score kernels read them: floats, and against Q8_0 keys
@@ -273,10 +276,10 @@ struct HeadQueries {
 template <class KT>
 inline constexpr bool is_q8 = std::is_same_v<KT, BlockQ8_0>;
 
-// Q8_0 values of a step (prepare_step_v8), the row's keys at off.. of it, and room for one head's
-// weights as 8 bits.
+// Q8_0 values of a step (begin_step_v8; also its page size for the keys), the row's keys at
+// off.. of it, and room for one head's weights as 8 bits.
 struct V8Args {
-  const StepV8* v = nullptr;
+  StepV8* v = nullptr;
   int64_t off = 0;
   uint8_t* wq = nullptr;
 };
@@ -291,7 +294,8 @@ template <class KT>
 void attend_block(const HeadQueries& q, KvRun<KT>* runs, int nr, int64_t n, int64_t hd, const AttentionParams& p,
                   float* s, float* w, HeadState& st, float* acc, const V8Args& v8) {
   for (int64_t i = 0, off = 0; i < nr; off += runs[i].n, ++i) {
-    if constexpr (is_q8<KT>) scores_q8(q.q8, runs[i].k, runs[i].n, p.scale, s + off);
+    if constexpr (is_q8<KT>)
+      scores_q8(q.q8, reinterpret_cast<const uint8_t*>(runs[i].k), v8.v->bs, runs[i].at, runs[i].n, p.scale, s + off);
     else scores(q.f, runs[i].k, runs[i].n, hd, p.scale, s + off, *runs[i].pf);
   }
   float sum, new_max;
@@ -381,8 +385,8 @@ void attend_heads(const HeadQueries& q, KvRun<KT>* runs, int nr, int64_t n, int6
                   float* s, float* w, int64_t ss, HeadState* st, float* acc, const V8Args& v8) {
   for (int64_t i = 0, off = 0; i < nr; off += runs[i].n, ++i) {
     if constexpr (is_q8<KT>)
-      scores_q8_heads<H>(q.q8, runs[i].k, v8.v->dk + v8.off + off, v8.v->dk_stride(), runs[i].n, p.scale, s + off, ss,
-                         *runs[i].pf);
+      scores_q8_heads<H>(q.q8, reinterpret_cast<const uint8_t*>(runs[i].k), v8.v->bs, runs[i].at, runs[i].n, p.scale,
+                         s + off, ss, *runs[i].pf);
     else scores_heads<KT, H>(q.f, runs[i].k, runs[i].n, hd, p.scale, s + off, ss, *runs[i].pf);
   }
   float correction[H], sum[H], new_max[H];
@@ -438,7 +442,14 @@ void kv_store(const KvLayerView& kv, const int32_t* block_table, int64_t pos, co
     uint8_t* vr = kv_row(kv.v, kv, block_table, pos, g);
     const float* kh = to_stored(k + g * hd, kv.k_shift, kv.k_scale, kv.rotate_k, g * hd, hd, k_stored);
     const float* vh = to_stored(v + g * hd, kv.v_shift, kv.v_scale, kv.rotate_v, g * hd, hd, v_stored);
-    if (!store) {
+    if (kv.type == DType::Q8_0) {  // rounded as a row, then into the page's tiles
+      BlockQ8_0 row[kMaxHeadDim / kQ];
+      const int64_t page = pos - pos % kv.block_size;
+      store(kh, row, hd);
+      q8::store_row(row, kv_row(kv.k, kv, block_table, page, g), kv.block_size, pos - page, hd, false);
+      store(vh, row, hd);
+      q8::store_row(row, kv_row(kv.v, kv, block_table, page, g), kv.block_size, pos - page, hd, true);
+    } else if (!store) {
       std::memcpy(kr, kh, size_t(hd) * 4);
       std::memcpy(vr, vh, size_t(hd) * 4);
     } else {
@@ -446,6 +457,20 @@ void kv_store(const KvLayerView& kv, const int32_t* block_table, int64_t pos, co
       store(vh, vr, hd);
     }
   }
+}
+
+void kv_load(const KvLayerView& kv, const int32_t* block_table, int64_t pos, int64_t g, uint8_t* k_row, uint8_t* v_row) {
+  if (kv.type == DType::Q8_0) {
+    const int64_t page = pos - pos % kv.block_size;
+    q8::load_row(kv_row(kv.k, kv, block_table, page, g), kv.block_size, pos - page, kv.head_dim, false,
+                 reinterpret_cast<BlockQ8_0*>(k_row));
+    q8::load_row(kv_row(kv.v, kv, block_table, page, g), kv.block_size, pos - page, kv.head_dim, true,
+                 reinterpret_cast<BlockQ8_0*>(v_row));
+    return;
+  }
+  const size_t bytes = row_bytes(kv.type, kv.head_dim);
+  std::memcpy(k_row, kv_row(kv.k, kv, block_table, pos, g), bytes);
+  std::memcpy(v_row, kv_row(kv.v, kv, block_table, pos, g), bytes);
 }
 
 namespace {
@@ -596,26 +621,18 @@ void attend_keys(const TileArgs& t, int64_t lo, int64_t hi, Accumulators a, floa
   // F16 K/V is read in place (widened in registers) when one row reads it, and widened once into
   // scratch when several rows share it; both give bitwise the same floats, so the choice never
   // shows in a result. Quantized K/V always goes through scratch, once per head and step.
-  // Q8_0 is integer arithmetic instead: keys read in place against the rounded queries, values
-  // laid out once per head and step (in kblk's room) for 8-bit weights.
+  // Q8_0 is integer arithmetic instead, on K and V in place: keys against the rounded queries,
+  // values against 8-bit weights (the step's V scales as floats and the weights in kblk's room).
   const bool q8_keys = kv.type == DType::Q8_0;
   const bool widen = !q8_keys && (quantized || (f16 && t.n_rows >= 2));
-  const int64_t n4 = (step + 3) / 4 * 4;
-  float* dv = reinterpret_cast<float*>(reinterpret_cast<int8_t*>(kblk) + n4 * hd);
-  const StepV8 v8{reinterpret_cast<int8_t*>(kblk), dv, n4, dv + n4 * (hd / kQ)};
-  auto* wq = reinterpret_cast<uint8_t*>(v8.dk + v8.dk_stride() * (hd / kQ));
+  StepV8 v8{{}, bs, kblk, (step + 3) / 4 * 4, 0, -1, false};
+  auto* wq = reinterpret_cast<uint8_t*>(v8.dv + v8.n4 * (hd / kQ));
   Prefetch pfs[kMaxRuns];
   for (int64_t start = lo_first - lo_first % step; start <= last; start += step) {
     const int64_t first = std::max(start, lo_first), end = std::min(start + step - 1, last);
     for (int64_t g = t.kv_begin; g < t.kv_end; ++g) {
       for (int64_t j = 0; j < bps; ++j) pfs[j] = prefetch_for(start, g, j);
-      // Q8_0 values are read whole at the step's start (prepare_step_v8): the scores fetch the
-      // next step's (or head's) instead of a later block's.
-      for (int64_t j = 0; q8_keys && j < bps; ++j) {
-        const Prefetch next = prefetch_for(start, g, j + bps - kPrefetchAhead);
-        pfs[j].v = next.v, pfs[j].v_end = next.v_end;
-      }
-      if (q8_keys) prepare_step_v8(kv, t.block_table, g, start, first, end, v8);
+      if (q8_keys) begin_step_v8(kv, t.block_table, g, start, first, end, v8);
       for (int64_t p0 = first; widen && p0 <= end;) {  // block by block into scratch
         const int64_t p1 = std::min(end, p0 - p0 % bs + bs - 1), len = (p1 - p0 + 1) * hd;
         const uint8_t* kr = kv_row(kv.k, kv, t.block_table, p0, g);
@@ -647,11 +664,13 @@ void attend_keys(const TileArgs& t, int64_t lo, int64_t hi, Accumulators a, floa
           int nr = 0;
           for (int64_t p0 = t0; p0 <= t1; ++nr) {
             const int64_t p1 = std::min(t1, p0 - p0 % bs + bs - 1);
-            const T* k = ks ? ks + (p0 - first) * hd : reinterpret_cast<const T*>(kv_row(kv.k, kv, t.block_table, p0, g));
+            const int64_t at = is_q8<T> ? p0 % bs : 0;  // (a Q8_0 run starts at its page's K run)
+            const T* k =
+                ks ? ks + (p0 - first) * hd : reinterpret_cast<const T*>(kv_row(kv.k, kv, t.block_table, p0 - at, g));
             const T* v = nullptr;
             if constexpr (!is_q8<T>)
               v = vs ? vs + (p0 - first) * hd : reinterpret_cast<const T*>(kv_row(kv.v, kv, t.block_table, p0, g));
-            runs[nr] = {k, v, p1 - p0 + 1, &pfs[(p0 - start) / bs]};
+            runs[nr] = {k, v, p1 - p0 + 1, &pfs[(p0 - start) / bs], at};
             p0 = p1 + 1;
           }
           attend_group(qh, runs, nr, t1 - t0 + 1, hd, p, s, w, ss, st, oh, group, V8Args{&v8, t0 - start, wq});

@@ -48,7 +48,13 @@ struct KvLayerView {
 inline constexpr int64_t kMaxHeadDim = 512;
 
 // Stores one token's K and V (each n_kv_heads * head_dim floats) at logical position pos.
+// Q8_0 needs a block_size that is a multiple of 8 (its pages interleave keys: attention_q8.h).
 void kv_store(const KvLayerView& kv, const int32_t* block_table, int64_t pos, const float* k, const float* v);
+
+// KV head g's K and V rows of position pos as kv_store left them (in the stored basis), each in
+// its type's row encoding (row_bytes(type, head_dim) bytes, e.g. Q8_0 blocks): for tests and tools
+// that look inside the cache without knowing how a page is arranged.
+void kv_load(const KvLayerView& kv, const int32_t* block_table, int64_t pos, int64_t g, uint8_t* k_row, uint8_t* v_row);
 
 // Most rows attention_rows() takes at once (the scratch is sized for it).
 inline constexpr int64_t kAttentionTileRows = 16;

@@ -19,16 +19,6 @@ inline float half_to_float(uint16_t h) {
 #endif
 }
 
-#if KVASIR_HAVE_AVX2
-// Lane j = the sum of the 8 int32 lanes of a[j] (reduce8's tree; exact in any order).
-inline __m256i reduce8_epi32(const __m256i a[8]) {
-  const __m256i t01 = _mm256_hadd_epi32(a[0], a[1]), t23 = _mm256_hadd_epi32(a[2], a[3]);
-  const __m256i t45 = _mm256_hadd_epi32(a[4], a[5]), t67 = _mm256_hadd_epi32(a[6], a[7]);
-  const __m256i u0 = _mm256_hadd_epi32(t01, t23), u1 = _mm256_hadd_epi32(t45, t67);
-  return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
-}
-#endif
-
 // One head's attention weights of block b's keys as 8 bits: u = w[t] * dv (the keys' V scales
 // folded in) for the step's keys [off, off + n), rounded against their largest (codes
 // round(u * 255 / max), zero outside the range) into wq[0, n4). Returns the codes' scale
@@ -40,9 +30,9 @@ float quantize_weights(const StepV8& v, int64_t b, const float* w, int64_t off, 
 #if KVASIR_HAVE_AVX2
   __m256 m8 = _mm256_setzero_ps();
   for (; t + 8 <= n; t += 8) m8 = _mm256_max_ps(m8, _mm256_mul_ps(_mm256_loadu_ps(w + t), _mm256_loadu_ps(dv + t)));
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, m8);
-  for (float x : lanes) mx = std::max(mx, x);
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  mx = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));  // (the largest is the same in any order)
 #endif
   for (; t < n; ++t) mx = std::max(mx, w[t] * dv[t]);
   if (!(mx > 0)) return 0.f;
@@ -62,32 +52,44 @@ float quantize_weights(const StepV8& v, int64_t b, const float* w, int64_t off, 
   return mx / 255.f;
 }
 
-// acc[d] for the dims of block b += s * sum over the step's keys of wq[t] * code_t[d]: the int32
-// sums exact, then one fma per dim. The scalar twin of values_q8_block's SIMD form.
+// The codes of block b of the step's key quad `quad` (from the step's start): in its page's V
+// tile.
+inline const int8_t* quad_codes(const StepV8& v, int64_t b, int64_t quad) {
+  const int64_t t = 4 * quad;
+  return tile_codes(v.pages[t / v.bs], v.bs, b) + t % v.bs * kQ;
+}
+
+// acc[d] for the dims of block b += s * sum over the step's quads [q0, q1) of wq[t] * code_t[d]:
+// the int32 sums exact (in any order), then one fma per dim. The scalar twin of its SIMD form.
 void values_q8_block(float* acc, const StepV8& v, int64_t b, const uint8_t* wq, int64_t q0, int64_t q1, float s) {
 #if KVASIR_HAVE_AVX2
   __m256i a[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
 #if !KVASIR_HAVE_VNNI
   const __m256i ones = _mm256_set1_epi16(1), low7 = _mm256_set1_epi8(0x7F);
 #endif
-  for (int64_t quad = q0; quad < q1; ++quad) {
-    int32_t w4;
-    std::memcpy(&w4, wq + 4 * quad, 4);
-    const __m256i wb = _mm256_set1_epi32(w4);
-    const auto* vq = reinterpret_cast<const __m256i*>(step_v8_at(v, b, quad));
+  const int64_t page_quads = v.bs / 4;
+  for (int64_t quad = q0; quad < q1;) {
+    // The quads of one page: consecutive 128-byte groups of its tile.
+    const auto* vq = reinterpret_cast<const __m256i*>(quad_codes(v, b, quad));
+    const int64_t stop = std::min(q1, quad - quad % page_quads + page_quads);
+    for (; quad < stop; ++quad, vq += 4) {
+      int32_t w4;
+      std::memcpy(&w4, wq + 4 * quad, 4);
+      const __m256i wb = _mm256_set1_epi32(w4);
 #if KVASIR_HAVE_VNNI
-    for (int c = 0; c < 4; ++c) a[c] = _mm256_dpbusd_epi32(a[c], wb, _mm256_loadu_si256(vq + c));
+      for (int c = 0; c < 4; ++c) a[c] = _mm256_dpbusd_epi32(a[c], wb, _mm256_loadu_si256(vq + c));
 #else
-    // vpmaddubsw saturates pairs of u8 x s8 above 32767: the weights' low 7 bits and top bit go
-    // separately (each pair then fits), summed into int32 exactly as vpdpbusd would.
-    const __m256i lo = _mm256_and_si256(wb, low7), hi = _mm256_and_si256(_mm256_srli_epi16(wb, 7), _mm256_set1_epi8(1));
-    for (int c = 0; c < 4; ++c) {
-      const __m256i x = _mm256_loadu_si256(vq + c);
-      const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x), ones);
-      const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x), ones);
-      a[c] = _mm256_add_epi32(a[c], _mm256_add_epi32(plo, _mm256_slli_epi32(phi, 7)));
-    }
+      // vpmaddubsw saturates pairs of u8 x s8 above 32767: the weights' low 7 bits and top bit go
+      // separately (each pair then fits), summed into int32 exactly as vpdpbusd would.
+      const __m256i lo = _mm256_and_si256(wb, low7), hi = _mm256_and_si256(_mm256_srli_epi16(wb, 7), _mm256_set1_epi8(1));
+      for (int c = 0; c < 4; ++c) {
+        const __m256i x = _mm256_loadu_si256(vq + c);
+        const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x), ones);
+        const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x), ones);
+        a[c] = _mm256_add_epi32(a[c], _mm256_add_epi32(plo, _mm256_slli_epi32(phi, 7)));
+      }
 #endif
+    }
   }
   const __m256i dims[4] = {_mm256_permute2x128_si256(a[0], a[1], 0x20), _mm256_permute2x128_si256(a[2], a[3], 0x20),
                            _mm256_permute2x128_si256(a[0], a[1], 0x31), _mm256_permute2x128_si256(a[2], a[3], 0x31)};
@@ -98,13 +100,30 @@ void values_q8_block(float* acc, const StepV8& v, int64_t b, const uint8_t* wq, 
   for (int64_t d = 0; d < kQ; ++d) {
     int32_t sum = 0;
     for (int64_t quad = q0; quad < q1; ++quad)
-      for (int k = 0; k < 4; ++k) sum += int32_t(wq[4 * quad + k]) * step_v8_at(v, b, quad)[v8_lane(d) * 4 + k];
+      for (int k = 0; k < 4; ++k) sum += int32_t(wq[4 * quad + k]) * quad_codes(v, b, quad)[v8_lane(d) * 4 + k];
     acc[b * kQ + d] = std::fma(float(sum), s, acc[b * kQ + d]);
   }
 #endif
 }
 
 }  // namespace
+
+void store_row(const BlockQ8_0* row, uint8_t* run, int64_t bs, int64_t t, int64_t hd, bool value) {
+  for (int64_t b = 0; b < hd / kQ; ++b) {
+    auto* d = const_cast<uint16_t*>(tile_scales(run, bs, b));
+    auto* qs = const_cast<int8_t*>(tile_codes(run, bs, b));
+    d[t] = row[b].d;
+    for (int64_t i = 0; i < kQ; ++i) qs[value ? v_code_at(t, i) : k_code_at(bs, t, i)] = row[b].qs[i];
+  }
+}
+
+void load_row(const uint8_t* run, int64_t bs, int64_t t, int64_t hd, bool value, BlockQ8_0* row) {
+  for (int64_t b = 0; b < hd / kQ; ++b) {
+    const int8_t* qs = tile_codes(run, bs, b);
+    row[b].d = tile_scales(run, bs, b)[t];
+    for (int64_t i = 0; i < kQ; ++i) row[b].qs[i] = qs[value ? v_code_at(t, i) : k_code_at(bs, t, i)];
+  }
+}
 
 void quantize_query(const float* x, int64_t hd, int16_t* qs, float* d) {
   constexpr float kMax = 127.f * 128.f;
@@ -117,145 +136,129 @@ void quantize_query(const float* x, int64_t hd, int16_t* qs, float* d) {
   }
 }
 
-// s[t] = scale * q.k[t] against Q8_0 key rows of hd / 32 blocks: per block the exact int32 dot of
-// the codes, then in float sv = fma(float(dot), dq * dk, sv) block by block (a product for the
-// first), times scale. The scalar twin of scores_q8_heads' lanes, bitwise.
-void scores_q8(const QueriesQ8& q, const BlockQ8_0* k, int64_t n, float scale, float* s) {
+void scores_q8(const QueriesQ8& q, const uint8_t* k, int64_t bs, int64_t t0, int64_t n, float scale, float* s) {
   const int64_t nb = q.hd / kQ;
-  for (int64_t t = 0; t < n; ++t) {
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t t = t0 + i;
     float sv = 0;
     for (int64_t b = 0; b < nb; ++b) {
-      const BlockQ8_0& kb = k[t * nb + b];
+      const int8_t* codes = tile_codes(k, bs, b);
       int32_t dot = 0;
-      for (int64_t i = 0; i < kQ; ++i) dot += q.code(b * kQ + i) * kb.qs[i];
-      const float ls = q.d[b] * fp16_to_f32(kb.d);
+      for (int64_t e = 0; e < kQ; ++e) dot += int32_t(q.qs[b * kQ + e]) * codes[k_code_at(bs, t, e)];
+      const float ls = q.d[b] * fp16_to_f32(tile_scales(k, bs, b)[t]);
       sv = b == 0 ? float(dot) * ls : std::fma(float(dot), ls, sv);
     }
-    s[t] = sv * scale;
+    s[i] = sv * scale;
   }
 }
 
 #if KVASIR_HAVE_AVX2
-// scores_q8 for H query heads (heads h of q.head(h)) and t < n into s[h * ss + t]: each key's
-// codes are loaded once for all H heads, 8 / H keys a pass, lane h * K + j = (head h, key t + j).
-// The int32 dots are exact (vpdpbusd on the codes moved to unsigned where VNNI is compiled in,
-// else vpmaddubsw on |q| and k signed like q), so every lane is scores_q8 bitwise.
-// dk: the keys' scales as floats, key t's of block b at dk[b * dk_stride + t] (readable up to
-// 7 keys past n).
+namespace {
+// The exact int32 dots of H heads' query codes of block b with eight keys' codes of a tile
+// (codes: the keys' first pair), lane j = key j. With fewer than eight heads the even and odd
+// pairs go to separate sums (more chains in flight; integer sums in any order are the same).
 template <int H>
-void scores_q8_heads(const QueriesQ8& q, const BlockQ8_0* k, const float* dk, int64_t dk_stride, int64_t n, float scale,
-                     float* s, int64_t ss, Prefetch& pf) {
-  constexpr int K = 8 / H;
-  const int64_t nb = q.hd / kQ;
-  const int lines = int((K * nb * int64_t(sizeof(BlockQ8_0)) + 63) / 64);  // as much of a later block a pass
-  // Per block, the lanes' query scales.
-  alignas(32) float dq[kMaxHeadDim / kQ][8];
-  for (int64_t b = 0; b < nb; ++b)
-    for (int h = 0; h < H; ++h)
-      for (int j = 0; j < K; ++j) dq[b][h * K + j] = q.d[h * nb + b];
-  for (int64_t t = 0; t < n; t += K) {
-    const BlockQ8_0* kt[K];
-    for (int j = 0; j < K; ++j) kt[j] = k + (t + j < n ? t + j : 0) * nb;
-    prefetch_next(pf.k, pf.k_end, lines);
-    prefetch_next(pf.v, pf.v_end, lines);  // (the values are read before the next step's scores)
-    __m256 sv = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-      // Key codes widened to 16 bits: dims 0-15 and 16-31.
-      __m256i k0[K], k1[K];
-      for (int j = 0; j < K; ++j) {
-        k0[j] = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kt[j][b].qs)));
-        k1[j] = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kt[j][b].qs + 16)));
-      }
-      // Lane h * K + j takes key t + j's scale: the K scales at dk + t, repeated H times.
-      const float* dkt = dk + b * dk_stride + t;
-      __m256 dkl;
-      if constexpr (K == 1) dkl = _mm256_broadcast_ss(dkt);
-      else if constexpr (K == 2) dkl = _mm256_castpd_ps(_mm256_broadcast_sd(reinterpret_cast<const double*>(dkt)));
-      else if constexpr (K == 4) dkl = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(dkt));
-      else dkl = _mm256_loadu_ps(dkt);
-      __m256i acc[8];
+inline void block_dots(const QueriesQ8& q, const int8_t* codes, int64_t bs, int64_t b, __m256i* dots) {
+  constexpr int A = H >= 8 ? 1 : 2;
+  __m256i a[A][H];
+  for (int u = 0; u < A; ++u)
+    for (int h = 0; h < H; ++h) a[u][h] = _mm256_setzero_si256();
+  const int16_t* qb = q.qs + b * kQ;
+#pragma GCC unroll 16
+  for (int pair = 0; pair < kQ / 2; pair += A)
+    for (int u = 0; u < A; ++u) {
+      const __m256i kp =
+          _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + (pair + u) * 2 * bs)));
       for (int h = 0; h < H; ++h) {
-        const int16_t* qh = q.qs + h * q.hd + b * kQ;
-        const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
-        const __m256i q1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh + 16));
-        for (int j = 0; j < K; ++j) {
+        int32_t qp;
+        std::memcpy(&qp, qb + h * q.hd + 2 * (pair + u), 4);
 #if KVASIR_HAVE_VNNI
-          acc[h * K + j] = _mm256_dpwssd_epi32(_mm256_madd_epi16(k0[j], q0), k1[j], q1);
+        a[u][h] = _mm256_dpwssd_epi32(a[u][h], kp, _mm256_set1_epi32(qp));
 #else
-          acc[h * K + j] = _mm256_add_epi32(_mm256_madd_epi16(k0[j], q0), _mm256_madd_epi16(k1[j], q1));
+        a[u][h] = _mm256_add_epi32(a[u][h], _mm256_madd_epi16(kp, _mm256_set1_epi32(qp)));
 #endif
-        }
       }
-      const __m256 f = _mm256_cvtepi32_ps(reduce8_epi32(acc)), ls = _mm256_mul_ps(_mm256_load_ps(dq[b]), dkl);
-      sv = b == 0 ? _mm256_mul_ps(f, ls) : _mm256_fmadd_ps(f, ls, sv);
     }
-    alignas(32) float r[8];
-    _mm256_store_ps(r, _mm256_mul_ps(sv, _mm256_set1_ps(scale)));
-    for (int h = 0; h < H; ++h)
-      for (int j = 0; j < K && t + j < n; ++j) s[h * ss + t + j] = r[h * K + j];
-  }
+  for (int h = 0; h < H; ++h) dots[h] = A == 2 ? _mm256_add_epi32(a[0][h], a[A - 1][h]) : a[0][h];
 }
-#endif
 
-#if KVASIR_HAVE_AVX2
-template void scores_q8_heads<1>(const QueriesQ8&, const BlockQ8_0*, const float*, int64_t, int64_t, float, float*, int64_t,
-                                 Prefetch&);
-template void scores_q8_heads<2>(const QueriesQ8&, const BlockQ8_0*, const float*, int64_t, int64_t, float, float*, int64_t,
-                                 Prefetch&);
-template void scores_q8_heads<4>(const QueriesQ8&, const BlockQ8_0*, const float*, int64_t, int64_t, float, float*, int64_t,
-                                 Prefetch&);
-template void scores_q8_heads<8>(const QueriesQ8&, const BlockQ8_0*, const float*, int64_t, int64_t, float, float*, int64_t,
-                                 Prefetch&);
-#endif
+}  // namespace
 
-// The step's keys [first, end] (positions; the step starts at `start`) of KV head g into v, keys
-// of their quads outside that range zeroed (never read: they may sit in freed blocks).
-void prepare_step_v8(const KvLayerView& kv, const int32_t* block_table, int64_t g, int64_t start, int64_t first,
-                     int64_t end, const StepV8& v) {
-  const int64_t nb = kv.head_dim / kQ;
-  alignas(32) static constexpr BlockQ8_0 kZero[kMaxHeadDim / kQ] = {};
-  for (int64_t b = 0; b < nb; ++b) std::fill_n(v.dk + b * v.dk_stride(), v.dk_stride(), 0.f);
-  for (int64_t pos = first; pos <= end;) {  // key scales, KV block by KV block
-    const auto* kr = reinterpret_cast<const BlockQ8_0*>(kv_row(kv.k, kv, block_table, pos, g));
-    for (const int64_t stop = std::min(end, pos - pos % kv.block_size + kv.block_size - 1); pos <= stop; ++pos, kr += nb)
-      for (int64_t b = 0; b < nb; ++b) v.dk[b * v.dk_stride() + pos - start] = half_to_float(kr[b].d);
-  }
-  const BlockQ8_0* row = nullptr;  // position pos's row: found once per KV block, then the next row
-  for (int64_t quad = (first - start) / 4; quad <= (end - start) / 4; ++quad) {
-    const BlockQ8_0* rows[4];
-    for (int k = 0; k < 4; ++k) {
-      const int64_t t = 4 * quad + k, pos = start + t;
-      const bool in = pos >= first && pos <= end;
-      if (in) row = pos == first || pos % kv.block_size == 0
-                        ? reinterpret_cast<const BlockQ8_0*>(kv_row(kv.v, kv, block_table, pos, g))
-                        : row + nb;
-      rows[k] = in ? row : kZero;
-      for (int64_t b = 0; b < nb; ++b) v.dv[b * v.n4 + t] = in ? half_to_float(rows[k][b].d) : 0.f;
-    }
+template <int H>
+void scores_q8_heads(const QueriesQ8& q, const uint8_t* k, int64_t bs, int64_t t0, int64_t n, float scale, float* s,
+                     int64_t ss, Prefetch& pf) {
+  const int64_t nb = q.hd / kQ;
+  const int lines = int((kPageKeys * nb * kTileBytesPerKey + 63) / 64);  // a pass's share of a later block
+  const __m256 sc = _mm256_set1_ps(scale);
+  // Passes over eight keys of the page (aligned: a pass never leaves its tile); lanes before t0 or
+  // past the run are computed and dropped. The float sums stay in memory between blocks (the
+  // integer dots need the registers).
+  alignas(32) float sv[H][kPageKeys];
+  for (int64_t t = t0 - t0 % kPageKeys; t < t0 + n; t += kPageKeys) {
+    prefetch_next(pf.k, pf.k_end, lines);
+    prefetch_next(pf.v, pf.v_end, lines);
     for (int64_t b = 0; b < nb; ++b) {
-      int8_t* out = step_v8_at(v, b, quad);
-#if KVASIR_HAVE_AVX2
-      // Bytes of keys 0/1 and 2/3 interleaved, then 16-bit pairs of those: each 128-bit lane ends
-      // as 4 dims x 4 keys, the four vectors as v8_lane says (values_q8_block puts dims back in order).
-      __m256i r[4];
-      for (int k = 0; k < 4; ++k) r[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[k][b].qs));
-      const __m256i lo01 = _mm256_unpacklo_epi8(r[0], r[1]), lo23 = _mm256_unpacklo_epi8(r[2], r[3]);
-      const __m256i hi01 = _mm256_unpackhi_epi8(r[0], r[1]), hi23 = _mm256_unpackhi_epi8(r[2], r[3]);
-      auto* o = reinterpret_cast<__m256i*>(out);
-      _mm256_storeu_si256(o + 0, _mm256_unpacklo_epi16(lo01, lo23));
-      _mm256_storeu_si256(o + 1, _mm256_unpackhi_epi16(lo01, lo23));
-      _mm256_storeu_si256(o + 2, _mm256_unpacklo_epi16(hi01, hi23));
-      _mm256_storeu_si256(o + 3, _mm256_unpackhi_epi16(hi01, hi23));
-#else
-      for (int64_t d = 0; d < kQ; ++d)
-        for (int k = 0; k < 4; ++k) out[v8_lane(d) * 4 + k] = rows[k][b].qs[d];
-#endif
+      __m256i dots[H];
+      block_dots<H>(q, tile_codes(k, bs, b) + 2 * t, bs, b, dots);
+      const __m256 dk = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile_scales(k, bs, b) + t)));
+      for (int h = 0; h < H; ++h) {
+        const __m256 f = _mm256_cvtepi32_ps(dots[h]), ls = _mm256_mul_ps(_mm256_set1_ps(q.d[h * nb + b]), dk);
+        _mm256_store_ps(sv[h], b == 0 ? _mm256_mul_ps(f, ls) : _mm256_fmadd_ps(f, ls, _mm256_load_ps(sv[h])));
+      }
+    }
+    for (int h = 0; h < H; ++h) {
+      const __m256 r = _mm256_mul_ps(_mm256_load_ps(sv[h]), sc);
+      if (t >= t0) {
+        _mm256_storeu_ps(s + h * ss + (t - t0), r);
+      } else {
+        _mm256_store_ps(sv[h], r);
+        for (int64_t j = t0 - t; j < kPageKeys && t + j < t0 + n; ++j) s[h * ss + t + j - t0] = sv[h][j];
+      }
     }
   }
 }
 
-void values_q8(float* acc, const StepV8& v, const float* w, int64_t ws, int64_t off, int64_t n, int64_t hd, int64_t H,
+template void scores_q8_heads<1>(const QueriesQ8&, const uint8_t*, int64_t, int64_t, int64_t, float, float*, int64_t,
+                                 Prefetch&);
+template void scores_q8_heads<2>(const QueriesQ8&, const uint8_t*, int64_t, int64_t, int64_t, float, float*, int64_t,
+                                 Prefetch&);
+template void scores_q8_heads<4>(const QueriesQ8&, const uint8_t*, int64_t, int64_t, int64_t, float, float*, int64_t,
+                                 Prefetch&);
+template void scores_q8_heads<8>(const QueriesQ8&, const uint8_t*, int64_t, int64_t, int64_t, float, float*, int64_t,
+                                 Prefetch&);
+#endif
+
+void begin_step_v8(const KvLayerView& kv, const int32_t* block_table, int64_t g, int64_t start, int64_t first,
+                   int64_t end, StepV8& v) {
+  const int64_t bs = kv.block_size;
+  v.bs = bs, v.first = first - start, v.end = end - start, v.dv_ready = false;
+  std::fill_n(v.pages, kMaxStepPages, nullptr);
+  for (int64_t page = first - (first - start) % bs; page <= end; page += bs)
+    v.pages[(page - start) / bs] = kv_row(kv.v, kv, block_table, page, g);
+}
+
+namespace {
+void load_dv(StepV8& v, int64_t nb) {
+  for (int64_t b = 0; b < nb; ++b) {
+    float* dv = v.dv + b * v.n4;
+    std::fill_n(dv, v.first, 0.f);
+    std::fill_n(dv + v.end + 1, v.n4 - v.end - 1, 0.f);
+    int64_t t = v.first;
+#if KVASIR_HAVE_AVX2
+    for (; t % kPageKeys != 0 && t <= v.end; ++t) dv[t] = half_to_float(tile_scales(v.pages[t / v.bs], v.bs, b)[t % v.bs]);
+    for (; t + kPageKeys - 1 <= v.end; t += kPageKeys)  // eight keys of one page (pages are multiples of 8)
+      _mm256_storeu_ps(dv + t, _mm256_cvtph_ps(_mm_loadu_si128(
+                                   reinterpret_cast<const __m128i*>(tile_scales(v.pages[t / v.bs], v.bs, b) + t % v.bs))));
+#endif
+    for (; t <= v.end; ++t) dv[t] = half_to_float(tile_scales(v.pages[t / v.bs], v.bs, b)[t % v.bs]);
+  }
+  v.dv_ready = true;
+}
+}  // namespace
+
+void values_q8(float* acc, StepV8& v, const float* w, int64_t ws, int64_t off, int64_t n, int64_t hd, int64_t H,
                uint8_t* wq) {
+  if (!v.dv_ready) load_dv(v, hd / kQ);
   const int64_t q0 = off / 4, q1 = (off + n + 3) / 4;
   for (int64_t h = 0; h < H; ++h)
     for (int64_t b = 0; b < hd / kQ; ++b) {

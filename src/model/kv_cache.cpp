@@ -29,6 +29,10 @@ Result<KvCache> KvCache::create(const ModelConfig& c, const KvCacheOptions& o) {
                        std::to_string(dtype_info(t).block_size) + "-element blocks; this model's is " +
                        std::to_string(c.head_dim),
                    ErrorCode::invalid_argument};
+    if (t == DType::Q8_0 && o.block_size % 8 != 0)
+      return Error{"KV cache type q8_0 needs a block size that is a multiple of 8; this one is " +
+                       std::to_string(o.block_size),
+                   ErrorCode::invalid_argument};
     const bool pow2 = c.head_dim > 0 && (c.head_dim & (c.head_dim - 1)) == 0 && c.head_dim <= kernels::kMaxHeadDim;
     if (t == DType::Q4_0 && o.rotate_k && !pow2)
       return Error{"the rotation of 4-bit K needs a power-of-two head size up to " + std::to_string(kernels::kMaxHeadDim) +

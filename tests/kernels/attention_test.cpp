@@ -162,7 +162,9 @@ TEST(Attention, SlidingWindowIgnoresOldKeys) {
 TEST(Attention, TileRowsEqualSingleRowsBitwise) {
   const LayerCase cases[] = {{8, 2, 64, 16, 0, DType::F16},   {4, 1, 36, 4, 7, DType::F32},  {6, 6, 8, 16, 0, DType::F16},
                              {4, 1, 256, 16, 20, DType::F16}, {2, 2, 100, 3, 0, DType::F32}, {16, 2, 64, 16, 0, DType::Q8_0},
-                             {4, 1, 256, 16, 20, DType::Q8_0}, {3, 3, 32, 16, 0, DType::Q8_0}, {8, 2, 64, 16, 0, DType::Q4_0}};
+                             {4, 1, 256, 16, 20, DType::Q8_0}, {3, 3, 32, 16, 0, DType::Q8_0}, {8, 2, 64, 16, 0, DType::Q4_0},
+                             // Q8_0 pages of 8 (eight to a step) and 32 keys.
+                             {8, 2, 64, 8, 5, DType::Q8_0},   {4, 1, 64, 32, 0, DType::Q8_0}};
   std::mt19937 rng(11);
   std::normal_distribution<float> nd(0.f, 1.f);
   for (const auto& c : cases) {

@@ -153,16 +153,16 @@ Result run(DType type, bool rotate, float outlier, uint32_t seed, const Transfor
   };
   for (int64_t t = 0; t < kTokens; ++t)
     for (int64_t g = 0; g < kKvHeads; ++g) {
-      const size_t at = row_bytes(type, (int64_t(table[size_t(t / kBlock)]) * kKvHeads + g) * 2 * run + t % kBlock * kHd);
+      std::vector<uint8_t> k_row(row_bytes(type, kHd)), v_row(k_row.size());
+      kv_load(view, table.data(), t, g, k_row.data(), v_row.data());
       float* kr = &k_held[size_t(t * kv_dim + g * kHd)];
       float* vr = &v_held[size_t(t * kv_dim + g * kHd)];
-      tr->dequantize_row(pool.data() + at, kr, kHd);
-      tr->dequantize_row(pool.data() + at + row_bytes(type, run), vr, kHd);
+      tr->dequantize_row(k_row.data(), kr, kHd);
+      tr->dequantize_row(v_row.data(), vr, kHd);
       std::copy_n(kr, kHd, &k_st[size_t(t * kv_dim + g * kHd)]);
       std::copy_n(vr, kHd, &v_st[size_t(t * kv_dim + g * kHd)]);
       for (int64_t b = 0; type == DType::Q8_0 && b < kHd / 32; ++b)
-        dv[size_t((t * kKvHeads + g) * (kHd / 32) + b)] =
-            fp16_to_f32(reinterpret_cast<const BlockQ8_0*>(pool.data() + at + row_bytes(type, run))[b].d);
+        dv[size_t((t * kKvHeads + g) * (kHd / 32) + b)] = fp16_to_f32(reinterpret_cast<const BlockQ8_0*>(v_row.data())[b].d);
       back(kr, tf ? &tf->k_scale : nullptr, tf ? &tf->k_shift : nullptr, g);
       back(vr, tf ? &tf->v_scale : nullptr, tf ? &tf->v_shift : nullptr, g);
     }
@@ -194,6 +194,36 @@ TEST(KvQuantAttention, MatchesTheTwinOnWhatTheCacheHolds) {
       EXPECT_LT(r.vs_held, 1e-5) << dtype_name(t) << (rotate ? " rotated" : "");
       EXPECT_LT(r.vs_float, t == DType::Q8_0 ? 0.02 : 0.25) << dtype_name(t) << (rotate ? " rotated" : "");
     }
+}
+
+// Q8_0 pages interleave their keys (attention_q8.h); each row still reads back as exactly the Q8_0
+// row the type's quantizer makes of it, for every page size and at every position of a page.
+TEST(KvQuantAttention, Q8PagesHoldEachRowAsItsQ8Row) {
+  std::mt19937 rng(31);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const auto* q8 = quant_traits(DType::Q8_0);
+  for (int64_t bs : {8, 16, 32, 48}) {
+    const int64_t kv_dim = kKvHeads * kHd, blocks = (kTokens + bs - 1) / bs, run = bs * kHd;
+    std::vector<int32_t> table(static_cast<size_t>(blocks));
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), rng);
+    std::vector<uint8_t> pool(row_bytes(DType::Q8_0, 2 * blocks * bs * kv_dim));
+    const KvLayerView view{pool.data(), pool.data() + row_bytes(DType::Q8_0, run), DType::Q8_0, bs, kKvHeads, kHd, 2 * run};
+    std::vector<float> k(size_t(kTokens * kv_dim)), v(k.size());
+    for (auto& x : k) x = nd(rng);
+    for (auto& x : v) x = 3.f * nd(rng);
+    for (int64_t t = 0; t < kTokens; ++t) kv_store(view, table.data(), t, &k[size_t(t * kv_dim)], &v[size_t(t * kv_dim)]);
+    const size_t row = row_bytes(DType::Q8_0, kHd);
+    std::vector<uint8_t> k_row(row), v_row(row), k_want(row), v_want(row);
+    for (int64_t t = 0; t < kTokens; ++t)
+      for (int64_t g = 0; g < kKvHeads; ++g) {
+        kv_load(view, table.data(), t, g, k_row.data(), v_row.data());
+        q8->quantize_row(&k[size_t(t * kv_dim + g * kHd)], k_want.data(), kHd);
+        q8->quantize_row(&v[size_t(t * kv_dim + g * kHd)], v_want.data(), kHd);
+        ASSERT_EQ(k_row, k_want) << "key " << t << " head " << g << " pages of " << bs;
+        ASSERT_EQ(v_row, v_want) << "value " << t << " head " << g << " pages of " << bs;
+      }
+  }
 }
 
 TEST(KvQuantAttention, RotationCutsFourBitKeyErrorWithOutlierChannels) {

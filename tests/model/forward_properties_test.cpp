@@ -274,6 +274,11 @@ TEST(KvCache, QuantizedTypesNeedWholeBlocks) {
   const auto& c = (*gemma)->config();
   EXPECT_TRUE(KvCache::create(c, {.num_blocks = 4, .block_size = 16, .type = DType::Q4_0}).ok());
   EXPECT_FALSE(KvCache::create(c, {.num_blocks = 4, .block_size = 16, .type = DType::Q5_0}).ok());
+  // Q8_0 pages interleave keys eight at a time.
+  auto odd = KvCache::create(c, {.num_blocks = 4, .block_size = 12, .type = DType::Q8_0});
+  ASSERT_FALSE(odd.ok());
+  EXPECT_NE(odd.error().find("multiple of 8"), std::string::npos) << odd.error();
+  EXPECT_TRUE(KvCache::create(c, {.num_blocks = 4, .block_size = 8, .type = DType::Q8_0}).ok());
   EXPECT_FALSE(KvCache::create(c, {.num_blocks = 4, .block_size = 16, .type = DType::Q8_0, .layer_types = {DType::F16}}).ok());
   std::vector<DType> mixed(size_t(c.n_layers), DType::Q8_0);
   mixed[0] = DType::F16;
