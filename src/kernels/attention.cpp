@@ -261,7 +261,7 @@ struct KvRun {
   const T* v;  // (unused for Q8_0: its values are read through the step's pages, V8Args)
   int64_t n;
   Prefetch* pf;
-  int64_t at = 0;
+  int64_t at;
 };
 
 // The queries of a row's heads as the score kernels read them: floats, and against Q8_0 keys

@@ -3,11 +3,11 @@
 // matrix is never materialized. GQA-aware and tiled: each KV block is converted to f32 once and
 // serves every query head of its group and every row of a tile (consecutive positions of one
 // sequence, e.g. a prefill chunk). A row's result never depends on the tile it is in.
-// Q8_0 K/V is integer arithmetic instead of widening: queries as 15-bit codes per 32 dims against
-// the key codes in place (exact int32 dots, vpdpbusd where VNNI is compiled in), and each 64-key
-// step's attention weights, times V's scales, rounded to 8 bits against the step's largest and
-// multiplied with V's codes (V laid out once per step for that). The roundings are the kernel's
-// numerics: the tests' twin rounds alike.
+// Q8_0 K/V is integer arithmetic instead of widening, on pages laid out for it (lanes over keys,
+// attention_q8.h): queries as 15-bit codes per 32 dims against the key codes in place (exact
+// int32 dots, vpdpwssd where VNNI is compiled in), and each 64-key step's attention weights, times
+// V's scales, rounded to 8 bits against the step's largest and multiplied with V's codes in place.
+// The roundings are the kernel's numerics: the tests' twin rounds alike.
 #pragma once
 #include <cstdint>
 
@@ -15,7 +15,8 @@
 
 namespace kvasir::kernels {
 
-// One layer's K and V, F16, F32, Q8_0 or Q4_0 (rows of head_dim, whole blocks), head-major inside a block: head g's rows of block b start at
+// One layer's K and V, F16, F32, Q8_0 or Q4_0 (rows of head_dim, whole blocks; a Q8_0 block's rows
+// interleaved by key, kv_load reads one back), head-major inside a block: head g's rows of block b start at
 // element (b * n_kv_heads + g) * head_stride of k (keys) and of v (values), block_size rows of
 // head_dim each. head_stride = block_size * head_dim for separate K and V pools
 // ([num_blocks][n_kv_heads][block_size][head_dim] each); KvCache interleaves them instead
