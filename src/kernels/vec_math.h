@@ -39,7 +39,8 @@ inline __m256 exp8(__m256 x) {
 // a row goes through identical arithmetic.
 inline float exp1(float x) { return _mm256_cvtss_f32(exp8(_mm256_set1_ps(x))); }
 #else
-inline float exp1(float x) { return std::exp(x); }
+// Clamped as exp8 is: never 0 or infinite.
+inline float exp1(float x) { return std::exp(std::fmin(std::fmax(x, -87.3f), 88.3f)); }
 #endif
 
 // dst[i] = f16 or f32 src[i] widened (exact).
