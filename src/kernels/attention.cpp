@@ -258,7 +258,7 @@ inline void update_state(HeadState& st, float correction, float sum, float new_m
 template <class T>
 struct KvRun {
   const T* k;
-  const T* v;  // (unused for Q8_0: its values are read through the step's pages, V8Args)
+  const T* v;  // (unused for Q8_0: its values are read through the step's pages, StepArgs)
   int64_t n;
   Prefetch* pf;
   int64_t at;
@@ -276,28 +276,60 @@ struct HeadQueries {
 template <class KT>
 inline constexpr bool is_q8 = std::is_same_v<KT, BlockQ8_0>;
 
-// Q8_0 values of a step (begin_step_v8; also its page size for the keys), the row's keys at
-// off.. of it, and room for one head's weights as 8 bits.
-struct V8Args {
+// What a step offers beyond its runs: Q8_0 values (begin_step_v8; also its page size for the
+// keys), the row's keys at off.. of it, and room for one head's weights as 8 bits; or, for a tile
+// with small heads, its keys transposed in scratch (kt, from the row's first key: key i of dim d
+// at kt[d * kt_stride + i], rows padded by 8; null: none).
+struct StepArgs {
   StepV8* v = nullptr;
   int64_t off = 0;
   uint8_t* wq = nullptr;
+  const float* kt = nullptr;
+  int64_t kt_stride = 0;
 };
 
 // The most runs a step has (keys_per_step: 64 keys, blocks of 1 or more).
 inline constexpr int kMaxRuns = 64;
+
+#if KVASIR_HAVE_AVX2
+// scores_heads / scores from keys transposed (key i of dim d at kt[d * kts + i]): eight keys a
+// vector, and for each head eight sums c_l, c_l the FMA chain over dims l, l + 8, ... in order
+// (what lane l of scores_heads' accumulator runs), added as reduce8's tree adds the lanes:
+// bitwise the same scores, with no horizontal sums. Writes up to 7 floats past each s row's n.
+template <int H>
+void scores_heads_t(const float* q, const float* kt, int64_t kts, int64_t n, int64_t hd, float scale, float* s,
+                    int64_t ss) {
+  const __m256 zero = _mm256_setzero_ps(), sc = _mm256_set1_ps(scale);
+  for (int64_t i = 0; i < n; i += 8)
+    for (int h = 0; h < H; ++h) {
+      const float* qh = q + h * hd;
+      __m256 c[8];
+      for (int l = 0; l < 8; ++l) c[l] = zero;
+      for (int64_t d = 0; d < hd; d += 8)
+        for (int l = 0; l < 8; ++l)
+          c[l] = _mm256_fmadd_ps(_mm256_broadcast_ss(qh + d + l), _mm256_loadu_ps(kt + (d + l) * kts + i), c[l]);
+      const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(c[0], c[1]), _mm256_add_ps(c[2], c[3])),
+                                       _mm256_add_ps(_mm256_add_ps(c[4], c[5]), _mm256_add_ps(c[6], c[7])));
+      _mm256_storeu_ps(s + h * ss + i, _mm256_mul_ps(sum, sc));
+    }
+}
+#endif
 
 // One head of one row over a step's n keys/values (F16 or F32 rows of head_dim elements, or Q8_0
 // keys against the rounded queries): scores, then the online-softmax update of (max, sum) and of
 // the unnormalized output acc.
 template <class KT>
 void attend_block(const HeadQueries& q, KvRun<KT>* runs, int nr, int64_t n, int64_t hd, const AttentionParams& p,
-                  float* s, float* w, HeadState& st, float* acc, const V8Args& v8) {
-  for (int64_t i = 0, off = 0; i < nr; off += runs[i].n, ++i) {
-    if constexpr (is_q8<KT>)
-      scores_q8(q.q8, reinterpret_cast<const uint8_t*>(runs[i].k), v8.v->bs, runs[i].at, runs[i].n, p.scale, s + off);
-    else scores(q.f, runs[i].k, runs[i].n, hd, p.scale, s + off, *runs[i].pf);
-  }
+                  float* s, float* w, HeadState& st, float* acc, const StepArgs& v8) {
+#if KVASIR_HAVE_AVX2
+  if (!is_q8<KT> && v8.kt) scores_heads_t<1>(q.f, v8.kt, v8.kt_stride, n, hd, p.scale, s, 0);
+  else
+#endif
+    for (int64_t i = 0, off = 0; i < nr; off += runs[i].n, ++i) {
+      if constexpr (is_q8<KT>)
+        scores_q8(q.q8, reinterpret_cast<const uint8_t*>(runs[i].k), v8.v->bs, runs[i].at, runs[i].n, p.scale, s + off);
+      else scores(q.f, runs[i].k, runs[i].n, hd, p.scale, s + off, *runs[i].pf);
+    }
   float sum, new_max;
   const float correction = softmax_step(s, n, p, st, acc, hd, w, sum, new_max);
   if constexpr (is_q8<KT>) {
@@ -382,12 +414,16 @@ void values_heads(float* acc, const T* v, const float* w, int64_t ws, int64_t n,
 // once for all of them. s and w hold kMaxPassHeads rows of ss floats.
 template <class KT, int H>
 void attend_heads(const HeadQueries& q, KvRun<KT>* runs, int nr, int64_t n, int64_t hd, const AttentionParams& p,
-                  float* s, float* w, int64_t ss, HeadState* st, float* acc, const V8Args& v8) {
-  for (int64_t i = 0, off = 0; i < nr; off += runs[i].n, ++i) {
-    if constexpr (is_q8<KT>)
-      scores_q8_heads<H>(q.q8, reinterpret_cast<const uint8_t*>(runs[i].k), v8.v->bs, runs[i].at, runs[i].n, p.scale,
-                         s + off, ss, *runs[i].pf);
-    else scores_heads<KT, H>(q.f, runs[i].k, runs[i].n, hd, p.scale, s + off, ss, *runs[i].pf);
+                  float* s, float* w, int64_t ss, HeadState* st, float* acc, const StepArgs& v8) {
+  if (!is_q8<KT> && v8.kt) {
+    scores_heads_t<H>(q.f, v8.kt, v8.kt_stride, n, hd, p.scale, s, ss);
+  } else {
+    for (int64_t i = 0, off = 0; i < nr; off += runs[i].n, ++i) {
+      if constexpr (is_q8<KT>)
+        scores_q8_heads<H>(q.q8, reinterpret_cast<const uint8_t*>(runs[i].k), v8.v->bs, runs[i].at, runs[i].n, p.scale,
+                           s + off, ss, *runs[i].pf);
+      else scores_heads<KT, H>(q.f, runs[i].k, runs[i].n, hd, p.scale, s + off, ss, *runs[i].pf);
+    }
   }
   float correction[H], sum[H], new_max[H];
   for (int h = 0; h < H; ++h) {
@@ -414,7 +450,7 @@ void attend_heads(const HeadQueries& q, KvRun<KT>* runs, int nr, int64_t n, int6
 // have no faster single-head form.
 template <class KT>
 void attend_group(const HeadQueries& q, KvRun<KT>* runs, int nr, int64_t n, int64_t hd, const AttentionParams& p,
-                  float* s, float* w, int64_t ss, HeadState* st, float* acc, int64_t count, const V8Args& v8) {
+                  float* s, float* w, int64_t ss, HeadState* st, float* acc, int64_t count, const StepArgs& v8) {
   int64_t h = 0;
 #if KVASIR_HAVE_AVX2
   if (hd % 8 == 0 && (count >= 2 || is_q8<KT>)) {
@@ -481,11 +517,14 @@ namespace {
 int64_t keys_per_step(const KvLayerView& kv) {
   return kv.block_size < 64 && 64 % kv.block_size == 0 ? 64 : kv.block_size;
 }
-// Scratch of attend_keys: K and V of one head's step, and scores and weights of one step for
-// kMaxPassHeads heads (rows padded by 8).
+// Heads up to this size take a tile's keys transposed (scores_heads_t): there the horizontal sums
+// of scores_heads weigh most against the products.
+inline constexpr int64_t kTransposedKeysMaxDim = 32;
+// Scratch of attend_keys: K and V of one head's step, scores and weights of one step for
+// kMaxPassHeads heads (rows padded by 8), and small heads' keys transposed (rows padded by 8).
 int64_t blocks_floats(const KvLayerView& kv) {
   const int64_t n = keys_per_step(kv);
-  return 2 * n * kv.head_dim + 2 * kMaxPassHeads * (n + 8);
+  return 2 * n * kv.head_dim + 2 * kMaxPassHeads * (n + 8) + std::min(kv.head_dim, kTransposedKeysMaxDim) * (n + 8);
 }
 }  // namespace
 
@@ -590,6 +629,7 @@ void attend_keys(const TileArgs& t, int64_t lo, int64_t hi, Accumulators a, floa
   const int64_t ss = step + 8;
   float* s = vblk + step * hd;     // [kMaxPassHeads][step + 8]
   float* w = s + kMaxPassHeads * ss;
+  float* kt = w + kMaxPassHeads * ss;  // [hd][step + 8], when transposed
   for (int64_t m = 0; m < t.n_rows; ++m)
     for (int64_t head = t.kv_begin * group; head < t.kv_end * group; ++head) {
       std::fill_n(a.acc + m * a.acc_stride + head * hd, hd, 0.f);
@@ -625,6 +665,8 @@ void attend_keys(const TileArgs& t, int64_t lo, int64_t hi, Accumulators a, floa
   // values against 8-bit weights (the step's V scales as floats and the weights in kblk's room).
   const bool q8_keys = kv.type == DType::Q8_0;
   const bool widen = !q8_keys && (quantized || (f16 && t.n_rows >= 2));
+  // A tile's small heads take their keys transposed too (scores_heads_t: bitwise the same scores).
+  const bool transpose = KVASIR_HAVE_AVX2 && widen && t.n_rows >= 2 && hd % 8 == 0 && hd <= kTransposedKeysMaxDim;
   StepV8 v8{{}, bs, kblk, (step + 3) / 4 * 4, 0, -1, false};
   auto* wq = reinterpret_cast<uint8_t*>(v8.dv + v8.n4 * (hd / kQ));
   Prefetch pfs[kMaxRuns];
@@ -648,6 +690,8 @@ void attend_keys(const TileArgs& t, int64_t lo, int64_t hi, Accumulators a, floa
         }
         p0 = p1 + 1;
       }
+      for (int64_t i = 0; transpose && i <= end - first; ++i)
+        for (int64_t d = 0; d < hd; ++d) kt[d * ss + i] = kblk[i * hd + d];
       for (int64_t m = 0; m < t.n_rows; ++m) {
         const int64_t pos = t.pos0 + m;
         const int64_t t0 = std::max({start, lo, window_start(pos, p.window)}), t1 = std::min({start + step - 1, hi, pos});
@@ -673,7 +717,8 @@ void attend_keys(const TileArgs& t, int64_t lo, int64_t hi, Accumulators a, floa
             runs[nr] = {k, v, p1 - p0 + 1, &pfs[(p0 - start) / bs], at};
             p0 = p1 + 1;
           }
-          attend_group(qh, runs, nr, t1 - t0 + 1, hd, p, s, w, ss, st, oh, group, V8Args{&v8, t0 - start, wq});
+          attend_group(qh, runs, nr, t1 - t0 + 1, hd, p, s, w, ss, st, oh, group,
+                       StepArgs{&v8, t0 - start, wq, transpose ? kt + (t0 - first) : nullptr, ss});
         };
         if (q8_keys) attend_runs(static_cast<const BlockQ8_0*>(nullptr), static_cast<const BlockQ8_0*>(nullptr));
         else if (widen) attend_runs(static_cast<const float*>(kblk), static_cast<const float*>(vblk));
