@@ -72,20 +72,35 @@ void matmul_rows(DType wtype, const void* w, int64_t n_in, int64_t out_begin, in
   else gemm_ref(tile);
 }
 
-PackedMatrix pack_matrix_alloc(DType wtype, int64_t n_in, int64_t n_out) {
-  PackedMatrix pm;
+size_t pack_matrix_bytes(DType wtype, int64_t n_in, int64_t n_out) {
 #if KVASIR_HAVE_AVX2
-  pm.panel_bytes = simd::prepacked_panel_bytes(wtype, n_in);
-  if (pm.panel_bytes == 0 || n_out <= 0) return pm;
+  const size_t panel = simd::prepacked_panel_bytes(wtype, n_in);
+  return panel == 0 || n_out <= 0 ? 0 : (size_t((n_out + 7) / 8) * panel + 63) & ~size_t(63);
+#else
+  (void)wtype, (void)n_in, (void)n_out;
+  return 0;
+#endif
+}
+
+PackedMatrix pack_matrix_in(DType wtype, int64_t n_in, int64_t n_out, uint8_t* memory) {
+  PackedMatrix pm;
+  if (pack_matrix_bytes(wtype, n_in, n_out) == 0 || !memory) return pm;
+#if KVASIR_HAVE_AVX2
   pm.type = wtype;
   pm.n_in = n_in;
   pm.n_out = n_out;
-  const size_t bytes = size_t((n_out + 7) / 8) * pm.panel_bytes;
-  pm.data = std::shared_ptr<uint8_t[]>(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) & ~size_t(63))),
-                                       [](uint8_t* p) { std::free(p); });
-#else
-  (void)wtype, (void)n_in, (void)n_out;
+  pm.panel_bytes = simd::prepacked_panel_bytes(wtype, n_in);
+  pm.data = std::shared_ptr<uint8_t[]>(std::shared_ptr<uint8_t[]>(), memory);  // not owned
 #endif
+  return pm;
+}
+
+PackedMatrix pack_matrix_alloc(DType wtype, int64_t n_in, int64_t n_out) {
+  const size_t bytes = pack_matrix_bytes(wtype, n_in, n_out);
+  if (bytes == 0) return {};
+  std::shared_ptr<uint8_t[]> owner(static_cast<uint8_t*>(std::aligned_alloc(64, bytes)), [](uint8_t* p) { std::free(p); });
+  PackedMatrix pm = pack_matrix_in(wtype, n_in, n_out, owner.get());
+  pm.data = std::move(owner);
   return pm;
 }
 

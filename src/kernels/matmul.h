@@ -37,6 +37,11 @@ struct PackedMatrix {
 // Allocates the packed form (empty when the type has none), then pack_panels fills panels
 // [p_begin, p_end) from the file's rows (threads may split the panels).
 PackedMatrix pack_matrix_alloc(DType wtype, int64_t n_in, int64_t n_out);
+// The bytes of the packed form (0 when the type has none), and the packed form placed in memory
+// the caller owns and keeps alive (64-byte aligned, that many bytes): a model's matrices in one
+// mapping with huge pages, so that streaming them costs few TLB entries.
+size_t pack_matrix_bytes(DType wtype, int64_t n_in, int64_t n_out);
+PackedMatrix pack_matrix_in(DType wtype, int64_t n_in, int64_t n_out, uint8_t* memory);
 void pack_panels(PackedMatrix& pm, const void* w, int64_t p_begin, int64_t p_end);
 
 // Whether matmul_rows_packed is the faster path for n_rows activation rows: always for the 4-bit

@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <string>
+#include <unordered_set>
 
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
@@ -125,10 +126,19 @@ void Forward::pack_weights() {
       for (const Matrix* m : {&l.w_gate, &l.w_up, &l.w_down}) all.push_back(m);
     }
   }
+  // Every packed matrix in one mapping with huge pages: decode streams all of them every token.
+  size_t total = 0;
+  std::unordered_set<const void*> seen;
+  for (const Matrix* m : all)
+    if (seen.insert(m->data).second) total += kernels::pack_matrix_bytes(m->type, m->n_in, m->n_out);
+  packed_memory_ = HugeBuffer(total);
+  uint8_t* next = packed_memory_.data();
   for (const Matrix* m : all) {
     if (packed_.count(m->data)) continue;
-    kernels::PackedMatrix pm = kernels::pack_matrix_alloc(m->type, m->n_in, m->n_out);
+    kernels::PackedMatrix pm = next ? kernels::pack_matrix_in(m->type, m->n_in, m->n_out, next)
+                                    : kernels::pack_matrix_alloc(m->type, m->n_in, m->n_out);
     if (pm.empty()) continue;
+    if (next) next += kernels::pack_matrix_bytes(m->type, m->n_in, m->n_out);
     pool_.parallel_for((m->n_out + 7) / 8, 1, [&](int64_t b, int64_t e, int) { kernels::pack_panels(pm, m->data, b, e); });
     packed_.emplace(m->data, std::move(pm));
   }

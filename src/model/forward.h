@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/aligned_vector.h"
+#include "core/huge_buffer.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "kernels/matmul.h"
@@ -166,6 +167,7 @@ class Forward {
   std::vector<kernels::AttentionPartial> span_parts_;
   AlignedVector<float> attn_partials_;  // grows to the largest split step, then is reused
   // Repacked copies keyed by the file data they come from (a tied output shares its embedding's).
+  HugeBuffer packed_memory_;  // the packed matrices' bytes (declared first: outlives packed_)
   std::unordered_map<const void*, kernels::PackedMatrix> packed_;
   // Mixture of experts: k slots per row (slot t * k + r is row t's r-th expert).
   AlignedVector<float> router_;    // [T][n_experts] router logits
