@@ -8,11 +8,11 @@
 #include <vector>
 
 #include "core/fp16.h"
-#include "kernels/quant/blocks.h"
-#include "kernels/quant/quant.h"
 #include "kernels/attention_float.h"
 #include "kernels/attention_paging.h"
 #include "kernels/attention_q8.h"
+#include "kernels/quant/blocks.h"
+#include "kernels/quant/quant.h"
 #include "kernels/vec_math.h"
 
 namespace kvasir::kernels {
@@ -202,20 +202,20 @@ inline constexpr int kMaxRuns = 64;
 // the unnormalized output acc.
 template <class KT>
 void attend_block(const HeadQueries& q, KvRun<KT>* runs, int nr, int64_t n, int64_t hd, const AttentionParams& p,
-                  float* s, float* w, HeadState& st, float* acc, const StepArgs& v8) {
+                  float* s, float* w, HeadState& st, float* acc, const StepArgs& step) {
 #if KVASIR_HAVE_AVX2
-  if (!is_q8<KT> && v8.kt) scores_heads_t<1>(q.f, v8.kt, v8.kt_stride, n, hd, p.scale, s, 0);
+  if (!is_q8<KT> && step.kt) scores_heads_t<1>(q.f, step.kt, step.kt_stride, n, hd, p.scale, s, 0);
   else
 #endif
     for (int64_t i = 0, off = 0; i < nr; off += runs[i].n, ++i) {
       if constexpr (is_q8<KT>)
-        scores_q8(q.q8, reinterpret_cast<const uint8_t*>(runs[i].k), v8.v->bs, runs[i].at, runs[i].n, p.scale, s + off);
+        scores_q8(q.q8, reinterpret_cast<const uint8_t*>(runs[i].k), step.v->bs, runs[i].at, runs[i].n, p.scale, s + off);
       else scores(q.f, runs[i].k, runs[i].n, hd, p.scale, s + off, *runs[i].pf);
     }
   float sum, new_max;
   const float correction = softmax_step(s, n, p, st, acc, hd, w, sum, new_max);
   if constexpr (is_q8<KT>) {
-    values_q8(acc, *v8.v, w, 0, v8.off, n, hd, 1, v8.wq);
+    values_q8(acc, *step.v, w, 0, step.off, n, hd, 1, step.wq);
   } else {
     for (int64_t i = 0, off = 0; i < nr; off += runs[i].n, ++i) {
       accumulate_values(acc, runs[i].v, w + off, runs[i].n, hd, *runs[i].pf);
@@ -233,13 +233,13 @@ inline constexpr int kMaxPassHeads = 8;
 // once for all of them. s and w hold kMaxPassHeads rows of ss floats.
 template <class KT, int H>
 void attend_heads(const HeadQueries& q, KvRun<KT>* runs, int nr, int64_t n, int64_t hd, const AttentionParams& p,
-                  float* s, float* w, int64_t ss, HeadState* st, float* acc, const StepArgs& v8) {
-  if (!is_q8<KT> && v8.kt) {
-    scores_heads_t<H>(q.f, v8.kt, v8.kt_stride, n, hd, p.scale, s, ss);
+                  float* s, float* w, int64_t ss, HeadState* st, float* acc, const StepArgs& step) {
+  if (!is_q8<KT> && step.kt) {
+    scores_heads_t<H>(q.f, step.kt, step.kt_stride, n, hd, p.scale, s, ss);
   } else {
     for (int64_t i = 0, off = 0; i < nr; off += runs[i].n, ++i) {
       if constexpr (is_q8<KT>)
-        scores_q8_heads<H>(q.q8, reinterpret_cast<const uint8_t*>(runs[i].k), v8.v->bs, runs[i].at, runs[i].n, p.scale,
+        scores_q8_heads<H>(q.q8, reinterpret_cast<const uint8_t*>(runs[i].k), step.v->bs, runs[i].at, runs[i].n, p.scale,
                            s + off, ss, *runs[i].pf);
       else scores_heads<KT, H>(q.f, runs[i].k, runs[i].n, hd, p.scale, s + off, ss, *runs[i].pf);
     }
@@ -253,7 +253,7 @@ void attend_heads(const HeadQueries& q, KvRun<KT>* runs, int nr, int64_t n, int6
   for (int64_t t = 0; t < n; ++t)
     for (int h = 0; h < H; ++h) sum[h] += w[h * ss + t];
   if constexpr (is_q8<KT>) {
-    values_q8(acc, *v8.v, w, ss, v8.off, n, hd, H, v8.wq);
+    values_q8(acc, *step.v, w, ss, step.off, n, hd, H, step.wq);
   } else {
     for (int64_t i = 0, off = 0; i < nr; off += runs[i].n, ++i) {
       values_heads<KT, H>(acc, runs[i].v, w + off, ss, runs[i].n, hd, *runs[i].pf);
@@ -269,18 +269,19 @@ void attend_heads(const HeadQueries& q, KvRun<KT>* runs, int nr, int64_t n, int6
 // have no faster single-head form.
 template <class KT>
 void attend_group(const HeadQueries& q, KvRun<KT>* runs, int nr, int64_t n, int64_t hd, const AttentionParams& p,
-                  float* s, float* w, int64_t ss, HeadState* st, float* acc, int64_t count, const StepArgs& v8) {
+                  float* s, float* w, int64_t ss, HeadState* st, float* acc, int64_t count, const StepArgs& step) {
   int64_t h = 0;
 #if KVASIR_HAVE_AVX2
   if (hd % 8 == 0 && (count >= 2 || is_q8<KT>)) {
     for (; h + 8 <= count; h += 8)
-      attend_heads<KT, 8>(q.head(h), runs, nr, n, hd, p, s, w, ss, st + h, acc + h * hd, v8);
-    if (h + 4 <= count) attend_heads<KT, 4>(q.head(h), runs, nr, n, hd, p, s, w, ss, st + h, acc + h * hd, v8), h += 4;
-    if (h + 2 <= count) attend_heads<KT, 2>(q.head(h), runs, nr, n, hd, p, s, w, ss, st + h, acc + h * hd, v8), h += 2;
-    if (is_q8<KT> && h < count) attend_heads<KT, 1>(q.head(h), runs, nr, n, hd, p, s, w, ss, st + h, acc + h * hd, v8), ++h;
+      attend_heads<KT, 8>(q.head(h), runs, nr, n, hd, p, s, w, ss, st + h, acc + h * hd, step);
+    if (h + 4 <= count) attend_heads<KT, 4>(q.head(h), runs, nr, n, hd, p, s, w, ss, st + h, acc + h * hd, step), h += 4;
+    if (h + 2 <= count) attend_heads<KT, 2>(q.head(h), runs, nr, n, hd, p, s, w, ss, st + h, acc + h * hd, step), h += 2;
+    if (is_q8<KT> && h < count)
+      attend_heads<KT, 1>(q.head(h), runs, nr, n, hd, p, s, w, ss, st + h, acc + h * hd, step), ++h;
   }
 #endif
-  for (; h < count; ++h) attend_block(q.head(h), runs, nr, n, hd, p, s, w, st[h], acc + h * hd, v8);
+  for (; h < count; ++h) attend_block(q.head(h), runs, nr, n, hd, p, s, w, st[h], acc + h * hd, step);
 }
 
 }  // namespace
