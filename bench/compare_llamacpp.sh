@@ -2,10 +2,12 @@
 # Side-by-side speed of kvasir and llama.cpp (via llama-cpp-python) on the same GGUF files and
 # thread count, interleaved run by run so both see the same machine state. Prints one Markdown
 # row per test: medians over the rounds, the ratio, and kvasir's decode speed as a fraction of
-# the bandwidth ceiling (GB/s / weight bytes per token) when -G is given.
+# the bandwidth ceiling (GB/s / weight bytes per token) when -G is given. `-G probe` measures
+# the ceiling in the run itself: probe_bandwidth (huge pages, as kvasir holds its weights) once
+# per round, before the engines, and the median of those reads.
 #
 #   bench/compare_llamacpp.sh [-b KVASIR] [-t THREADS] [-p 512] [-n 128] [-r 5] [-k ROUNDS]
-#                             [-s SEQS [-P PROMPT] [-D BATCHED_BENCH]] [-G GBPS] [-d DEPTH] MODEL.gguf...
+#                             [-s SEQS [-P PROMPT] [-D BATCHED_BENCH]] [-G GBPS|probe] [-d DEPTH] MODEL.gguf...
 #
 #   -b  the kvasir binary (default build/bin/kvasir; e.g. build-perf/bin/kvasir)
 #   -s  also measure batched decode of SEQS sequences (aggregate tokens/s): kvasir through
@@ -35,6 +37,10 @@ if [ "$seqs" -gt 0 ] && [ ! -x "$batched" ]; then
   echo "no $batched: configure with -DKVASIR_BENCH=ON and build batched_decode_bench (or pass -D)" >&2
   exit 1
 fi
+if [ "$gbps" = probe ] && [ ! -x "$(dirname "$kvasir")/probe_bandwidth" ]; then
+  echo "-G probe needs probe_bandwidth next to the kvasir binary (configure with -DKVASIR_BENCH=ON)" >&2
+  exit 1
+fi
 
 if [ ! -x bench/.venv/bin/python ] || ! bench/.venv/bin/python -c "import llama_cpp" 2>/dev/null; then
   python3 -m venv bench/.venv
@@ -49,6 +55,10 @@ echo "|---|---|---|---|---|---|---|"
 for model in "$@"; do
   : >"$tmp/runs.jsonl"
   for ((k = 0; k < rounds; k++)); do
+    if [ "$gbps" = probe ]; then
+      "$(dirname "$kvasir")/probe_bandwidth" 512 "$threads" 3 2m |
+        python3 -c 'import json,re,sys; print(json.dumps({"engine": "probe", "test": "probe", "gbps": float(re.search(r"read ([0-9.]+) GB/s", sys.stdin.read()).group(1))}))' >>"$tmp/runs.jsonl"
+    fi
     if [ "$p" -gt 0 ] || [ "$n" -gt 0 ]; then
       "$kvasir" bench -m "$model" -p "$p" -n "$n" -d "$depth" -r "$reps" -t "$threads" --json |
         python3 -c 'import json,sys; [print(json.dumps(dict(r, engine="kvasir"))) for r in json.load(sys.stdin)]' >>"$tmp/runs.jsonl"
@@ -65,6 +75,11 @@ for model in "$@"; do
 import json, statistics, sys
 model, threads, gbps, path = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 runs = [json.loads(l) for l in open(path) if l.strip()]
+if gbps == "probe":
+    reads = [r["gbps"] for r in runs if r["engine"] == "probe"]
+    gbps = f"{statistics.median(reads):.1f}" if reads else ""
+    print(f"<!-- probe_bandwidth, 2 MiB pages, {threads} threads, per round: {', '.join(f'{x:.1f}' for x in reads)} GB/s -->")
+runs = [r for r in runs if r["engine"] != "probe"]
 tests, wbytes = [], None
 for r in runs:
     if r["test"] not in tests:
