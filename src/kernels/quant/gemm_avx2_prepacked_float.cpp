@@ -31,10 +31,16 @@ template <DType kType>
 using ActOf = float;
 constexpr bool kWidenF16Activations = true;
 
-// 16 elements at p (rows 2p and 2p + 1's 8 each) widened to f32 (exact).
-template <DType kType>
+// 16 elements at p (rows 2p and 2p + 1's 8 each) widened to f32 (exact). kHalves: F32 read as
+// two 256-bit halves, for one-row decode. From DRAM, 512-bit loads streamed 5-12% slower on an
+// AVX-512 EPYC (Zen 4); from cache, where prefill rereads a panel, the extra insert cost 3-5%
+// (docs/PERFORMANCE.md, session 23).
+template <DType kType, bool kHalves>
 inline __m512 wide16(const uint8_t* p) {
-  if constexpr (kType == DType::F32) return _mm512_loadu_ps(p);
+  const auto* f = reinterpret_cast<const float*>(p);
+  if constexpr (kType == DType::F32 && kHalves)
+    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(f)), _mm256_loadu_ps(f + 8), 1);
+  else if constexpr (kType == DType::F32) return _mm512_loadu_ps(f);
   else return _mm512_cvtph_ps(load256(p));
 }
 
@@ -50,7 +56,7 @@ void panel_float(const uint8_t* panel, int64_t n, const float* const a[], float 
     // it, 134M F16 level (session 21).
     const uint8_t* ps = panel + size_t(s) * kStep;
     __m512 w[4];
-    for (int p = 0; p < 4; ++p) w[p] = wide16<kType>(ps + p * kStep / 4);
+    for (int p = 0; p < 4; ++p) w[p] = wide16<kType, R == 1>(ps + p * kStep / 4);
     for (int r = 0; r < R; ++r) {
       const __m512 av = _mm512_broadcast_f32x8(_mm256_loadu_ps(a[r] + 8 * s));
       for (int p = 0; p < 4; ++p) acc[r][p] = _mm512_fmadd_ps(w[p], av, acc[r][p]);
@@ -174,9 +180,11 @@ void panel_bf16(const uint8_t* panel, int64_t n, const uint16_t* const a[], floa
     // No software prefetch: one 512-byte chunk takes only eight vdpbf16ps, and the hardware
     // prefetcher alone streamed decode 11-13% faster than prefetching 2 KiB ahead (8% faster
     // than 8 KiB ahead) on an AVX-512 BF16 EPYC (docs/PERFORMANCE.md, session 21).
+    // Each weight line is read as two 256-bit halves: from DRAM, 512-bit loads streamed
+    // 10-20% slower on that EPYC (Zen 4), the same bytes (session 23).
     const uint8_t* ps = panel + size_t(s) * 512;
     __m512bh w[8];
-    for (int c = 0; c < 8; ++c) w[c] = (__m512bh)_mm512_loadu_si512(ps + 64 * c);
+    for (int c = 0; c < 8; ++c) w[c] = (__m512bh)load_pair(ps + 64 * c, ps + 64 * c + 32);
     for (int r = 0; r < R; ++r) {
       const __m512bh av = (__m512bh)_mm512_loadu_si512(a[r] + 32 * s);
       for (int c = 0; c < 8; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], w[c], av);
