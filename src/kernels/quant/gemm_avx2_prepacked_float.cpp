@@ -184,7 +184,8 @@ void panel_bf16(const uint8_t* panel, int64_t n, const uint16_t* const a[], floa
     // 10-20% slower on that EPYC (Zen 4), the same bytes (session 23).
     const uint8_t* ps = panel + size_t(s) * 512;
     __m512bh w[8];
-    for (int c = 0; c < 8; ++c) w[c] = (__m512bh)load_pair(ps + 64 * c, ps + 64 * c + 32);
+    for (int c = 0; c < 8; ++c)
+      w[c] = (__m512bh)_mm512_inserti64x4(_mm512_castsi256_si512(load256(ps + 64 * c)), load256(ps + 64 * c + 32), 1);
     for (int r = 0; r < R; ++r) {
       const __m512bh av = (__m512bh)_mm512_loadu_si512(a[r] + 32 * s);
       for (int c = 0; c < 8; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], w[c], av);
