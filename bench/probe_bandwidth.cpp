@@ -3,8 +3,9 @@
 // of a buffer far larger than the last-level cache with AVX2 loads and independent XOR
 // accumulators, the way a matmul streams weight rows; prints the median of R passes.
 // Pages: 4k (ordinary pages, as a mapped GGUF file) and 2m (transparent huge pages, as kvasir's
-// packed weights, src/core/huge_buffer.cpp). With 4 KiB pages the walk misses the TLB every
-// 4 KiB, so the 2m figure is the ceiling of a decode that reads packed weights.
+// packed weights, src/core/huge_buffer.cpp): the 2m figure is the ceiling of a decode that reads
+// packed weights. On a shared machine both move with the other tenants more than with the page
+// size (docs/PERFORMANCE.md, session 23).
 //
 //   probe_bandwidth [MiB=1024] [threads=1,2] [passes=15] [pages=4k,2m]
 #include <immintrin.h>

@@ -32,9 +32,9 @@ using ActOf = float;
 constexpr bool kWidenF16Activations = true;
 
 // 16 elements at p (rows 2p and 2p + 1's 8 each) widened to f32 (exact). kHalves: F32 read as
-// two 256-bit halves, for one-row decode. From DRAM, 512-bit loads streamed 5-12% slower on an
-// AVX-512 EPYC (Zen 4); from cache, where prefill rereads a panel, the extra insert cost 3-5%
-// (docs/PERFORMANCE.md, session 23).
+// two 256-bit halves, for one-row decode: from DRAM, 512-bit loads streamed 5-12% slower on an
+// AVX-512 EPYC (Zen 4). Prefill rereads a panel from cache and keeps the one load (the halves
+// were 3-5% slower there in one pair of runs, level in later ones; docs/PERFORMANCE.md, session 23).
 template <DType kType, bool kHalves>
 inline __m512 wide16(const uint8_t* p) {
   const auto* f = reinterpret_cast<const float*>(p);
