@@ -19,6 +19,11 @@ namespace {
 // the step's serial parts costs little idle time at the join (`kvasir batch` A/B, 6 rounds:
 // 16 medians ~4% faster than 4, within this machine's noise; 32 no better).
 constexpr int kLinearChunksPerThread = 16;
+// ...but no smaller than this many weight bytes: every chunk starts its own stream from DRAM,
+// unprefetched, and on narrow models 16 chunks a thread were 10-30 KiB each. The matmuls of the
+// 134M and Gemma 3 270M shapes streamed 1.1-1.3x faster in chunks of 100 KiB and more
+// (gemv_stream_bench, docs/PERFORMANCE.md, session 23); the 1.1B shape's were level.
+constexpr int64_t kLinearChunkMinBytes = 128 << 10;
 // From 16 rows on, fewer and larger chunks: every chunk's kernel call prepares each activation
 // block again (scale, code-offset sum), ~6% of a 32-row decode step at 16 chunks a thread
 // (batched decode x32 +7-9%, A/B with batched_decode_bench).
@@ -209,8 +214,12 @@ Forward::ActRegions Forward::convert(std::span<const Matrix* const> readers, con
 void Forward::run_segments(const std::vector<Segment>& segs) {
   // Each y element is one full dot product whatever the split (kernels/quant/gemm.h), so results
   // do not depend on the thread count, the batch composition or which matrices share the pass.
-  int64_t total = 0;
-  for (const Segment& s : segs) total += s.w->n_out;
+  int64_t total = 0, bytes = 0;
+  for (const Segment& s : segs) total += s.w->n_out, bytes += int64_t(row_bytes(s.w->type, s.w->n_in)) * s.w->n_out;
+  const int chunks = segs.front().rows >= kBatchedRows
+                         ? kLinearChunksPerThreadBatched
+                         : int(std::clamp<int64_t>(bytes / (kLinearChunkMinBytes * pool_.num_threads()), 1,
+                                                   kLinearChunksPerThread));
   pool_.parallel_for(total, 16, [&](int64_t b, int64_t e, int) {
     int64_t offset = 0;
     for (const Segment& s : segs) {
@@ -223,7 +232,7 @@ void Forward::run_segments(const std::vector<Segment>& segs) {
       offset += w.n_out;
       if (offset >= e) break;
     }
-  }, segs.front().rows >= kBatchedRows ? kLinearChunksPerThreadBatched : kLinearChunksPerThread);
+  }, chunks);
 }
 
 void Forward::linear(std::initializer_list<LinearJob> jobs, const float* x, int64_t T) {
