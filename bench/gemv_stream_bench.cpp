@@ -2,14 +2,15 @@
 // matrices, in layer order, split over the pool the way Forward::run_segments splits them
 // (q/k/v in one pass, o, gate/up in one pass, down, then the output head). Against
 // `kvasir bench -p 0` on the same shape it says how much of a decode token is its matmuls;
-// against probe_bandwidth, how close the matmuls run to the memory. Two ways, interleaved:
-//   per pass  one parallel_for per pass, as decode runs (a barrier after each);
+// against probe_bandwidth, how close the matmuls run to the memory. Timed ways, interleaved:
+//   per pass  one parallel_for per pass, as decode runs (a barrier after each), its chunks at
+//             least CHUNK KiB of weights as in Forward (several CHUNK values: one way each);
 //   one sweep each thread walks its half of every matrix with no barrier (the barriers' cost).
 // One weight type for every matrix (a Q4_K_M file mixes in Q6_K; a synth file of one type
 // matches exactly). Random weights: the kernels' speed does not depend on their values.
 //
 //   gemv_stream_bench [type=q4_0] [threads=2] [passes=9] [n_embd=2048] [n_ff=5632] [n_layers=22]
-//                     [kv_dim=256] [n_vocab=32000]        (defaults: the TinyLlama-1.1B shape)
+//                     [kv_dim=256] [n_vocab=32000] [CHUNK KiB list=128]   (defaults: the 1.1B shape)
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include <cstdlib>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -30,7 +32,7 @@ using namespace kvasir;
 
 namespace {
 
-constexpr int64_t kGrain = 16;         // Forward::run_segments' grain and chunks per thread
+constexpr int64_t kGrain = 16;  // Forward::run_segments' grain and most chunks per thread
 constexpr int kChunksPerThread = 16;
 
 struct Matmul {
@@ -56,6 +58,9 @@ int main(int argc, char** argv) {
   const DType t = *parsed;
   const int threads = int(arg(2, 2)), passes = int(arg(3, 9));
   const int64_t e = arg(4, 2048), f = arg(5, 5632), layers = arg(6, 22), kv = arg(7, 256), vocab = arg(8, 32000);
+  std::vector<int64_t> chunk_kib;
+  std::stringstream list(argc > 9 ? argv[9] : "128");
+  for (std::string item; std::getline(list, item, ',');) chunk_kib.push_back(std::max<int64_t>(1, std::atoll(item.c_str())));
 
   // The passes of one token: each a list of (n_in, n_out) matrices that share one parallel_for.
   std::vector<std::vector<std::pair<int64_t, int64_t>>> shape;
@@ -102,10 +107,11 @@ int main(int argc, char** argv) {
 
   ThreadPool pool(threads);
   std::vector<float> y(size_t(std::max({e, f, vocab})));
-  auto per_pass = [&] {
+  auto per_pass = [&](int64_t min_chunk_bytes) {
     for (const auto& pass : stack) {
-      int64_t n = 0;
-      for (const Matmul& m : pass) n += m.w.n_out;
+      int64_t n = 0, bytes = 0;
+      for (const Matmul& m : pass) n += m.w.n_out, bytes += int64_t(row_bytes(t, m.w.n_in)) * m.w.n_out;
+      const int chunks = int(std::clamp<int64_t>(bytes / (min_chunk_bytes * threads), 1, kChunksPerThread));
       pool.parallel_for(n, kGrain, [&](int64_t b, int64_t end, int) {
         int64_t offset = 0;
         for (const Matmul& m : pass) {
@@ -113,7 +119,7 @@ int main(int argc, char** argv) {
           if (lo < hi) kernels::matmul_rows_packed(m.w, lo - offset, hi - offset, m.act, 1, y.data(), m.w.n_out);
           offset += m.w.n_out;
         }
-      }, kChunksPerThread);
+      }, chunks);
     }
   };
   auto one_sweep = [&] {
@@ -129,19 +135,27 @@ int main(int argc, char** argv) {
     }, 1);
   };
 
-  std::vector<double> gbps_pass, gbps_sweep;
+  // Way w < chunk_kib.size(): per pass with those chunks; the last way: one sweep.
+  const size_t ways = chunk_kib.size() + 1;
+  std::vector<std::vector<double>> gbps(ways);
   for (int p = 0; p < passes + 1; ++p) {  // round 0 warms up
-    for (int way = 0; way < 2; ++way) {
+    for (size_t w = 0; w < ways; ++w) {
       const auto t0 = std::chrono::steady_clock::now();
-      way == 0 ? per_pass() : one_sweep();
+      w + 1 < ways ? per_pass(chunk_kib[w] << 10) : one_sweep();
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (p > 0) (way == 0 ? gbps_pass : gbps_sweep).push_back(double(total) / s / 1e9);
+      if (p > 0) gbps[w].push_back(double(total) / s / 1e9);
     }
   }
   std::printf("%s, %zu MB of packed weights a token, %d threads, median of %d\n", type_name.c_str(), total / 1000000,
               threads, passes);
-  std::printf("per pass:  %.1f GB/s (%.2f ms a token)\n", median(gbps_pass), double(total) / median(gbps_pass) / 1e6);
-  std::printf("one sweep: %.1f GB/s (%.2f ms a token)\n", median(gbps_sweep), double(total) / median(gbps_sweep) / 1e6);
+  for (size_t w = 0; w < ways; ++w) {
+    // Pass by pass against the first way: the machine's swings cancel in the ratio.
+    std::vector<double> ratio;
+    for (int p = 0; p < passes; ++p) ratio.push_back(gbps[w][size_t(p)] / gbps[0][size_t(p)]);
+    const std::string name = w + 1 < ways ? "per pass, chunks >= " + std::to_string(chunk_kib[w]) + " KiB" : "one sweep";
+    std::printf("%-28s %.1f GB/s (%.2f ms a token), %.3fx the first\n", (name + ":").c_str(), median(gbps[w]),
+                double(total) / median(gbps[w]) / 1e6, median(ratio));
+  }
   ::munmap(map, total);
   return 0;
 }

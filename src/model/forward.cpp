@@ -21,9 +21,10 @@ namespace {
 constexpr int kLinearChunksPerThread = 16;
 // ...but no smaller than this many weight bytes: every chunk starts its own stream from DRAM,
 // unprefetched, and on narrow models 16 chunks a thread were 10-30 KiB each. The matmuls of the
-// 134M and Gemma 3 270M shapes streamed 1.1-1.3x faster in chunks of 100 KiB and more
-// (gemv_stream_bench, docs/PERFORMANCE.md, session 23); the 1.1B shape's were level.
-constexpr int64_t kLinearChunkMinBytes = 128 << 10;
+// 134M and Gemma 3 270M shapes streamed 1.06-1.19x faster with chunks of 256 KiB or more (128:
+// 1.04-1.16x, 512: as 256; gemv_stream_bench, docs/PERFORMANCE.md, session 23); the 1.1B
+// shape's were level.
+constexpr int64_t kLinearChunkMinBytes = 256 << 10;
 // From 16 rows on, fewer and larger chunks: every chunk's kernel call prepares each activation
 // block again (scale, code-offset sum), ~6% of a 32-row decode step at 16 chunks a thread
 // (batched decode x32 +7-9%, A/B with batched_decode_bench).
