@@ -10,7 +10,7 @@
 // matches exactly). Random weights: the kernels' speed does not depend on their values.
 //
 //   gemv_stream_bench [type=q4_0] [threads=2] [passes=9] [n_embd=2048] [n_ff=5632] [n_layers=22]
-//                     [kv_dim=256] [n_vocab=32000] [CHUNK KiB list=128]   (defaults: the 1.1B shape)
+//                     [kv_dim=256] [n_vocab=32000] [CHUNK KiB list=256]   (defaults: the 1.1B shape)
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
   const int threads = int(arg(2, 2)), passes = int(arg(3, 9));
   const int64_t e = arg(4, 2048), f = arg(5, 5632), layers = arg(6, 22), kv = arg(7, 256), vocab = arg(8, 32000);
   std::vector<int64_t> chunk_kib;
-  std::stringstream list(argc > 9 ? argv[9] : "128");
+  std::stringstream list(argc > 9 ? argv[9] : "256");
   for (std::string item; std::getline(list, item, ',');) chunk_kib.push_back(std::max<int64_t>(1, std::atoll(item.c_str())));
 
   // The passes of one token: each a list of (n_in, n_out) matrices that share one parallel_for.
