@@ -10,7 +10,7 @@
 // matches exactly). Random weights: the kernels' speed does not depend on their values.
 //
 //   gemv_stream_bench [type=q4_0] [threads=2] [passes=9] [n_embd=2048] [n_ff=5632] [n_layers=22]
-//                     [kv_dim=256] [n_vocab=32000] [CHUNK KiB list=256]   (defaults: the 1.1B shape)
+//                     [kv_dim=256] [n_vocab=32000] [CHUNK KiB list=Forward's]   (defaults: the 1.1B shape)
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -27,13 +27,13 @@
 #include "core/thread_pool.h"
 #include "kernels/matmul.h"
 #include "kernels/quant/quant.h"
+#include "model/forward.h"
 
 using namespace kvasir;
 
 namespace {
 
-constexpr int64_t kGrain = 16;  // Forward::run_segments' grain and most chunks per thread
-constexpr int kChunksPerThread = 16;
+constexpr int64_t kGrain = 16;  // Forward::run_segments' grain
 
 struct Matmul {
   kernels::PackedMatrix w;
@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
   const int threads = int(arg(2, 2)), passes = int(arg(3, 9));
   const int64_t e = arg(4, 2048), f = arg(5, 5632), layers = arg(6, 22), kv = arg(7, 256), vocab = arg(8, 32000);
   std::vector<int64_t> chunk_kib;
-  std::stringstream list(argc > 9 ? argv[9] : "256");
+  std::stringstream list(argc > 9 ? argv[9] : std::to_string(kLinearChunkMinBytes >> 10));
   for (std::string item; std::getline(list, item, ',');) chunk_kib.push_back(std::max<int64_t>(1, std::atoll(item.c_str())));
 
   // The passes of one token: each a list of (n_in, n_out) matrices that share one parallel_for.
@@ -111,7 +111,7 @@ int main(int argc, char** argv) {
     for (const auto& pass : stack) {
       int64_t n = 0, bytes = 0;
       for (const Matmul& m : pass) n += m.w.n_out, bytes += int64_t(row_bytes(t, m.w.n_in)) * m.w.n_out;
-      const int chunks = int(std::clamp<int64_t>(bytes / (min_chunk_bytes * threads), 1, kChunksPerThread));
+      const int chunks = linear_chunks_per_thread(bytes, threads, min_chunk_bytes);
       pool.parallel_for(n, kGrain, [&](int64_t b, int64_t end, int) {
         int64_t offset = 0;
         for (const Matmul& m : pass) {

@@ -19,12 +19,6 @@ namespace {
 // the step's serial parts costs little idle time at the join (`kvasir batch` A/B, 6 rounds:
 // 16 medians ~4% faster than 4, within this machine's noise; 32 no better).
 constexpr int kLinearChunksPerThread = 16;
-// ...but no smaller than this many weight bytes: every chunk starts its own stream from DRAM,
-// unprefetched, and on narrow models 16 chunks a thread were 10-30 KiB each. The matmuls of the
-// 134M and Gemma 3 270M shapes streamed 1.06-1.19x faster with chunks of 256 KiB or more (128:
-// 1.04-1.16x, 512: as 256; gemv_stream_bench, docs/PERFORMANCE.md, session 23); the 1.1B
-// shape's were level.
-constexpr int64_t kLinearChunkMinBytes = 256 << 10;
 // From 16 rows on, fewer and larger chunks: every chunk's kernel call prepares each activation
 // block again (scale, code-offset sum), ~6% of a 32-row decode step at 16 chunks a thread
 // (batched decode x32 +7-9%, A/B with batched_decode_bench).
@@ -212,15 +206,22 @@ Forward::ActRegions Forward::convert(std::span<const Matrix* const> readers, con
   return a;
 }
 
+// At least kLinearChunkMinBytes a chunk: every chunk starts its own stream from DRAM,
+// unprefetched, and on narrow models 16 chunks a thread were 10-30 KiB each. The matmuls of the
+// 134M and Gemma 3 270M shapes streamed 1.06-1.19x faster with chunks of 256 KiB or more (128:
+// 1.04-1.16x, 512: as 256; gemv_stream_bench, docs/PERFORMANCE.md, session 23); the 1.1B
+// shape's were level.
+int linear_chunks_per_thread(int64_t weight_bytes, int threads, int64_t min_chunk_bytes) {
+  return int(std::clamp<int64_t>(weight_bytes / (min_chunk_bytes * std::max(threads, 1)), 1, kLinearChunksPerThread));
+}
+
 void Forward::run_segments(const std::vector<Segment>& segs) {
   // Each y element is one full dot product whatever the split (kernels/quant/gemm.h), so results
   // do not depend on the thread count, the batch composition or which matrices share the pass.
   int64_t total = 0, bytes = 0;
   for (const Segment& s : segs) total += s.w->n_out, bytes += int64_t(row_bytes(s.w->type, s.w->n_in)) * s.w->n_out;
-  const int chunks = segs.front().rows >= kBatchedRows
-                         ? kLinearChunksPerThreadBatched
-                         : int(std::clamp<int64_t>(bytes / (kLinearChunkMinBytes * pool_.num_threads()), 1,
-                                                   kLinearChunksPerThread));
+  const int chunks = segs.front().rows >= kBatchedRows ? kLinearChunksPerThreadBatched
+                                                       : linear_chunks_per_thread(bytes, pool_.num_threads());
   pool_.parallel_for(total, 16, [&](int64_t b, int64_t e, int) {
     int64_t offset = 0;
     for (const Segment& s : segs) {

@@ -23,6 +23,12 @@
 
 namespace kvasir {
 
+// Column chunks per thread of a one-to-15-row matmul pass over weight_bytes of weights
+// (Forward::run_segments): as many as give each chunk min_chunk_bytes, from 1 to 16.
+// gemv_stream_bench times other minimums against the default.
+inline constexpr int64_t kLinearChunkMinBytes = 256 << 10;
+int linear_chunks_per_thread(int64_t weight_bytes, int threads, int64_t min_chunk_bytes = kLinearChunkMinBytes);
+
 struct ForwardOptions {
   int64_t max_batch_tokens = 512;
   int num_threads = 0;  // 0 = physical cores
