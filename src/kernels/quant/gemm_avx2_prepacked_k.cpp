@@ -1,10 +1,13 @@
 // Decode kernels on repacked k-quant weights (PackedMatrix): Q4_K and Q6_K, the types of the
 // Q4_K_M mix. A panel super-block holds 8 rows x 256 elements, codes as in the Q4_0 panels
-// (vector k = elements 4k..4k+3 of every row, row c at bytes 4c..4c+3) plus the rows' scales
-// laid out [sub-block][row] so one load gives a sub-block's 8 scales:
-//   Q4_K: 32 x 32 bytes of nibble pairs | scales u8[8][8] | mins u8[8][8] | d f16[8] | dmin f16[8]
+// (vector k = elements 4k..4k+3 of every row, row c at bytes 4c..4c+3) plus the rows' scale
+// bytes laid out [byte][row], so one load gives a byte (a Q6_K sub-block's scale) of all 8 rows:
+//   Q4_K: 32 x 32 bytes of nibble pairs | the file's 6-bit scales and mins u8[12][8] | d f16[8] | dmin f16[8]
 //   Q6_K: 32 x 32 bytes of low-nibble pairs | 16 x 32 bytes of high 2-bit quads | scales i8[16][8] | d f16[8]
 // Same bytes per panel as the file (8 x 144, 8 x 210), same float steps as every kernel (gemm.h).
+// Decode streams these panels from memory, so a byte the panel does not hold is time saved: a
+// Q4_K super-block's scales and mins are unpacked for its 8 rows when the kernel reaches it
+// (unpack_q4_k_scales, a few byte operations on three vectors).
 #include "kernels/quant/simd.h"
 
 #if KVASIR_HAVE_AVX2
@@ -16,7 +19,7 @@
 namespace kvasir::kernels::simd {
 namespace {
 
-constexpr size_t kQ4KScales = 1024, kQ4KMins = kQ4KScales + 64, kQ4KD = kQ4KMins + 64, kQ4KDmin = kQ4KD + 16;
+constexpr size_t kQ4KScales = 1024, kQ4KD = kQ4KScales + 96, kQ4KDmin = kQ4KD + 16;
 constexpr size_t kQ4KBlock = kQ4KDmin + 16;
 constexpr size_t kQ6KHigh = 1024, kQ6KScales = kQ6KHigh + 512, kQ6KD = kQ6KScales + 128;
 constexpr size_t kQ6KBlock = kQ6KD + 16;
@@ -45,14 +48,40 @@ inline void nibble_vectors(const uint8_t* chunk, __m256i& lo, __m256i& hi) {
   hi = _mm256_and_si256(_mm256_srli_epi16(l, 4), m);
 }
 
+// A Q4_K super-block's scales and mins for its 8 rows, [sub-block j][row c], from the file's
+// 6-bit form (bytes q[0..11] of a row; j < 4: scale q[j] & 63, min q[j + 4] & 63; j >= 4:
+// scale q[j + 4] & 15 | (q[j - 4] >> 6) << 4, min q[j + 4] >> 4 | (q[j] >> 6) << 4). The panel
+// holds q[b] of the 8 rows at bytes 8b..8b+7, so three vectors hold q[0..3], q[4..7], q[8..11].
+// Unpacked into a buffer on the stack: kept in registers, they crowded the two-panel prefill
+// kernel's row sums out (spills, 8-10% slower prefill).
+struct Q4KScales {
+  alignas(32) uint8_t sc[64];
+  alignas(32) uint8_t mn[64];
+};
+[[gnu::always_inline]] inline void unpack_q4_k_scales(const uint8_t* pb, Q4KScales& out) {
+  const __m256i q03 = loadu(pb + kQ4KScales), q47 = loadu(pb + kQ4KScales + 32), q811 = loadu(pb + kQ4KScales + 64);
+  const __m256i m63 = _mm256_set1_epi8(63), m15 = _mm256_set1_epi8(15), top2 = _mm256_set1_epi8(0x30);
+  // (x >> 6) << 4 of a byte is (x >> 2) & 0x30; the 16-bit shifts carry the next byte's bits
+  // only into bits the masks clear.
+  const __m256i sc47 = _mm256_or_si256(_mm256_and_si256(q811, m15), _mm256_and_si256(_mm256_srli_epi16(q03, 2), top2));
+  const __m256i mn47 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q811, 4), m15),
+                                       _mm256_and_si256(_mm256_srli_epi16(q47, 2), top2));
+  _mm256_store_si256(reinterpret_cast<__m256i*>(out.sc), _mm256_and_si256(q03, m63));
+  _mm256_store_si256(reinterpret_cast<__m256i*>(out.sc + 32), sc47);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(out.mn), _mm256_and_si256(q47, m63));
+  _mm256_store_si256(reinterpret_cast<__m256i*>(out.mn + 32), mn47);
+}
+
 // The end of a Q4_K super-block i for R activation rows, given each row's integer code sums:
 // acc[r] += (dw * da) * sumi[r] - (dmin * da) * (sum over sub-blocks j of m_j * bsums of j).
+// mn: the block's minimums, [sub-block][row] (Q4KScales::mn).
 template <int R>
-void finish_q4_k_block(const uint8_t* pb, const BlockQ8_K* const a[], int64_t i, const __m256i sumi[], __m256 acc[]) {
+[[gnu::always_inline]] inline void finish_q4_k_block(const uint8_t* pb, const uint8_t* mn, const BlockQ8_K* const a[],
+                                                     int64_t i, const __m256i sumi[], __m256 acc[]) {
   const __m256 neg = _mm256_set1_ps(-0.0f);
   const __m256 dw = _mm256_cvtph_ps(load128(pb + kQ4KD)), dmin = _mm256_cvtph_ps(load128(pb + kQ4KDmin));
   __m256i mins[4];
-  for (int t = 0; t < 4; ++t) mins[t] = interleave16<false>(pb + kQ4KMins + 16 * t, pb + kQ4KMins + 16 * t + 8);
+  for (int t = 0; t < 4; ++t) mins[t] = interleave16<false>(mn + 16 * t, mn + 16 * t + 8);
   for (int r = 0; r < R; ++r) {
     // Minimums: sum over sub-blocks j of m_j * (bsums[2j] + bsums[2j+1]), pairs of j per madd.
     alignas(16) int16_t pairs[8];
@@ -84,12 +113,14 @@ void panel_q4_k(const uint8_t* panel, int64_t nb, const BlockQ8_K* const a[], __
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* pb = panel + size_t(i) * kQ4KBlock;
+    Q4KScales sm;
+    unpack_q4_k_scales(pb, sm);
     __m256i sumi[R];
     for (int j = 0; j < 8; ++j) {
       prefetch_part<kQ4KBlock, 8>(pb, j);
       __m256i v[8];
       for (int m = 0; m < 4; ++m) nibble_vectors(pb + 128 * j + 32 * m, v[2 * m], v[2 * m + 1]);
-      const __m256i sc = dup16<false>(pb + kQ4KScales + 8 * j);
+      const __m256i sc = dup16<false>(sm.sc + 8 * j);
       for (int r = 0; r < R; ++r) {
         const int8_t* q = a[r][i].qs + 32 * j;
         __m256i p = _mm256_maddubs_epi16(v[0], bcast4(q));
@@ -101,7 +132,7 @@ void panel_q4_k(const uint8_t* panel, int64_t nb, const BlockQ8_K* const a[], __
         sumi[r] = j == 0 ? s : _mm256_add_epi32(sumi[r], s);
       }
     }
-    finish_q4_k_block<R>(pb, a, i, sumi, acc);
+    finish_q4_k_block<R>(pb, sm.mn, a, i, sumi, acc);
   }
 }
 
@@ -130,6 +161,8 @@ void panel_q4_k_512(const uint8_t* panel, int64_t nb, const BlockQ8_K* const a[]
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* pb = panel + size_t(i) * kQ4KBlock;
+    Q4KScales sm;
+    unpack_q4_k_scales(pb, sm);
     __m512i sumi[R];
     for (int j = 0; j < 8; j += 2) {
       prefetch_part<kQ4KBlock, 4>(pb, j / 2);
@@ -139,7 +172,7 @@ void panel_q4_k_512(const uint8_t* panel, int64_t nb, const BlockQ8_K* const a[]
         v[2 * m] = _mm512_and_si512(c, m4);
         v[2 * m + 1] = _mm512_and_si512(_mm512_srli_epi16(c, 4), m4);
       }
-      const __m512i sc = pair256(dup16<false>(pb + kQ4KScales + 8 * j), dup16<false>(pb + kQ4KScales + 8 * (j + 1)));
+      const __m512i sc = pair256(dup16<false>(sm.sc + 8 * j), dup16<false>(sm.sc + 8 * (j + 1)));
       for (int r = 0; r < R; ++r) {
         const int8_t* q = a[r][i].qs + 32 * j;
         __m512i p = _mm512_maddubs_epi16(v[0], pair256(bcast4(q), bcast4(q + 32)));
@@ -151,7 +184,7 @@ void panel_q4_k_512(const uint8_t* panel, int64_t nb, const BlockQ8_K* const a[]
     }
     __m256i si[R];
     add_halves<R>(sumi, si);
-    finish_q4_k_block<R>(pb, a, i, si, acc);
+    finish_q4_k_block<R>(pb, sm.mn, a, i, si, acc);
   }
 }
 // panel_q6_k likewise: sub-blocks s and s + 1 side by side.
@@ -232,14 +265,10 @@ void panel_q6_k(const uint8_t* panel, int64_t nb, const BlockQ8_K* const a[], __
 // The two-panel forms (see kPanelsPerStep): panel p at `panel`, p + 1 at panel + panel_bytes.
 // vpdpbusd gives a sub-block's exact code sums per column in int32, times the column's scale in
 // int32: the same sums as the vpmaddubsw / vpmaddwd kernels, so the same bits after finish_*.
-// Row r's int32 sums of both panels, one per 256-bit half, finished panel by panel.
-template <int R, class Finish>
-void finish_pair(const uint8_t* p0, const uint8_t* p1, const BlockQ8_K* const a[], int64_t i, const __m512i sumi[],
-                 __m256 acc0[], __m256 acc1[], Finish&& finish) {
-  __m256i lo[R], hi[R];
+// Row r's int32 sums of both panels, one per 256-bit half: panel p's in lo, p + 1's in hi.
+template <int R>
+void split_pair(const __m512i sumi[], __m256i lo[], __m256i hi[]) {
   for (int r = 0; r < R; ++r) lo[r] = _mm512_castsi512_si256(sumi[r]), hi[r] = _mm512_extracti64x4_epi64(sumi[r], 1);
-  finish(p0, a, i, lo, acc0);
-  finish(p1, a, i, hi, acc1);
 }
 
 // 8 bytes at p0 and 8 at p1 -> 16 int32 lanes.
@@ -258,6 +287,9 @@ void panel2_q4_k(const uint8_t* panel, size_t panel_bytes, int64_t nb, const Blo
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* p0 = panel + size_t(i) * kQ4KBlock;
     const uint8_t* p1 = p0 + panel_bytes;
+    Q4KScales sm0, sm1;
+    unpack_q4_k_scales(p0, sm0);
+    unpack_q4_k_scales(p1, sm1);
     __m512i sumi[R];
     for (int j = 0; j < 8; ++j) {
       prefetch_part<kQ4KBlock, 8>(p0, j);
@@ -268,7 +300,7 @@ void panel2_q4_k(const uint8_t* panel, size_t panel_bytes, int64_t nb, const Blo
         v[2 * m] = _mm512_and_si512(c, m4);
         v[2 * m + 1] = _mm512_and_si512(_mm512_srli_epi16(c, 4), m4);
       }
-      const __m512i sc = widen_pair<false>(p0 + kQ4KScales + 8 * j, p1 + kQ4KScales + 8 * j);
+      const __m512i sc = widen_pair<false>(sm0.sc + 8 * j, sm1.sc + 8 * j);
       for (int r = 0; r < R; ++r) {
         const int8_t* q = a[r][i].qs + 32 * j;
         __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v[0], bcast4_512(q));
@@ -281,7 +313,10 @@ void panel2_q4_k(const uint8_t* panel, size_t panel_bytes, int64_t nb, const Blo
         sumi[r] = j == 0 ? t : _mm512_add_epi32(sumi[r], t);
       }
     }
-    finish_pair<R>(p0, p1, a, i, sumi, acc0, acc1, finish_q4_k_block<R>);
+    __m256i lo[R], hi[R];
+    split_pair<R>(sumi, lo, hi);
+    finish_q4_k_block<R>(p0, sm0.mn, a, i, lo, acc0);
+    finish_q4_k_block<R>(p1, sm1.mn, a, i, hi, acc1);
   }
 }
 
@@ -317,7 +352,10 @@ void panel2_q6_k(const uint8_t* panel, size_t panel_bytes, int64_t nb, const Blo
         sumi[r] = s == 0 ? t : _mm512_add_epi32(sumi[r], t);
       }
     }
-    finish_pair<R>(p0, p1, a, i, sumi, acc0, acc1, finish_q6_k_block<R>);
+    __m256i lo[R], hi[R];
+    split_pair<R>(sumi, lo, hi);
+    finish_q6_k_block<R>(p0, a, i, lo, acc0);
+    finish_q6_k_block<R>(p1, a, i, hi, acc1);
   }
 }
 #endif
@@ -331,9 +369,7 @@ inline void transpose_group(__m256i codes[8], __m256i out[8]) {
 void pack_q4_k(const uint8_t* const rows[8], int64_t i, uint8_t* dst) {
   for (int c = 0; c < 8; ++c) {
     const auto& b = reinterpret_cast<const BlockQ4_K*>(rows[c])[i];
-    uint8_t sc[8], mn[8];
-    k4_scales_mins(b.scales, sc, mn);
-    for (int j = 0; j < 8; ++j) dst[kQ4KScales + 8 * j + c] = sc[j], dst[kQ4KMins + 8 * j + c] = mn[j];
+    for (int q = 0; q < 12; ++q) dst[kQ4KScales + 8 * q + c] = b.scales[q];
     std::memcpy(dst + kQ4KD + 2 * c, &b.d, 2);
     std::memcpy(dst + kQ4KDmin + 2 * c, &b.dmin, 2);
   }
