@@ -83,7 +83,9 @@ int main(int argc, char** argv) {
   }
 
   ThreadPool pool(threads);
-  std::vector<float> y(memory_bytes / 64 + 64);
+  int64_t max_out = 0;
+  for (const Case& c : cases) max_out = std::max({max_out, c.cached.n_out, c.memory.n_out});
+  std::vector<float> y(static_cast<size_t>(max_out));
   auto run = [&](const kernels::PackedMatrix& m, const uint8_t* act) {
     pool.parallel_for(m.n_out, 8, [&](int64_t b, int64_t e, int) {
       kernels::matmul_rows_packed(m, b, e, act, 1, y.data(), m.n_out);
