@@ -26,8 +26,6 @@ using namespace kvasir;
 
 namespace {
 
-int64_t g_n_in = 2048;  // n_in of both matrices (default: the 1.1B shape's n_embd)
-
 struct Case {
   DType type;
   std::string name;
@@ -40,18 +38,18 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// A packed matrix of about `bytes` bytes, n_in = g_n_in, on huge pages; its rows are x quantized.
-kernels::PackedMatrix make_matrix(DType t, size_t bytes, const std::vector<float>& x) {
+// A packed matrix of about `bytes` bytes on huge pages; its rows are x quantized.
+kernels::PackedMatrix make_matrix(DType t, int64_t n_in, size_t bytes, const std::vector<float>& x) {
   const auto* tr = kernels::quant_traits(t);
-  const int64_t n_out = std::max<int64_t>(8, int64_t(bytes / row_bytes(t, g_n_in)) / 8 * 8);
-  const size_t total = kernels::pack_matrix_bytes(t, g_n_in, n_out);
+  const int64_t n_out = std::max<int64_t>(8, int64_t(bytes / row_bytes(t, n_in)) / 8 * 8);
+  const size_t total = kernels::pack_matrix_bytes(t, n_in, n_out);
   void* map = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (map == MAP_FAILED) std::perror("mmap"), std::exit(1);
   (void)::madvise(map, total, MADV_HUGEPAGE);
-  std::vector<uint8_t> rows(row_bytes(t, g_n_in) * size_t(n_out));
+  std::vector<uint8_t> rows(row_bytes(t, n_in) * size_t(n_out));
   for (int64_t o = 0; o < n_out; ++o)
-    tr->quantize_row(x.data() + size_t(o % 7) * 8, rows.data() + size_t(o) * row_bytes(t, g_n_in), g_n_in);
-  kernels::PackedMatrix m = kernels::pack_matrix_in(t, g_n_in, n_out, static_cast<uint8_t*>(map));
+    tr->quantize_row(x.data() + size_t(o % 7) * 8, rows.data() + size_t(o) * row_bytes(t, n_in), n_in);
+  kernels::PackedMatrix m = kernels::pack_matrix_in(t, n_in, n_out, static_cast<uint8_t*>(map));
   kernels::pack_panels(m, rows.data(), 0, n_out / 8);
   return m;
 }
@@ -60,11 +58,12 @@ kernels::PackedMatrix make_matrix(DType t, size_t bytes, const std::vector<float
 
 int main(int argc, char** argv) {
   std::vector<Case> cases;
-  if (argc > 6) g_n_in = std::max<int64_t>(256, std::atoll(argv[6]) / 256 * 256);
+  // n_in of every matrix (default: the 1.1B shape's n_embd), a whole number of 256-element blocks
+  const int64_t n_in = argc > 6 ? std::max<int64_t>(256, std::atoll(argv[6]) / 256 * 256) : 2048;
   std::stringstream list(argc > 1 ? argv[1] : "q4_0,q4_k,q6_k,q8_0");
   std::mt19937 rng(1);
   std::normal_distribution<float> g(0.f, 1.f);
-  std::vector<float> x(size_t(g_n_in) + 64);
+  std::vector<float> x(size_t(n_in) + 64);
   for (float& v : x) v = g(rng);
   const int threads = argc > 2 ? std::atoi(argv[2]) : 1, passes = argc > 3 ? std::atoi(argv[3]) : 15;
   const size_t cached_bytes = size_t(argc > 4 ? std::atoll(argv[4]) : 256) << 10;
@@ -75,10 +74,10 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "type '%s' has no packed decode panels in this build\n", item.c_str());
       return 2;
     }
-    Case c{*t, item, make_matrix(*t, cached_bytes, x), make_matrix(*t, memory_bytes, x), {}};
+    Case c{*t, item, make_matrix(*t, n_in, cached_bytes, x), make_matrix(*t, n_in, memory_bytes, x), {}};
     const auto* tr = kernels::quant_traits(*t);
-    c.act.resize(row_bytes(tr->vec_dot_type, g_n_in));
-    kernels::quantize_activations(tr->vec_dot_type, x.data(), 1, g_n_in, c.act.data());
+    c.act.resize(row_bytes(tr->vec_dot_type, n_in));
+    kernels::quantize_activations(tr->vec_dot_type, x.data(), 1, n_in, c.act.data());
     cases.push_back(std::move(c));
   }
 
@@ -92,7 +91,7 @@ int main(int argc, char** argv) {
     }, 1);
   };
   auto bytes_of = [](const Case& c, const kernels::PackedMatrix& m) {
-    return double(kernels::pack_matrix_bytes(c.type, g_n_in, m.n_out));
+    return double(kernels::pack_matrix_bytes(c.type, m.n_in, m.n_out));
   };
   // gbps[way][case][pass]; way 0 cached, 1 memory.
   std::vector<std::vector<std::vector<double>>> gbps(2, std::vector<std::vector<double>>(cases.size()));
@@ -111,7 +110,7 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("one row, n_in %lld, %d threads, median of %d passes (GB/s of packed weights; ratio to %s pass by pass)\n",
-              static_cast<long long>(g_n_in), threads, passes, cases[0].name.c_str());
+              static_cast<long long>(n_in), threads, passes, cases[0].name.c_str());
   std::printf("%-6s %22s %22s\n", "type", "cached", "from memory");
   for (size_t c = 0; c < cases.size(); ++c) {
     std::printf("%-6s", cases[c].name.c_str());
