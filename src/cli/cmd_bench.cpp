@@ -18,6 +18,7 @@
 
 #include "cli/common.h"
 #include "cli/commands.h"
+#include "cuda/cuda_runner.h"
 #include "kernels/quant/quant.h"
 #include "model/session.h"
 
@@ -33,6 +34,58 @@ struct BenchArgs {
   bool json = false, csv = false;
   std::string kv_type = "f16";
   bool kv_no_calibrate = false;
+  std::string device = "cpu";
+};
+
+// What a bench run drives: one sequence's context, evaluated in chunks.
+class BenchTarget {
+ public:
+  virtual ~BenchTarget() = default;
+  virtual Status eval(std::span<const int32_t> tokens, const Session::LogitsSink& on_last) = 0;
+  virtual void truncate(int64_t n) = 0;
+  virtual void reset() = 0;
+};
+
+class SessionTarget : public BenchTarget {
+ public:
+  explicit SessionTarget(std::unique_ptr<Session> s) : s_(std::move(s)) {}
+  Status eval(std::span<const int32_t> t, const Session::LogitsSink& sink) override { return s_->eval(t, false, sink); }
+  void truncate(int64_t n) override { s_->truncate(n); }
+  void reset() override { s_->reset(); }
+
+ private:
+  std::unique_ptr<Session> s_;
+};
+
+// A runner (the CUDA one) behind the same calls: blocks 0.. hold the sequence, prefill in chunks
+// of the runner's batch, logits of each chunk's last row.
+class RunnerTarget : public BenchTarget {
+ public:
+  explicit RunnerTarget(std::unique_ptr<runtime::ModelRunner> r) : r_(std::move(r)) {
+    for (int64_t b = 0; b < r_->info().num_kv_blocks; ++b) table_.push_back(int32_t(b));
+  }
+  Status eval(std::span<const int32_t> tokens, const Session::LogitsSink& sink) override {
+    const int64_t chunk = r_->info().max_batch_tokens;
+    for (size_t at = 0; at < tokens.size(); at += size_t(chunk)) {
+      const size_t end = std::min(tokens.size(), at + size_t(chunk));
+      batch_.clear();
+      for (size_t i = at; i < end; ++i) batch_.add(tokens[i], int32_t(n_past_ + int64_t(i - at)), 0, i + 1 == end);
+      batch_.block_tables.push_back(&table_);
+      auto l = r_->forward(batch_);
+      if (!l) return Error{l.error(), l.error_code()};
+      n_past_ += int64_t(end - at);
+      if (end == tokens.size()) sink(int64_t(tokens.size()) - 1, *l);
+    }
+    return {};
+  }
+  void truncate(int64_t n) override { n_past_ = std::min(n_past_, std::max<int64_t>(n, 0)); }
+  void reset() override { n_past_ = 0; }
+
+ private:
+  std::unique_ptr<runtime::ModelRunner> r_;
+  std::vector<int32_t> table_;
+  Batch batch_;
+  int64_t n_past_ = 0;
 };
 
 struct Stats {
@@ -178,15 +231,37 @@ int run_bench(const BenchArgs& a) {
   auto label = [&](const std::string& test, size_t k) {
     return several ? test + " kv " + std::string(dtype_info(kv_types[k]).name) : test;
   };
+  auto device = cuda::parse_device(a.device);
+  if (!device) return fail(device.error());
+  if (*device >= 0 && (kv_types.size() != 1 || kv_types[0] != DType::F16))
+    return fail("--device cuda keeps K and V in F16 (--kv-type f16)");
+  std::string isa = kernels::kernel_isa();
+  double copy_gbps = 0;  // the device's measured copy bandwidth (CUDA)
+  if (*device >= 0) {
+    auto d = cuda::describe_device(*device);
+    if (!d) return fail(d.error());
+    isa = "cuda (" + *d + ")";
+    auto bw = cuda::copy_bandwidth_gbps(*device);
+    if (!bw) return fail(bw.error());
+    copy_gbps = *bw;
+  }
   for (int64_t t : *ts) {
     // One session per KV type: each test's runs alternate between them, so that a machine whose
     // load changes shifts every type alike.
-    std::vector<std::unique_ptr<Session>> sessions;
+    std::vector<std::unique_ptr<BenchTarget>> sessions;
     for (size_t k = 0; k < kv_types.size(); ++k) {
+      if (*device >= 0) {
+        const int64_t blocks = (max_ctx + 15) / 16 + 1;
+        auto r = cuda::create_runner(m, {.device = *device, .max_batch_tokens = a.batch, .num_threads = int(t),
+                                         .kv_blocks = std::max<int64_t>(blocks, 2)});
+        if (!r) return fail(r.error());
+        sessions.push_back(std::make_unique<RunnerTarget>(std::move(*r)));
+        continue;
+      }
       auto session = Session::create(m, {.n_ctx = max_ctx, .max_batch_tokens = a.batch, .num_threads = int(t),
                                          .kv_type = kv_types[k], .kv_transform = kv_transforms[k]});
       if (!session) return fail(session.error());
-      sessions.push_back(std::move(*session));
+      sessions.push_back(std::make_unique<SessionTarget>(std::move(*session)));
     }
     uint64_t hash = 0;
     auto keep_hash = [&](int64_t, const float* l) { hash = fnv1a(l, size_t(c.n_vocab)); };
@@ -202,12 +277,12 @@ int run_bench(const BenchArgs& a) {
         if (d > 0) {
           if (isatty(STDERR_FILENO))
             std::fprintf(stderr, "\r\033[Kbench: computing %lld tokens of context", (long long)d);
-          if (auto st = s->eval(depth_tokens, false, ignore); !st) return fail(st.error());
+          if (auto st = s->eval(depth_tokens, ignore); !st) return fail(st.error());
         }
       }
       // A test's runs, kv types alternating within each; run(session) returns tokens per second.
       std::vector<uint64_t> hashes(sessions.size());  // each session's last logits
-      auto measure = [&](const std::string& test, const std::function<Result<double>(Session&)>& run)
+      auto measure = [&](const std::string& test, const std::function<Result<double>(BenchTarget&)>& run)
           -> Result<std::vector<std::vector<double>>> {
         std::vector<std::vector<double>> tps(sessions.size());
         for (int r = a.no_warmup ? 0 : -1; r < a.reps; ++r) {  // r = -1: warm-up
@@ -226,9 +301,9 @@ int run_bench(const BenchArgs& a) {
         if (p == 0) continue;
         const auto prompt = random_tokens(p);
         const std::string test = "pp" + std::to_string(p) + (d ? "@d" + std::to_string(d) : "");
-        auto tps = measure(test, [&](Session& s) -> Result<double> {
+        auto tps = measure(test, [&](BenchTarget& s) -> Result<double> {
           const auto t0 = Clock::now();
-          if (auto st = s.eval(prompt, false, keep_hash); !st) return Error{st.error()};
+          if (auto st = s.eval(prompt, keep_hash); !st) return Error{st.error()};
           return double(p) / std::chrono::duration<double>(Clock::now() - t0).count();
         });
         if (!tps) return fail(tps.error());
@@ -242,12 +317,12 @@ int run_bench(const BenchArgs& a) {
       for (int64_t n : *ns) {
         if (n == 0) continue;
         const std::string test = "tg" + std::to_string(n) + (d ? "@d" + std::to_string(d) : "");
-        auto tps = measure(test, [&](Session& s) -> Result<double> {
+        auto tps = measure(test, [&](BenchTarget& s) -> Result<double> {
           int32_t tok[1] = {int32_t(c.n_vocab > 1 ? 1 : 0)};
           const auto t0 = Clock::now();
           for (int64_t i = 0; i < n; ++i) {
             const Session::LogitsSink sink = i + 1 == n ? Session::LogitsSink(keep_hash) : Session::LogitsSink(ignore);
-            if (auto st = s.eval(tok, false, sink); !st) return Error{st.error()};
+            if (auto st = s.eval(tok, sink); !st) return Error{st.error()};
             tok[0] = int32_t((uint32_t(tok[0]) * 2654435761u + 7u) % uint32_t(c.n_vocab));
           }
           return double(n) / std::chrono::duration<double>(Clock::now() - t0).count();
@@ -269,7 +344,7 @@ int run_bench(const BenchArgs& a) {
     nlohmann::json out = nlohmann::json::array();
     for (const auto& r : rows)
       out.push_back({{"model", m.path()}, {"arch", c.arch_name}, {"weight_bytes_per_token", wbytes},
-                     {"isa", kernels::kernel_isa()}, {"threads", r.threads}, {"test", r.test},
+                     {"isa", isa}, {"threads", r.threads}, {"test", r.test},
                      {"tokens_per_s", r.tps.mean}, {"stdev", r.tps.stdev}, {"gb_per_s", r.gbps},
                      {"gflop_per_s", r.gflops}, {"logits_hash", r.hash}, {"reps", a.reps}, {"runs", r.runs}});
     std::printf("%s\n", out.dump(2).c_str());
@@ -281,8 +356,13 @@ int run_bench(const BenchArgs& a) {
   } else {
     std::printf("| model | isa | threads | test | t/s | GB/s | GFLOP/s | logits hash |\n|---|---|---|---|---|---|---|---|\n");
     for (const auto& r : rows)
-      std::printf("| %s | %s | %d | %s | %.2f ± %.2f | %.2f | %.1f | %016llx |\n", name.c_str(), kernels::kernel_isa(),
+      std::printf("| %s | %s | %d | %s | %.2f ± %.2f | %.2f | %.1f | %016llx |\n", name.c_str(), isa.c_str(),
                   r.threads, r.test.c_str(), r.tps.mean, r.tps.stdev, r.gbps, r.gflops, (unsigned long long)r.hash);
+    if (copy_gbps > 0) {
+      std::printf("device copy bandwidth (2 GiB device-to-device, read + write): %.0f GB/s\n", copy_gbps);
+      for (const auto& r : rows)
+        if (r.gbps > 0) std::printf("%s: %.0f GB/s = %.1f%% of the copy bandwidth\n", r.test.c_str(), r.gbps, 100 * r.gbps / copy_gbps);
+    }
     // Several KV types: each against the first, run by run (the runs alternated).
     for (size_t i = 0; several && i < rows.size(); i += kv_types.size()) {
       for (size_t k = 1; k < kv_types.size(); ++k) {
@@ -319,6 +399,7 @@ void register_bench(CLI::App& app, Handler& handler) {
                   "KV cache type(s), comma-separated: f16, f32, q8_0 or q4_0 (quantized K and V are stored in a basis "
                   "calibrated at start-up); several alternate run by run and are compared with the first");
   cmd->add_flag("--kv-no-calibrate", a->kv_no_calibrate, "Store quantized K and V as they are (no KV calibration)");
+  cmd->add_option("--device", a->device, "cpu, cuda or cuda:N (the CUDA runner: F16 KV, prefill in --batch chunks)");
   cmd->add_flag("--json", a->json, "JSON output");
   cmd->add_flag("--csv", a->csv, "CSV output");
   cmd->callback([&handler, a] { handler = [a] { return run_bench(*a); }; });

@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cuda/cuda_runner.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "engine/engine.h"
@@ -34,6 +35,7 @@ using ordered_json = nlohmann::ordered_json;
 
 struct ChatArgs {
   std::string model, chat_template, system, kv_type = "f16";
+  std::string device = "cpu";
   bool kv_no_calibrate = false;
   SamplingParams sampling;
   int32_t n_predict = 1024;
@@ -218,6 +220,9 @@ int run_chat(ChatArgs a) {
   if (!kv_transform) return fail(kv_transform.error());
   o.kv_transform = *kv_transform;
   o.num_threads = a.threads;
+  auto device = cuda::parse_device(a.device);
+  if (!device) return fail(device.error());
+  o.device = *device;
   auto core = engine::EngineCore::create(**model, *tok, o);
   if (!core) return fail(core.error());
 
@@ -269,6 +274,7 @@ void register_chat(CLI::App& app, Handler& handler) {
       ->check(CLI::Range(64, 1 << 22));
   add_sampling_flags(cmd, a->sampling);  // --seed: each answer uses the next one
   cmd->add_option("-t,--threads", a->threads, "Threads (default: physical cores)");
+  cmd->add_option("--device", a->device, "cpu, cuda or cuda:N (the CUDA runner)");
   cmd->add_option("--quantize", a->quantize, "Quantize an F32/F16/BF16 model in memory at load (q8_0, q4_0, q4_k_m, ...): the same bytes as `kvasir quantize`");
   cmd->add_option("--kv-type", a->kv_type, "KV cache type: f16, f32, q8_0 or q4_0 (quantized K and V are stored in a basis calibrated at start-up)");
   cmd->add_flag("--kv-no-calibrate", a->kv_no_calibrate, "Store quantized K and V as they are (no KV calibration)");

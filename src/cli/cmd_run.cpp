@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "cuda/cuda_runner.h"
 #include "cli/common.h"
 #include "cli/commands.h"
 #include "engine/engine.h"
@@ -25,6 +26,7 @@ struct RunArgs {
   SamplingParams sampling;
   int64_t n_ctx = 4096;
   int threads = 0;
+  std::string device = "cpu";
   std::string quantize;
   std::string kv_type = "f16";
   bool kv_no_calibrate = false;
@@ -64,6 +66,9 @@ int run_engine(const RunArgs& a, const Model& model, const Tokenizer& tokenizer,
   o.kv_transform = std::move(kv_transform);
   o.max_model_len = int32_t(a.n_ctx);
   o.num_threads = a.threads;
+  auto device = cuda::parse_device(a.device);
+  if (!device) return fail(device.error());
+  o.device = *device;
   o.spec = spec;
   auto core = engine::EngineCore::create(model, tokenizer, o);
   if (!core) return fail(core.error());
@@ -130,7 +135,7 @@ int run_generate(RunArgs a) {
   if (auto st = a.spec.prepare(**model, *tokenizer, a.threads, *spec); !st) return fail(st.error());
   auto kv_transform = calibrate_kv_cache(**model, *tokenizer, *kv_type, a.n_ctx, "", a.threads, !a.kv_no_calibrate);
   if (!kv_transform) return fail(kv_transform.error());
-  if (spec->method != engine::SpecMethod::none || *grammar)
+  if (spec->method != engine::SpecMethod::none || *grammar || a.device != "cpu")
     return run_engine(a, **model, *tokenizer, std::move(tokens), *kv_type, *kv_transform, *spec, *grammar);
   auto session = Session::create(**model, {.n_ctx = a.n_ctx, .max_batch_tokens = a.batch, .num_threads = a.threads,
                                            .kv_type = *kv_type, .kv_transform = *kv_transform});
@@ -186,6 +191,7 @@ void register_run(CLI::App& app, Handler& handler) {
   add_sampling_flags(cmd, a->sampling);
   cmd->add_option("-c,--ctx", a->n_ctx, "Context size in tokens")->check(CLI::Range(int64_t(16), int64_t(1) << 22));
   cmd->add_option("-t,--threads", a->threads, "Threads (default: physical cores)");
+  cmd->add_option("--device", a->device, "cpu, cuda or cuda:N (the CUDA runner)");
   cmd->add_option("--quantize", a->quantize, "Quantize an F32/F16/BF16 model in memory at load (q8_0, q4_0, q4_k_m, ...): the same bytes as `kvasir quantize`");
   cmd->add_option("-b,--batch", a->batch, "Prefill chunk in tokens")->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--kv-type", a->kv_type, "KV cache type: f16, f32, q8_0 or q4_0 (quantized K and V are stored in a basis calibrated at start-up)");

@@ -22,6 +22,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cuda/cuda_runner.h"
 #include "server/backend.h"
 #include "server/server.h"
 
@@ -30,6 +31,7 @@ namespace {
 
 struct ServeArgs {
   std::string model;
+  std::string device = "cpu";
   std::string chat_template;
   std::string pooling;
   std::string kv_mem;
@@ -209,6 +211,9 @@ int run_serve(ServeArgs a) {
   };
   bo.engine.max_model_len = a.max_model_len;
   bo.engine.num_threads = a.threads;
+  auto device = cuda::parse_device(a.device);
+  if (!device) return fail(device.error());
+  bo.engine.device = *device;
   if (!a.quantize.empty()) bo.load_model = [a] { return load_model(a.model, a.quantize, a.threads); };
   bo.engine.prefix_cache = !a.no_prefix_cache;
   bo.engine.tpot_target_ms = a.tpot_target_ms;
@@ -279,6 +284,7 @@ void register_serve(CLI::App& app, Handler& handler) {
                   "they stay within it (0: throughput first)")
       ->check(CLI::Range(0.0, 1e6));
   cmd->add_option("-t,--threads", a->threads, "Compute threads (default: physical cores)");
+  cmd->add_option("--device", a->device, "cpu, cuda or cuda:N (the CUDA runner)");
   cmd->add_option("--quantize", a->quantize, "Quantize an F32/F16/BF16 model in memory at load (q8_0, q4_0, q4_k_m, ...): the same bytes as `kvasir quantize`");
   a->spec.add_to(cmd);
   cmd->add_option("--max-body", a->max_body, "Largest request body, e.g. 8M (bigger: 413)");

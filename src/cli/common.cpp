@@ -1,3 +1,4 @@
+#include "cuda/cuda_runner.h"
 #include "cli/common.h"
 
 #include "eval/kv_calibration.h"
@@ -137,6 +138,7 @@ void EngineFlags::add_to(CLI::App* cmd) {
   kv.add_to(cmd);
   cmd->add_option("--max-model-len", max_model_len, "Prompt + generated tokens per request");
   cmd->add_option("-t,--threads", threads, "Threads (default: physical cores)");
+  cmd->add_option("--device", device, "cpu, cuda or cuda:N (the CUDA runner)");
   cmd->add_flag("--no-prefix-cache", no_prefix_cache, "Disable prefix caching");
   cmd->add_option("--quantize", quantize, "Quantize an F32/F16/BF16 model in memory at load (q8_0, q4_0, q4_k_m, ...): the same bytes as `kvasir quantize`");
   cmd->add_option("--tpot-target", tpot_target_ms,
@@ -323,6 +325,9 @@ Result<engine::EngineOptions> EngineFlags::to_options() const {
   o.kv_rotate_k = !kv.no_rotate;
   o.max_model_len = max_model_len;
   o.num_threads = threads;
+  auto dev = cuda::parse_device(device);
+  if (!dev) return Error{dev.error(), dev.error_code()};
+  o.device = *dev;
   o.prefix_cache = !no_prefix_cache;
   o.tpot_target_ms = tpot_target_ms;
   auto sp = spec.to_options();

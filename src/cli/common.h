@@ -104,6 +104,7 @@ struct EngineFlags {
   KvFlags kv;
   int32_t max_model_len = 0;
   int threads = 0;
+  std::string device = "cpu";  // cpu, cuda or cuda:N
   double tpot_target_ms = 0;
   bool no_prefix_cache = false;
   std::string quantize;  // --quantize TYPE: the model is quantized in memory at load (load_model)

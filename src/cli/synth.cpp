@@ -119,7 +119,8 @@ Result<int64_t> copy_vocab(gguf::Writer& w, const std::string& path) {
 
 }  // namespace
 
-std::vector<std::string> synth_preset_names() { return {"tinyllama-1.1b", "small", "gemma3-270m", "qwen3-0.6b", "qwen3moe-1.2b", "tiny"};
+std::vector<std::string> synth_preset_names() {
+  return {"tinyllama-1.1b", "llama3-8b", "small", "gemma3-270m", "qwen3-0.6b", "qwen3moe-1.2b", "tiny"};
 }
 
 Result<SynthShape> synth_preset(const std::string& name) {
@@ -127,6 +128,9 @@ Result<SynthShape> synth_preset(const std::string& name) {
   if (name == "tinyllama-1.1b") {
     s = {.arch = "llama", .n_embd = 2048, .n_layers = 22, .n_heads = 32, .n_kv_heads = 4, .head_dim = 64,
          .n_ff = 5632, .n_vocab = 32000, .n_ctx = 2048};
+  } else if (name == "llama3-8b") {  // Llama 3 8B's shape
+    s = {.arch = "llama", .n_embd = 4096, .n_layers = 32, .n_heads = 32, .n_kv_heads = 8, .head_dim = 128,
+         .n_ff = 14336, .n_vocab = 128256, .n_ctx = 8192, .rope_base = 500000.f};
   } else if (name == "small") {
     s = {.arch = "llama", .n_embd = 768, .n_layers = 12, .n_heads = 12, .n_kv_heads = 12, .head_dim = 64,
          .n_ff = 2048, .n_vocab = 32000, .n_ctx = 2048};

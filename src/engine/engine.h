@@ -136,6 +136,7 @@ struct EngineOptions {
   int32_t block_size = 16;
   int32_t max_model_len = 0;   // prompt + generated; 0: min(n_ctx_train, what the pool holds)
   int num_threads = 0;
+  int device = -1;             // CUDA device ordinal (the CUDA runner); -1: the CPU runner
   bool prefix_cache = true;
   double tpot_target_ms = 0;   // decode latency target per output token (sched::SchedulerConfig); 0: off
   SpecOptions spec;
@@ -160,7 +161,8 @@ struct EngineStats {
 
 class EngineCore {
  public:
-  // On the CPU runner over `model` (sized by the options' KV fields and threads).
+  // On the CPU runner over `model` (sized by the options' KV fields and threads), or the CUDA
+  // runner when options.device >= 0.
   static Result<std::unique_ptr<EngineCore>> create(const Model& model, const Tokenizer& tokenizer,
                                                     const EngineOptions& options);
   // On any runner (a fake one in tests, another backend); its block size must be the options'.
@@ -187,6 +189,8 @@ class EngineCore {
   const Tokenizer& tokenizer() const;
 
  private:
+  static Result<std::unique_ptr<EngineCore>> create_on_cuda(const Model& model, const Tokenizer& tokenizer,
+                                                            const EngineOptions& options);
   struct Impl;
   explicit EngineCore(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

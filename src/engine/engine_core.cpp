@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "engine/engine_core_impl.h"
+#include "cuda/cuda_runner.h"
 #include "runtime/cpu_runner.h"
 #include "sched/scheduler.h"
 #include "spec/controller.h"
@@ -59,6 +60,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const Model& model, const
                                                        const EngineOptions& o) {
   if (o.max_batch_tokens < 1 || o.max_seqs < 1 || o.max_seqs > o.max_batch_tokens)
     return Error{"need 1 <= max_seqs <= max_batch_tokens", ErrorCode::invalid_argument};
+  if (o.device >= 0) return create_on_cuda(model, tokenizer, o);
   auto runner = runtime::CpuRunner::create(model, {.max_batch_tokens = o.max_batch_tokens,
                                                    .num_threads = o.num_threads,
                                                    .kv_blocks = o.kv_blocks,
@@ -107,6 +109,37 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const Model& model, const
       return Error{"layer skipping needs a non-empty set of layers to skip that leaves at least one", ErrorCode::invalid_argument};
     auto d = (*runner)->self_draft({.layers = layers, .head_tokens = spec.head_tokens});
     if (!d) return Error{d.error(), d.error_code()};
+    draft = std::move(*d);
+  }
+  return create(std::move(*runner), tokenizer, o, std::move(draft), spec.head_tokens);
+}
+
+// The CUDA runner in place of the CPU one: F16 KV in device memory; a draft model (speculation)
+// runs on the same device. Self-speculation drafts share the CPU runner's Forward and are CPU-only.
+Result<std::unique_ptr<EngineCore>> EngineCore::create_on_cuda(const Model& model, const Tokenizer& tokenizer,
+                                                               const EngineOptions& o) {
+  if (o.kv_type != DType::F16 || !o.kv_layer_types.empty())
+    return Error{"the CUDA runner keeps K and V in F16 (--kv-type f16)", ErrorCode::invalid_argument};
+  const SpecOptions& spec = o.spec;
+  if (spec.method == SpecMethod::early_exit || spec.method == SpecMethod::layer_skip)
+    return Error{"self-speculation (early exit, layer skipping) runs on the CPU runner only", ErrorCode::invalid_argument};
+  auto runner = cuda::create_runner(model, {.device = o.device,
+                                            .max_batch_tokens = o.max_batch_tokens,
+                                            .num_threads = o.num_threads,
+                                            .kv_blocks = o.kv_blocks,
+                                            .kv_mem_bytes = o.kv_mem_bytes,
+                                            .default_kv_tokens = int64_t(o.max_seqs) * 2048,
+                                            .block_size = o.block_size});
+  if (!runner) return Error{runner.error(), runner.error_code()};
+  std::unique_ptr<runtime::ModelRunner> draft;
+  if (spec.method == SpecMethod::draft) {
+    if (!spec.draft_model) return Error{"speculation with a draft model needs the draft model", ErrorCode::invalid_argument};
+    auto d = cuda::create_runner(*spec.draft_model, {.device = o.device,
+                                                     .max_batch_tokens = o.max_batch_tokens,
+                                                     .num_threads = o.num_threads,
+                                                     .kv_blocks = (*runner)->info().num_kv_blocks,
+                                                     .block_size = o.block_size});
+    if (!d) return Error{"draft model: " + d.error(), d.error_code()};
     draft = std::move(*d);
   }
   return create(std::move(*runner), tokenizer, o, std::move(draft), spec.head_tokens);

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/status.h"
+
 namespace kvasir {
 
 struct Batch {
@@ -42,5 +44,18 @@ struct Batch {
     block_tables.clear();
   }
 };
+
+// What a runner takes: rows per forward, the vocabulary, and its KV storage's geometry.
+struct BatchLimits {
+  int64_t max_tokens = 0;
+  int64_t n_vocab = 0;
+  int64_t block_size = 16;
+  int64_t num_blocks = 0;
+};
+
+// Every runner's precondition, checked the same way: 0 < rows <= max_tokens, arrays of one
+// length, token ids in the vocabulary, each row's block table covering its position with block
+// ids below num_blocks.
+Status validate_batch(const Batch& batch, const BatchLimits& limits);
 
 }  // namespace kvasir

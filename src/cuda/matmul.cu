@@ -1,0 +1,184 @@
+// Quantized and float matrix products: one warp per output row, the row's units spread over the
+// lanes (lane l takes units l, l + 32, ...), each unit decoded once and dotted with up to kTile
+// activation rows. A (row, output) result is the same sum in the same order whatever the tile or
+// batch, so a sequence's logits do not depend on what it is batched with.
+#include "cuda/kernels.cuh"
+#include "cuda/quant_units.cuh"
+
+namespace kvasir::cuda {
+namespace {
+
+constexpr int kWarps = 4;  // output rows per block
+
+template <class Unit, int kRows>
+__global__ void __launch_bounds__(kWarps * 32) matmul_kernel(const uint8_t* __restrict__ w, size_t row_bytes,
+                                                             int n_units, int n_out, ActBuffers act, int n_in,
+                                                             int d_per_row, int T, float* __restrict__ y, int64_t ldy) {
+  const int lane = threadIdx.x & 31;
+  const int o = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  const int t0 = blockIdx.y * kRows;
+  if (o >= n_out) return;
+  const int nr = min(kRows, T - t0);
+  ActRow rows[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const int t = t0 + min(r, nr - 1);
+    rows[r] = {act.q + size_t(t) * n_in, act.d + size_t(t) * d_per_row, act.s + size_t(t) * (n_in / 16),
+               act.f + size_t(t) * n_in};
+  }
+  float acc[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) acc[r] = 0.f;
+  const uint8_t* row = w + size_t(o) * row_bytes;
+  for (int u = lane; u < n_units; u += 32) {
+    Unit unit;
+    unit.load(row, u);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+      if (r < nr) acc[r] += unit.dot(rows[r], u);
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const float v = warp_sum(acc[r]);
+    if (lane == 0 && r < nr) y[size_t(t0 + r) * ldy + o] = v;
+  }
+}
+
+template <class Unit>
+void launch(const DeviceMatrix& w, const ActBuffers& act, int64_t T, float* y, int64_t ldy, int d_per_row,
+            cudaStream_t s) {
+  const int n_units = int(w.n_in / Unit::kElems);
+  const unsigned gx = unsigned((w.n_out + kWarps - 1) / kWarps);
+  auto run = [&](auto rows_tag) {
+    constexpr int R = decltype(rows_tag)::value;
+    const dim3 grid(gx, unsigned((T + R - 1) / R));
+    matmul_kernel<Unit, R><<<grid, kWarps * 32, 0, s>>>(w.data, w.row_bytes, n_units, int(w.n_out), act, int(w.n_in),
+                                                         d_per_row, int(T), y, ldy);
+  };
+  if (T == 1) run(std::integral_constant<int, 1>{});
+  else if (T == 2) run(std::integral_constant<int, 2>{});
+  else if (T <= 4) run(std::integral_constant<int, 4>{});
+  else run(std::integral_constant<int, 8>{});
+}
+
+// Q8_0 activations: a warp per 32 values; d = amax / 127 (stored as F16), codes round(x / d).
+__global__ void quantize_q8_0_kernel(const float* __restrict__ x, int n_in, int blocks_per_row, int T, int8_t* q,
+                                     float* d) {
+  const int lane = threadIdx.x & 31;
+  const int64_t blk = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (blk >= int64_t(T) * blocks_per_row) return;
+  const float v = x[blk * 32 + lane];
+  const float amax = warp_max(fabsf(v));
+  const float dd = amax / 127.f;
+  const float id = dd != 0.f ? 1.0f / dd : 0.0f;
+  q[blk * 32 + lane] = int8_t(roundf(v * id));
+  if (lane == 0) d[blk] = __half2float(__float2half_rn(dd));
+}
+
+// Q8_K activations: a block of 256 threads per 256 values. The scale comes from the value of
+// largest magnitude (the first such, as the CPU scans), codes nearest(-127 / max * x).
+__global__ void quantize_q8_k_kernel(const float* __restrict__ x, int8_t* q, float* d, int* sums) {
+  __shared__ float s_ax[8];
+  __shared__ int s_ix[8];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t blk = blockIdx.x;
+  const float v = x[blk * 256 + tid];
+  float ax = fabsf(v);
+  int ix = tid;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float oa = __shfl_xor_sync(0xffffffffu, ax, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, ix, o);
+    if (oa > ax || (oa == ax && oi < ix)) ax = oa, ix = oi;
+  }
+  if (lane == 0) s_ax[warp] = ax, s_ix[warp] = ix;
+  __syncthreads();
+  ax = s_ax[0], ix = s_ix[0];
+  for (int k = 1; k < 8; ++k)
+    if (s_ax[k] > ax) ax = s_ax[k], ix = s_ix[k];  // warps in index order: ties keep the first
+  int code = 0;
+  if (ax != 0.f) {
+    const float mx = x[blk * 256 + ix];
+    const float iscale = -127.f / mx;
+    code = min(127, __float2int_rn(iscale * v));
+    if (tid == 0) d[blk] = 1.f / iscale;
+  } else if (tid == 0) {
+    d[blk] = 0.f;
+  }
+  q[blk * 256 + tid] = int8_t(code);
+  int sum = code;  // sum over each 16 lanes
+#pragma unroll
+  for (int o = 8; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  if ((lane & 15) == 0) sums[blk * 16 + tid / 16] = sum;
+}
+
+template <DType kType>
+__global__ void round_floats_kernel(const float* __restrict__ x, int64_t n, float* out) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  if constexpr (kType == DType::F16) out[i] = __half2float(__float2half_rn(x[i]));
+  else if constexpr (kType == DType::BF16) out[i] = __bfloat162float(__float2bfloat16_rn(x[i]));
+  else out[i] = x[i];
+}
+
+}  // namespace
+
+DType act_type_of(DType w) {
+  switch (w) {
+    case DType::Q4_0:
+    case DType::Q5_0:
+    case DType::Q8_0: return DType::Q8_0;
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K: return DType::Q8_K;
+    default: return w;  // F32, F16, BF16 read activations of their own precision
+  }
+}
+
+bool matmul_supports(DType w, int64_t n_in) {
+  switch (w) {
+    case DType::Q4_0:
+    case DType::Q5_0:
+    case DType::Q8_0: return n_in % 32 == 0;
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K: return n_in % 256 == 0;
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16: return n_in % 4 == 0;
+    default: return false;
+  }
+}
+
+void quantize_act(DType act, const float* x, int64_t T, int64_t n_in, const ActBuffers& out, cudaStream_t s) {
+  const int64_t n = T * n_in;
+  switch (act) {
+    case DType::Q8_0: {
+      const int64_t blocks = n / 32;
+      quantize_q8_0_kernel<<<unsigned((blocks + 7) / 8), 256, 0, s>>>(x, int(n_in), int(n_in / 32), int(T), out.q, out.d);
+      break;
+    }
+    case DType::Q8_K: quantize_q8_k_kernel<<<unsigned(n / 256), 256, 0, s>>>(x, out.q, out.d, out.s); break;
+    case DType::F16: round_floats_kernel<DType::F16><<<unsigned((n + 255) / 256), 256, 0, s>>>(x, n, out.f); break;
+    case DType::BF16: round_floats_kernel<DType::BF16><<<unsigned((n + 255) / 256), 256, 0, s>>>(x, n, out.f); break;
+    default: round_floats_kernel<DType::F32><<<unsigned((n + 255) / 256), 256, 0, s>>>(x, n, out.f); break;
+  }
+}
+
+void matmul(const DeviceMatrix& w, const ActBuffers& act, int64_t T, float* y, int64_t ldy, cudaStream_t s) {
+  const int per32 = int(w.n_in / 32), per256 = int(w.n_in / 256);
+  switch (w.type) {
+    case DType::Q4_0: return launch<UnitQ4_0>(w, act, T, y, ldy, per32, s);
+    case DType::Q5_0: return launch<UnitQ5_0>(w, act, T, y, ldy, per32, s);
+    case DType::Q8_0: return launch<UnitQ8_0>(w, act, T, y, ldy, per32, s);
+    case DType::Q4_K: return launch<UnitQ4_K>(w, act, T, y, ldy, per256, s);
+    case DType::Q5_K: return launch<UnitQ5_K>(w, act, T, y, ldy, per256, s);
+    case DType::Q6_K: return launch<UnitQ6_K>(w, act, T, y, ldy, per256, s);
+    case DType::F32: return launch<UnitFloat<DType::F32>>(w, act, T, y, ldy, 0, s);
+    case DType::F16: return launch<UnitFloat<DType::F16>>(w, act, T, y, ldy, 0, s);
+    case DType::BF16: return launch<UnitFloat<DType::BF16>>(w, act, T, y, ldy, 0, s);
+    default: return;
+  }
+}
+
+}  // namespace kvasir::cuda

@@ -1,0 +1,164 @@
+// Row-wise and element-wise kernels: norms (fused with the residual add), the embedding gather,
+// gated activations, soft-capping, and the per-row attention prologue (biases, QK-norm, RoPE, the
+// K/V store). Formulas are the CPU's (kernels/ops.cpp).
+#include "cuda/kernels.cuh"
+#include "cuda/quant_units.cuh"
+
+namespace kvasir::cuda {
+namespace {
+
+constexpr int kRowThreads = 256;
+
+__device__ float rms_scale(const float* x, int64_t n, float eps, double* shared) {
+  double sum = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum = fma(double(x[i]), double(x[i]), sum);
+  sum = block_sum(sum, shared);
+  return 1.0f / sqrtf(float(sum / double(n)) + eps);
+}
+
+__global__ void rms_norm_kernel(const float* __restrict__ x, const int32_t* rows, int64_t n, const float* w, float eps,
+                                float* out) {
+  __shared__ double shared[32];
+  const int64_t src = rows ? rows[blockIdx.x] : blockIdx.x;
+  const float* xr = x + src * n;
+  const float scale = rms_scale(xr, n, eps, shared);
+  float* o = out + int64_t(blockIdx.x) * n;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) o[i] = w ? xr[i] * scale * w[i] : xr[i] * scale;
+}
+
+__global__ void residual_add_norm_kernel(float* x, const float* y, const float* post, const float* next, float eps,
+                                         int64_t n, float* xn) {
+  __shared__ double shared[32];
+  float* xr = x + int64_t(blockIdx.x) * n;
+  const float* yr = y + int64_t(blockIdx.x) * n;
+  if (post) {
+    const float scale = rms_scale(yr, n, eps, shared);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) xr[i] += yr[i] * scale * post[i];
+  } else {
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) xr[i] += yr[i];
+  }
+  if (!next) return;
+  __syncthreads();
+  const float scale = rms_scale(xr, n, eps, shared);
+  float* o = xn + int64_t(blockIdx.x) * n;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) o[i] = xr[i] * scale * next[i];
+}
+
+__global__ void embed_kernel(DeviceMatrix table, const int32_t* tokens, float scale, float* out) {
+  const uint8_t* row = table.data + size_t(tokens[blockIdx.x]) * table.row_bytes;
+  float* o = out + int64_t(blockIdx.x) * table.n_in;
+  for (int64_t i = threadIdx.x; i < table.n_in; i += blockDim.x) {
+    const float v = dequant_element(table.type, row, i);
+    o[i] = scale != 1.f ? v * scale : v;
+  }
+}
+
+__global__ void gated_act_kernel(float* gate, const float* up, int64_t n, bool gelu) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float g = gate[i];
+  if (gelu) {
+    constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f, kCoef = 0.044715f;
+    gate[i] = 0.5f * g * (1.0f + tanhf(kSqrt2OverPi * g * (1.0f + kCoef * g * g))) * up[i];
+  } else {
+    gate[i] = g / (1.0f + expf(-g)) * up[i];
+  }
+}
+
+__global__ void softcap_kernel(float* x, int64_t n, float cap) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = cap * tanhf(x[i] / cap);
+}
+
+// One block per row. Phases, each over the whole row, separated by barriers: biases; QK-norm
+// (a warp per head); the row's rotation angles into shared memory, then the rotation; the store.
+__global__ void qkv_prepare_kernel(float* q, float* k, float* v, QkvPrepParams p, RowsDevice rows, KvLayerDevice kv) {
+  extern __shared__ float cs[];  // [rot_dims / 2] cos, then sin
+  const int t = blockIdx.x, hd = p.head_dim;
+  const int q_dim = p.n_heads * hd, kv_dim = p.n_kv_heads * hd;
+  float* qr = q + int64_t(t) * q_dim;
+  float* kr = k + int64_t(t) * kv_dim;
+  float* vr = v + int64_t(t) * kv_dim;
+  if (p.bq) {
+    for (int i = threadIdx.x; i < q_dim; i += blockDim.x) qr[i] += p.bq[i];
+    for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) kr[i] += p.bk[i], vr[i] += p.bv[i];
+    __syncthreads();
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  if (p.q_norm) {
+    for (int h = warp; h < p.n_heads + p.n_kv_heads; h += warps) {
+      float* x = h < p.n_heads ? qr + h * hd : kr + (h - p.n_heads) * hd;
+      const float* w = h < p.n_heads ? p.q_norm : p.k_norm;
+      double sum = 0;
+      for (int i = lane; i < hd; i += 32) sum = fma(double(x[i]), double(x[i]), sum);
+      sum = warp_sum(sum);
+      const float scale = 1.0f / sqrtf(float(sum / double(hd)) + p.eps);
+      for (int i = lane; i < hd; i += 32) x[i] = x[i] * scale * w[i];
+    }
+    __syncthreads();
+  }
+  const int pos = rows.pos[t];
+  const int half = p.rope.rot_dims / 2;
+  if (half > 0) {
+    const float theta_scale = powf(p.rope.base, -2.0f / float(p.rope.rot_dims));
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+      float theta = float(pos) * p.rope.freq_scale;  // repeated products, as the CPU builds them
+      for (int j = 0; j < i; ++j) theta *= theta_scale;
+      const float a = p.rope.factors ? theta / p.rope.factors[i] : theta;
+      cs[i] = cosf(a) * p.rope.mscale;
+      cs[half + i] = sinf(a) * p.rope.mscale;
+    }
+    __syncthreads();
+    const int pairs = (p.n_heads + p.n_kv_heads) * half;
+    for (int idx = threadIdx.x; idx < pairs; idx += blockDim.x) {
+      const int h = idx / half, i = idx % half;
+      float* x = h < p.n_heads ? qr + h * hd : kr + (h - p.n_heads) * hd;
+      const int a = p.rope.mode == 0 ? 2 * i : i, b = p.rope.mode == 0 ? 2 * i + 1 : i + half;
+      const float x0 = x[a], x1 = x[b];
+      x[a] = x0 * cs[i] - x1 * cs[half + i];
+      x[b] = x0 * cs[half + i] + x1 * cs[i];
+    }
+    __syncthreads();
+  }
+  const int block = rows.tables[rows.table_offset[t] + pos / kv.block_size], slot = pos % kv.block_size;
+  for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
+    const int g = i / hd, e = i % hd;
+    const int64_t at = ((int64_t(block) * kv.n_kv_heads + g) * kv.block_size + slot) * hd + e;
+    kv.k[at] = __float2half_rn(kr[i]);
+    kv.v[at] = __float2half_rn(vr[i]);
+  }
+}
+
+unsigned blocks_for(int64_t n) { return unsigned((n + kRowThreads - 1) / kRowThreads); }
+
+}  // namespace
+
+void rms_norm_rows(const float* x, const int32_t* rows, int64_t n_rows, int64_t n, const float* w, float eps,
+                   float* out, cudaStream_t s) {
+  if (n_rows > 0) rms_norm_kernel<<<unsigned(n_rows), kRowThreads, 0, s>>>(x, rows, n, w, eps, out);
+}
+
+void residual_add_norm(float* x, const float* y, const float* post, const float* next, float eps, int64_t T,
+                       int64_t n, float* xn, cudaStream_t s) {
+  residual_add_norm_kernel<<<unsigned(T), kRowThreads, 0, s>>>(x, y, post, next, eps, n, xn);
+}
+
+void embed_rows(const DeviceMatrix& table, const int32_t* tokens, int64_t T, float scale, float* out, cudaStream_t s) {
+  embed_kernel<<<unsigned(T), kRowThreads, 0, s>>>(table, tokens, scale, out);
+}
+
+void gated_act(float* gate, const float* up, int64_t n, bool gelu, cudaStream_t s) {
+  gated_act_kernel<<<blocks_for(n), kRowThreads, 0, s>>>(gate, up, n, gelu);
+}
+
+void softcap(float* x, int64_t n, float cap, cudaStream_t s) {
+  softcap_kernel<<<blocks_for(n), kRowThreads, 0, s>>>(x, n, cap);
+}
+
+void qkv_prepare(float* q, float* k, float* v, int64_t T, const QkvPrepParams& p, const RowsDevice& rows,
+                 const KvLayerDevice& kv, cudaStream_t s) {
+  const size_t shared = size_t(std::max(p.rope.rot_dims, 2)) * sizeof(float);
+  qkv_prepare_kernel<<<unsigned(T), kRowThreads, shared, s>>>(q, k, v, p, rows, kv);
+}
+
+}  // namespace kvasir::cuda

@@ -1,0 +1,286 @@
+// The unit of work of the quantized matrix products: a slice of one weight row that one lane
+// decodes to small integers once and dots with the activation rows of its tile. Integer sums are
+// exact (dp4a), and each unit's scaling is the CPU reference's formula (kernels/quant/dot_ref.cpp)
+// in float, so a product differs from the CPU's only in the order its units are added.
+//
+// Activations come pre-quantized to the weight's vec_dot_type, laid out for aligned loads rather
+// than in ggml blocks: int8 codes [rows][n_in], one float scale per 32 (Q8_0) or 256 (Q8_K)
+// codes, and (Q8_K) the sum of every 16 codes. Float weights read float activations already
+// rounded to the weight's precision, as the CPU converts them.
+#pragma once
+#include "cuda/device.cuh"
+
+namespace kvasir::cuda {
+
+struct ActRow {
+  const int8_t* q;   // [n_in]
+  const float* d;    // [n_in / 32] or [n_in / 256]
+  const int* s;      // [n_in / 16] (Q8_K)
+  const float* f;    // [n_in] (float weights)
+};
+
+__device__ __forceinline__ int dp4a(int a, int b, int c) { return __dp4a(a, b, c); }
+
+// Spreads 4 bits into bit 4 of each byte (Q5_0's fifth bits).
+__device__ __forceinline__ int spread_bit4(uint32_t b4) {
+  return int(((b4 & 1u) << 4) | ((b4 & 2u) << 11) | ((b4 & 4u) << 18) | ((b4 & 8u) << 25));
+}
+
+// Six-bit scale and min of sub-block j of a Q4_K/Q5_K block (kernels/quant/blocks.h).
+__device__ __forceinline__ void scale_min_k4(int j, const uint8_t* q, int& sc, int& mn) {
+  if (j < 4) {
+    sc = q[j] & 63;
+    mn = q[j + 4] & 63;
+  } else {
+    sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+// Q4_0: a unit is one 32-element block of 18 bytes.
+struct UnitQ4_0 {
+  static constexpr int kElems = 32, kBlockBytes = 18;
+  int w[8];
+  float d;
+  __device__ void load(const uint8_t* row, int u) {
+    const uint8_t* b = row + size_t(u) * kBlockBytes;
+    d = ld_half(b);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const uint32_t x = ld32_a2(b + 2 + 4 * k);
+      w[k] = __vsubss4(int(x & 0x0F0F0F0Fu), 0x08080808);
+      w[4 + k] = __vsubss4(int((x >> 4) & 0x0F0F0F0Fu), 0x08080808);
+    }
+  }
+  __device__ float dot(const ActRow& a, int u) const {
+    const int4* q = reinterpret_cast<const int4*>(a.q + size_t(u) * 32);
+    const int4 a0 = q[0], a1 = q[1];
+    int s = 0;
+    s = dp4a(w[0], a0.x, s); s = dp4a(w[1], a0.y, s); s = dp4a(w[2], a0.z, s); s = dp4a(w[3], a0.w, s);
+    s = dp4a(w[4], a1.x, s); s = dp4a(w[5], a1.y, s); s = dp4a(w[6], a1.z, s); s = dp4a(w[7], a1.w, s);
+    return d * a.d[u] * float(s);
+  }
+};
+
+// Q5_0: one 32-element block of 22 bytes (fifth bits in a 32-bit mask).
+struct UnitQ5_0 {
+  static constexpr int kElems = 32, kBlockBytes = 22;
+  int w[8];
+  float d;
+  __device__ void load(const uint8_t* row, int u) {
+    const uint8_t* b = row + size_t(u) * kBlockBytes;
+    d = ld_half(b);
+    const uint32_t qh = ld32_a2(b + 2);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const uint32_t x = ld32_a2(b + 6 + 4 * k);
+      w[k] = __vsubss4(int(x & 0x0F0F0F0Fu) | spread_bit4((qh >> (4 * k)) & 0xF), 0x10101010);
+      w[4 + k] = __vsubss4(int((x >> 4) & 0x0F0F0F0Fu) | spread_bit4((qh >> (16 + 4 * k)) & 0xF), 0x10101010);
+    }
+  }
+  __device__ float dot(const ActRow& a, int u) const {
+    const int4* q = reinterpret_cast<const int4*>(a.q + size_t(u) * 32);
+    const int4 a0 = q[0], a1 = q[1];
+    int s = 0;
+    s = dp4a(w[0], a0.x, s); s = dp4a(w[1], a0.y, s); s = dp4a(w[2], a0.z, s); s = dp4a(w[3], a0.w, s);
+    s = dp4a(w[4], a1.x, s); s = dp4a(w[5], a1.y, s); s = dp4a(w[6], a1.z, s); s = dp4a(w[7], a1.w, s);
+    return d * a.d[u] * float(s);
+  }
+};
+
+// Q8_0: one 32-element block of 34 bytes.
+struct UnitQ8_0 {
+  static constexpr int kElems = 32, kBlockBytes = 34;
+  int w[8];
+  float d;
+  __device__ void load(const uint8_t* row, int u) {
+    const uint8_t* b = row + size_t(u) * kBlockBytes;
+    d = ld_half(b);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) w[k] = int(ld32_a2(b + 2 + 4 * k));
+  }
+  __device__ float dot(const ActRow& a, int u) const {
+    const int4* q = reinterpret_cast<const int4*>(a.q + size_t(u) * 32);
+    const int4 a0 = q[0], a1 = q[1];
+    int s = 0;
+    s = dp4a(w[0], a0.x, s); s = dp4a(w[1], a0.y, s); s = dp4a(w[2], a0.z, s); s = dp4a(w[3], a0.w, s);
+    s = dp4a(w[4], a1.x, s); s = dp4a(w[5], a1.y, s); s = dp4a(w[6], a1.z, s); s = dp4a(w[7], a1.w, s);
+    return d * a.d[u] * float(s);
+  }
+};
+
+// Q4_K / Q5_K: a unit is 64 elements (sub-blocks 2p and 2p+1 share 32 bytes of nibbles) of a
+// 256-element super-block: four units a block.
+template <bool kFifthBit>
+struct UnitQx_K {
+  static constexpr int kElems = 64, kBlockBytes = kFifthBit ? 176 : 144;
+  int lo[8], hi[8];
+  int sc0, sc1, m0, m1;
+  float d, dmin;
+  __device__ void load(const uint8_t* row, int u) {
+    const int i = u >> 2, p = u & 3;
+    const uint8_t* b = row + size_t(i) * kBlockBytes;
+    const __half2 dm = *reinterpret_cast<const __half2*>(b);
+    d = __low2float(dm);
+    dmin = __high2float(dm);
+    scale_min_k4(2 * p, b + 4, sc0, m0);
+    scale_min_k4(2 * p + 1, b + 4, sc1, m1);
+    const int4* qs = reinterpret_cast<const int4*>(b + (kFifthBit ? 48 : 16) + 32 * p);
+    const int4 x0 = qs[0], x1 = qs[1];
+    const int x[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+    int h[8] = {};
+    if constexpr (kFifthBit) {
+      const int4* qh = reinterpret_cast<const int4*>(b + 16);
+      const int4 h0 = qh[0], h1 = qh[1];
+      const int hh[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+#pragma unroll
+      for (int k = 0; k < 8; ++k) h[k] = hh[k];
+    }
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      lo[k] = x[k] & 0x0F0F0F0F;
+      hi[k] = (x[k] >> 4) & 0x0F0F0F0F;
+      if constexpr (kFifthBit) {
+        lo[k] |= ((uint32_t(h[k]) >> (2 * p)) & 0x01010101u) << 4;
+        hi[k] |= ((uint32_t(h[k]) >> (2 * p + 1)) & 0x01010101u) << 4;
+      }
+    }
+  }
+  __device__ float dot(const ActRow& a, int u) const {
+    const int i = u >> 2, p = u & 3;
+    const int4* q = reinterpret_cast<const int4*>(a.q + size_t(i) * 256 + 64 * p);
+    const int4 a0 = q[0], a1 = q[1], a2 = q[2], a3 = q[3];
+    int s0 = 0, s1 = 0;
+    s0 = dp4a(lo[0], a0.x, s0); s0 = dp4a(lo[1], a0.y, s0); s0 = dp4a(lo[2], a0.z, s0); s0 = dp4a(lo[3], a0.w, s0);
+    s0 = dp4a(lo[4], a1.x, s0); s0 = dp4a(lo[5], a1.y, s0); s0 = dp4a(lo[6], a1.z, s0); s0 = dp4a(lo[7], a1.w, s0);
+    s1 = dp4a(hi[0], a2.x, s1); s1 = dp4a(hi[1], a2.y, s1); s1 = dp4a(hi[2], a2.z, s1); s1 = dp4a(hi[3], a2.w, s1);
+    s1 = dp4a(hi[4], a3.x, s1); s1 = dp4a(hi[5], a3.y, s1); s1 = dp4a(hi[6], a3.z, s1); s1 = dp4a(hi[7], a3.w, s1);
+    const int* bs = a.s + size_t(i) * 16 + 4 * p;
+    const int sum_q = sc0 * s0 + sc1 * s1;
+    const int sum_m = m0 * (bs[0] + bs[1]) + m1 * (bs[2] + bs[3]);
+    return a.d[i] * (d * float(sum_q) - dmin * float(sum_m));
+  }
+};
+using UnitQ4_K = UnitQx_K<false>;
+using UnitQ5_K = UnitQx_K<true>;
+
+// Q6_K: a unit is one half (128 elements) of a 210-byte super-block.
+struct UnitQ6_K {
+  static constexpr int kElems = 128, kBlockBytes = 210;
+  int w[32];  // [quarter][8 words]
+  int sc[8];
+  float d;
+  __device__ void load(const uint8_t* row, int u) {
+    const int i = u >> 1, h = u & 1;
+    const uint8_t* b = row + size_t(i) * kBlockBytes;
+    const uint8_t* ql = b + h * 64;
+    const uint8_t* qh = b + 128 + h * 32;
+#pragma unroll
+    for (int g = 0; g < 8; ++g) {
+      const uint32_t H = ld32_a2(qh + 4 * g);
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const uint32_t W = ld32_a2(ql + 32 * c + 4 * g);
+#pragma unroll
+        for (int up = 0; up < 2; ++up) {
+          const int qt = c + 2 * up;
+          const uint32_t v = ((W >> (4 * up)) & 0x0F0F0F0Fu) | (((H >> (2 * qt)) & 0x03030303u) << 4);
+          w[qt * 8 + g] = __vsubss4(int(v), 0x20202020);
+        }
+      }
+    }
+    const int8_t* scales = reinterpret_cast<const int8_t*>(b + 192) + 8 * h;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) sc[k] = scales[k];
+    d = ld_half(b + 208);
+  }
+  __device__ float dot(const ActRow& a, int u) const {
+    const int i = u >> 1, h = u & 1;
+    const int4* q = reinterpret_cast<const int4*>(a.q + size_t(i) * 256 + 128 * h);
+    int sum = 0;
+#pragma unroll
+    for (int qt = 0; qt < 4; ++qt) {
+      const int4 a0 = q[2 * qt], a1 = q[2 * qt + 1];
+      int s0 = 0, s1 = 0;
+      s0 = dp4a(w[qt * 8 + 0], a0.x, s0); s0 = dp4a(w[qt * 8 + 1], a0.y, s0);
+      s0 = dp4a(w[qt * 8 + 2], a0.z, s0); s0 = dp4a(w[qt * 8 + 3], a0.w, s0);
+      s1 = dp4a(w[qt * 8 + 4], a1.x, s1); s1 = dp4a(w[qt * 8 + 5], a1.y, s1);
+      s1 = dp4a(w[qt * 8 + 6], a1.z, s1); s1 = dp4a(w[qt * 8 + 7], a1.w, s1);
+      sum += sc[2 * qt] * s0 + sc[2 * qt + 1] * s1;
+    }
+    return a.d[i] * d * float(sum);
+  }
+};
+
+// Float weights (F32, F16, BF16): a unit is 4 elements against float activations.
+template <DType kType>
+struct UnitFloat {
+  static constexpr int kElems = 4;
+  float w[4];
+  __device__ void load(const uint8_t* row, int u) {
+    if constexpr (kType == DType::F32) {
+      const float4 x = reinterpret_cast<const float4*>(row)[u];
+      w[0] = x.x, w[1] = x.y, w[2] = x.z, w[3] = x.w;
+    } else if constexpr (kType == DType::F16) {
+      const uint2 x = reinterpret_cast<const uint2*>(row)[u];
+      const __half2 a = *reinterpret_cast<const __half2*>(&x.x), b = *reinterpret_cast<const __half2*>(&x.y);
+      w[0] = __low2float(a), w[1] = __high2float(a), w[2] = __low2float(b), w[3] = __high2float(b);
+    } else {
+      const uint2 x = reinterpret_cast<const uint2*>(row)[u];
+      w[0] = __uint_as_float(x.x << 16), w[1] = __uint_as_float(x.x & 0xFFFF0000u);
+      w[2] = __uint_as_float(x.y << 16), w[3] = __uint_as_float(x.y & 0xFFFF0000u);
+    }
+  }
+  __device__ float dot(const ActRow& a, int u) const {
+    const float4 x = reinterpret_cast<const float4*>(a.f)[u];
+    return fmaf(w[3], x.w, fmaf(w[2], x.z, fmaf(w[1], x.y, w[0] * x.x)));
+  }
+};
+
+// One element of a row (the embedding gather; tests), dequantized as the CPU reference does.
+__device__ inline float dequant_element(DType t, const uint8_t* row, int64_t e) {
+  switch (t) {
+    case DType::F32: return reinterpret_cast<const float*>(row)[e];
+    case DType::F16: return __half2float(reinterpret_cast<const __half*>(row)[e]);
+    case DType::BF16: return __uint_as_float(uint32_t(reinterpret_cast<const uint16_t*>(row)[e]) << 16);
+    case DType::Q8_0: {
+      const uint8_t* b = row + (e / 32) * 34;
+      return float(int8_t(b[2 + e % 32])) * ld_half(b);
+    }
+    case DType::Q4_0: {
+      const uint8_t* b = row + (e / 32) * 18;
+      const int j = int(e % 32);
+      const int q = j < 16 ? (b[2 + j] & 0xF) : (b[2 + j - 16] >> 4);
+      return float(q - 8) * ld_half(b);
+    }
+    case DType::Q5_0: {
+      const uint8_t* b = row + (e / 32) * 22;
+      const int j = int(e % 32);
+      const uint32_t qh = ld32_a2(b + 2);
+      const int q = (j < 16 ? (b[6 + j] & 0xF) : (b[6 + j - 16] >> 4)) | int(((qh >> j) & 1u) << 4);
+      return float(q - 16) * ld_half(b);
+    }
+    case DType::Q4_K:
+    case DType::Q5_K: {
+      const bool five = t == DType::Q5_K;
+      const uint8_t* b = row + (e / 256) * (five ? 176 : 144);
+      const int r = int(e % 256), sub = r / 32, l = r % 32;
+      int sc, mn;
+      scale_min_k4(sub, b + 4, sc, mn);
+      int q = (b[(five ? 48 : 16) + (sub / 2) * 32 + l] >> (4 * (sub & 1))) & 0xF;
+      if (five) q |= ((b[16 + l] >> sub) & 1) << 4;
+      return ld_half(b) * float(sc) * float(q) - ld_half(b + 2) * float(mn);
+    }
+    case DType::Q6_K: {
+      const uint8_t* b = row + (e / 256) * 210;
+      const int r = int(e % 256), half = r / 128, rr = r % 128, quarter = rr / 32, l = rr % 32;
+      const int low = (b[half * 64 + l + 32 * (quarter & 1)] >> (4 * (quarter >> 1))) & 0xF;
+      const int high = (b[128 + half * 32 + l] >> (2 * quarter)) & 3;
+      const int8_t sc = int8_t(b[192 + r / 16]);
+      return ld_half(b + 208) * float(sc) * float((low | (high << 4)) - 32);
+    }
+    default: return 0.f;
+  }
+}
+
+}  // namespace kvasir::cuda
