@@ -40,6 +40,12 @@ bench "$fx/models/stories260K.gguf"
 for spec in gemma3-270m tinyllama-1.1b llama3-8b; do
   [ -f "$tmp/$spec.gguf" ] && bench "$tmp/$spec.gguf"
 done
+step "decode at depth 4096 and without CUDA graphs (llama3-8b shape)"
+if [ -f "$tmp/llama3-8b.gguf" ]; then
+  timeout 120 "$kv" bench -m "$tmp/llama3-8b.gguf" --device cuda -t 4 -p 0 -n 128 -d 4096 -r 3 2>&1 | grep -E "tg|copy"
+  KVASIR_CUDA_GRAPHS=0 timeout 60 "$kv" bench -m "$tmp/llama3-8b.gguf" --device cuda -t 4 -p 0 -n 128 -r 3 2>&1 | grep -E "tg|copy"
+fi
+[ "${CUDA_CHECK_QUICK:-0}" = 1 ] && { step done; rm -rf "$tmp"; exit 0; }
 
 step "serve on cuda under the load generator (tinyllama-1.1b shape, 128 in / 128 out)"
 if [ -f "$tmp/tinyllama-1.1b.gguf" ]; then

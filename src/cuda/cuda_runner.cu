@@ -2,6 +2,7 @@
 // batch's ints go up in one copy, every layer runs on device memory, and only the logits (and
 // hidden states) of the rows that want them come back.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <unordered_map>
 #include <vector>
@@ -79,6 +80,7 @@ class CudaRunner final : public runtime::ModelRunner {
   CudaRunner(const Model& model, const CudaRunnerOptions& o)
       : model_(model), c_(model.config()), o_(o), pool_(o.num_threads > 0 ? o.num_threads : ThreadPool::default_threads()) {}
   ~CudaRunner() override {
+    clear_graphs();
     if (stream_) cudaStreamDestroy(stream_);
   }
 
@@ -98,6 +100,25 @@ class CudaRunner final : public runtime::ModelRunner {
   Result<DeviceMatrix> upload_matrix(const Matrix& m, const char* what, bool as_embedding = false);
   Result<const float*> upload_vector(const Vector& v);
   Status check_supported() const;
+  // What a captured step depends on besides the buffers: rows, logit rows, hidden rows, and the
+  // attention's spans (full and sliding-window layers).
+  struct Shape {
+    int64_t rows, logit_rows, hidden_rows;
+    int spans, spans_swa;
+    bool operator==(const Shape&) const = default;
+  };
+  struct ShapeHash {
+    size_t operator()(const Shape& s) const {
+      return size_t(s.rows) * 1000003u ^ size_t(s.logit_rows) * 10007u ^ size_t(s.hidden_rows) * 101u ^
+             size_t(s.spans) * 7u ^ size_t(s.spans_swa);
+    }
+  };
+  static constexpr int64_t kGraphRows = 64;
+  static constexpr size_t kMaxGraphs = 256;
+  // Every kernel of one step, on stream_, reading the batch's ints from ints_dev_.
+  void enqueue(const Shape& shape, int max_keys, int max_keys_swa);
+  Status run_graph_or_direct(const Shape& shape, int max_keys, int max_keys_swa);
+  void clear_graphs();
   // y = x · Wᵀ for each job; x converted once per activation type.
   void linear(std::initializer_list<Job> jobs, const float* x, int64_t T);
   ActBuffers& act_for(DType t);
@@ -118,6 +139,7 @@ class CudaRunner final : public runtime::ModelRunner {
   // Activations, max_batch_tokens rows each.
   float *x_ = nullptr, *xn_ = nullptr, *q_ = nullptr, *k_ = nullptr, *v_ = nullptr, *att_ = nullptr, *proj_ = nullptr;
   float *gate_ = nullptr, *up_ = nullptr, *logits_ = nullptr, *hidden_dev_ = nullptr;
+  float* attn_partials_ = nullptr;
   std::vector<std::pair<DType, ActBuffers>> acts_;
   // The batch's ints: tokens, positions, table offsets, logit rows, hidden rows, then the tables.
   PinnedBuffer<int32_t> ints_host_;
@@ -125,6 +147,8 @@ class CudaRunner final : public runtime::ModelRunner {
   size_t ints_capacity_ = 0;
   PinnedBuffer<float> logits_host_;
   std::vector<float> hidden_host_;
+  std::unordered_map<Shape, cudaGraphExec_t, ShapeHash> graphs_;
+  bool graphs_enabled_ = true;
 };
 
 Result<DeviceMatrix> CudaRunner::upload_matrix(const Matrix& m, const char* what, bool as_embedding) {
@@ -174,6 +198,8 @@ Status CudaRunner::init() {
   if (auto s = check_supported(); !s) return s;
   KV_CUDA_TRY(cudaSetDevice(o_.device));
   KV_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  const char* graphs = std::getenv("KVASIR_CUDA_GRAPHS");  // 0: launch every kernel (A/B timing)
+  graphs_enabled_ = !(graphs && std::string(graphs) == "0");
   const Weights& w = model_.weights();
   KV_TRY_ASSIGN(token_embd_, upload_matrix(w.token_embd, "the token embedding", true));
   KV_TRY_ASSIGN(output_, upload_matrix(w.output, "the output matrix"));
@@ -214,6 +240,8 @@ Status CudaRunner::init() {
   KV_TRY_ASSIGN(up_, arena_.alloc_n<float>(T * c_.n_ff));
   KV_TRY_ASSIGN(logits_, arena_.alloc_n<float>(T * c_.n_vocab));
   KV_TRY_ASSIGN(hidden_dev_, arena_.alloc_n<float>(T * c_.n_embd));
+  KV_TRY_ASSIGN(attn_partials_, arena_.alloc_n<float>(attention_partial_floats(int64_t(T), int(c_.n_heads), int(c_.head_dim))));
+  if (auto st = attention_prepare(int(c_.n_heads), int(c_.n_kv_heads), int(c_.head_dim)); !st) return st;
   std::vector<DType> act_types;
   for (const LayerDevice& l : layers_)
     for (const DeviceMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) act_types.push_back(act_type_of(m->type));
@@ -280,6 +308,80 @@ void CudaRunner::linear(std::initializer_list<Job> jobs, const float* x, int64_t
   }
 }
 
+void CudaRunner::enqueue(const Shape& shape, int max_keys, int max_keys_swa) {
+  const int64_t T = shape.rows;
+  const int32_t* d_tokens = ints_dev_;
+  const RowsDevice rows{ints_dev_ + T, ints_dev_ + 2 * T, ints_dev_ + 3 * T + shape.logit_rows + shape.hidden_rows};
+  const int32_t* d_lrows = ints_dev_ + 3 * T;
+  const int32_t* d_hrows = d_lrows + shape.logit_rows;
+  const float eps = c_.norm_eps;
+  embed_rows(token_embd_, d_tokens, T, c_.embed_scale, x_, stream_);
+  rms_norm_rows(x_, nullptr, T, c_.n_embd, layers_[0].attn_norm, eps, xn_, stream_);
+  for (int64_t il = 0; il < c_.n_layers; ++il) {
+    const LayerDevice& l = layers_[size_t(il)];
+    const bool swa = c_.layer_is_swa[size_t(il)];
+    linear({{&l.wq, q_}, {&l.wk, k_}, {&l.wv, v_}}, xn_, T);
+    QkvPrepParams qp{.n_heads = int(c_.n_heads), .n_kv_heads = int(c_.n_kv_heads), .head_dim = int(c_.head_dim),
+                     .bq = l.bq, .bk = l.bk, .bv = l.bv, .q_norm = l.q_norm, .k_norm = l.k_norm, .eps = eps,
+                     .rope = {.mode = c_.rope_mode == kernels::RopeMode::Normal ? 0 : 1,
+                              .rot_dims = int(c_.rope_dims),
+                              .base = swa ? c_.rope_base_swa : c_.rope_base,
+                              .freq_scale = c_.rope_freq_scale,
+                              .mscale = c_.rope_mscale,
+                              .factors = rope_factors_}};
+    qkv_prepare(q_, k_, v_, T, qp, rows, kv_[size_t(il)], stream_);
+    attention(q_, T, swa ? max_keys_swa : max_keys, rows, kv_[size_t(il)],
+              {.n_heads = int(c_.n_heads), .window = swa ? int(c_.sliding_window) : 0, .scale = c_.attn_scale,
+               .softcap = c_.attn_softcap},
+              attn_partials_, att_, stream_);
+    linear({{&l.wo, proj_}}, att_, T);
+    residual_add_norm(x_, proj_, l.post_attn, l.ffn_norm, eps, T, c_.n_embd, xn_, stream_);
+    linear({{&l.gate, gate_}, {&l.up, up_}}, xn_, T);
+    gated_act(gate_, up_, T * c_.n_ff, c_.ffn_act == FfnAct::GeluTanh, stream_);
+    linear({{&l.down, proj_}}, gate_, T);
+    const float* next = il + 1 < c_.n_layers ? layers_[size_t(il + 1)].attn_norm : nullptr;
+    residual_add_norm(x_, proj_, l.post_ffn, next, eps, T, c_.n_embd, xn_, stream_);
+  }
+  const int64_t nh = shape.hidden_rows, nl = shape.logit_rows;
+  if (nh > 0) {
+    rms_norm_rows(x_, d_hrows, nh, c_.n_embd, output_norm_, eps, hidden_dev_, stream_);
+  }
+  if (nl > 0) {
+    rms_norm_rows(x_, d_lrows, nl, c_.n_embd, output_norm_, eps, xn_, stream_);
+    linear({{&output_, logits_}}, xn_, nl);
+    if (c_.final_logit_softcap > 0) softcap(logits_, nl * c_.n_vocab, c_.final_logit_softcap, stream_);
+  }
+}
+
+// Decode-sized steps replay a graph captured for their shape: one launch instead of a dozen per
+// layer. Larger steps (prefill chunks) launch directly.
+Status CudaRunner::run_graph_or_direct(const Shape& shape, int max_keys, int max_keys_swa) {
+  if (!graphs_enabled_ || shape.rows > kGraphRows) {
+    enqueue(shape, max_keys, max_keys_swa);
+    return {};
+  }
+  auto it = graphs_.find(shape);
+  if (it == graphs_.end()) {
+    if (graphs_.size() >= kMaxGraphs) clear_graphs();
+    cudaGraph_t graph = nullptr;
+    KV_CUDA_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    enqueue(shape, max_keys, max_keys_swa);
+    KV_CUDA_TRY(cudaStreamEndCapture(stream_, &graph));
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    KV_CUDA_TRY(e);
+    it = graphs_.emplace(shape, exec).first;
+  }
+  KV_CUDA_TRY(cudaGraphLaunch(it->second, stream_));
+  return {};
+}
+
+void CudaRunner::clear_graphs() {
+  for (auto& [shape, exec] : graphs_) cudaGraphExecDestroy(exec);
+  graphs_.clear();
+}
+
 Result<const float*> CudaRunner::forward(const Batch& b) {
   if (auto s = validate_batch(b, {.max_tokens = o_.max_batch_tokens, .n_vocab = c_.n_vocab,
                                   .block_size = o_.block_size, .num_blocks = info_.num_kv_blocks});
@@ -301,6 +403,7 @@ Result<const float*> CudaRunner::forward(const Batch& b) {
     auto p = arena_.alloc_n<int32_t>(n_ints * 2);
     if (!p) return Error{p.error(), p.error_code()};
     ints_dev_ = *p, ints_capacity_ = n_ints * 2;
+    clear_graphs();  // they name the old buffer
   }
   int32_t* h = ints_host_.data();
   int32_t* tokens = h;
@@ -325,54 +428,26 @@ Result<const float*> CudaRunner::forward(const Batch& b) {
   std::copy(logit_rows.begin(), logit_rows.end(), lrows);
   std::copy(hidden_rows.begin(), hidden_rows.end(), hrows);
   KV_CUDA_TRY(cudaMemcpyAsync(ints_dev_, h, n_ints * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
-  const int32_t* d_tokens = ints_dev_;
-  const RowsDevice rows{ints_dev_ + T, ints_dev_ + 2 * T, ints_dev_ + (tables - h)};
-  const int32_t* d_lrows = ints_dev_ + (lrows - h);
-  const int32_t* d_hrows = ints_dev_ + (hrows - h);
-
-  const float eps = c_.norm_eps;
-  embed_rows(token_embd_, d_tokens, T, c_.embed_scale, x_, stream_);
-  rms_norm_rows(x_, nullptr, T, c_.n_embd, layers_[0].attn_norm, eps, xn_, stream_);
-  for (int64_t il = 0; il < c_.n_layers; ++il) {
-    const LayerDevice& l = layers_[size_t(il)];
-    const bool swa = c_.layer_is_swa[size_t(il)];
-    linear({{&l.wq, q_}, {&l.wk, k_}, {&l.wv, v_}}, xn_, T);
-    QkvPrepParams qp{.n_heads = int(c_.n_heads), .n_kv_heads = int(c_.n_kv_heads), .head_dim = int(c_.head_dim),
-                     .bq = l.bq, .bk = l.bk, .bv = l.bv, .q_norm = l.q_norm, .k_norm = l.k_norm, .eps = eps,
-                     .rope = {.mode = c_.rope_mode == kernels::RopeMode::Normal ? 0 : 1,
-                              .rot_dims = int(c_.rope_dims),
-                              .base = swa ? c_.rope_base_swa : c_.rope_base,
-                              .freq_scale = c_.rope_freq_scale,
-                              .mscale = c_.rope_mscale,
-                              .factors = rope_factors_}};
-    qkv_prepare(q_, k_, v_, T, qp, rows, kv_[size_t(il)], stream_);
-    attention(q_, T, rows, kv_[size_t(il)],
-              {.n_heads = int(c_.n_heads), .window = swa ? int(c_.sliding_window) : 0, .scale = c_.attn_scale,
-               .softcap = c_.attn_softcap},
-              att_, stream_);
-    linear({{&l.wo, proj_}}, att_, T);
-    residual_add_norm(x_, proj_, l.post_attn, l.ffn_norm, eps, T, c_.n_embd, xn_, stream_);
-    linear({{&l.gate, gate_}, {&l.up, up_}}, xn_, T);
-    gated_act(gate_, up_, T * c_.n_ff, c_.ffn_act == FfnAct::GeluTanh, stream_);
-    linear({{&l.down, proj_}}, gate_, T);
-    const float* next = il + 1 < c_.n_layers ? layers_[size_t(il + 1)].attn_norm : nullptr;
-    residual_add_norm(x_, proj_, l.post_ffn, next, eps, T, c_.n_embd, xn_, stream_);
+  // The most keys a row attends, in full-attention and in sliding-window layers.
+  int max_keys = 1, max_keys_swa = 1;
+  for (int64_t t = 0; t < T; ++t) {
+    const int p = b.positions[size_t(t)] + 1;
+    max_keys = std::max(max_keys, p);
+    max_keys_swa = std::max(max_keys_swa, c_.sliding_window > 0 ? std::min(p, int(c_.sliding_window)) : p);
   }
-  const int64_t nh = int64_t(hidden_rows.size()), nl = int64_t(logit_rows.size());
+  const Shape shape{T, int64_t(logit_rows.size()), int64_t(hidden_rows.size()), attention_spans_for(max_keys),
+                    attention_spans_for(max_keys_swa)};
+  if (auto st = run_graph_or_direct(shape, max_keys, max_keys_swa); !st) return Error{st.error(), st.error_code()};
+  const int64_t nh = shape.hidden_rows, nl = shape.logit_rows;
+  if (auto st = logits_host_.reserve(size_t(std::max<int64_t>(nl, 1) * c_.n_vocab)); !st) return Error{st.error()};
   if (nh > 0) {
-    rms_norm_rows(x_, d_hrows, nh, c_.n_embd, output_norm_, eps, hidden_dev_, stream_);
     hidden_host_.resize(size_t(nh * c_.n_embd));
     KV_CUDA_TRY(cudaMemcpyAsync(hidden_host_.data(), hidden_dev_, hidden_host_.size() * sizeof(float),
                                 cudaMemcpyDeviceToHost, stream_));
   }
-  if (auto s = logits_host_.reserve(size_t(std::max<int64_t>(nl, 1) * c_.n_vocab)); !s) return Error{s.error()};
-  if (nl > 0) {
-    rms_norm_rows(x_, d_lrows, nl, c_.n_embd, output_norm_, eps, xn_, stream_);
-    linear({{&output_, logits_}}, xn_, nl);
-    if (c_.final_logit_softcap > 0) softcap(logits_, nl * c_.n_vocab, c_.final_logit_softcap, stream_);
+  if (nl > 0)
     KV_CUDA_TRY(cudaMemcpyAsync(logits_host_.data(), logits_, size_t(nl * c_.n_vocab) * sizeof(float),
                                 cudaMemcpyDeviceToHost, stream_));
-  }
   KV_CUDA_TRY(cudaGetLastError());
   KV_CUDA_TRY(cudaStreamSynchronize(stream_));
   return static_cast<const float*>(logits_host_.data());

@@ -68,18 +68,33 @@ struct QkvPrepParams {
 void qkv_prepare(float* q, float* k, float* v, int64_t T, const QkvPrepParams& p, const RowsDevice& rows,
                  const KvLayerDevice& kv, cudaStream_t s);
 // Causal attention of T rows over their sequences' cached keys (0..pos, or the last `window`):
-// out [T][n_heads * head_dim]. scale multiplies q·k; softcap > 0 caps the scores.
+// out [T][n_heads * head_dim]. scale multiplies q·k; softcap > 0 caps the scores. Each row's keys
+// are split into at most kAttentionMaxSpans spans of at least kAttentionSpanMin keys, computed
+// apart into `partials` (attention_partial_floats) and merged.
 struct AttentionDeviceParams {
   int n_heads = 0;
   int window = 0;
   float scale = 1.f, softcap = 0.f;
 };
-void attention(const float* q, int64_t T, const RowsDevice& rows, const KvLayerDevice& kv,
-               const AttentionDeviceParams& p, float* out, cudaStream_t s);
+inline constexpr int kAttentionSpanMin = 256;
+inline constexpr int kAttentionMaxSpans = 32;
+inline size_t attention_partial_floats(int64_t T, int n_heads, int head_dim) {
+  return size_t(T) * size_t(n_heads) * kAttentionMaxSpans * size_t(head_dim + 2);
+}
+// max_keys: the most keys any row attends (from its position and the window).
+void attention(const float* q, int64_t T, int max_keys, const RowsDevice& rows, const KvLayerDevice& kv,
+               const AttentionDeviceParams& p, float* partials, float* out, cudaStream_t s);
+// Raises the span kernel's shared-memory limit where this head layout needs more than 48 KiB.
+Status attention_prepare(int n_heads, int n_kv_heads, int head_dim);
 
 }  // namespace kvasir::cuda
 
 namespace kvasir::cuda {
 // Whether the attention kernel takes this head layout (query heads per KV head, head size).
 bool attention_supports(int n_heads, int n_kv_heads, int head_dim);
+}  // namespace kvasir::cuda
+
+namespace kvasir::cuda {
+// The spans a row attending n_keys keys is split into (the span kernel's grid depth).
+int attention_spans_for(int n_keys);
 }  // namespace kvasir::cuda

@@ -123,8 +123,21 @@ struct UnitQx_K {
     const __half2 dm = *reinterpret_cast<const __half2*>(b);
     d = __low2float(dm);
     dmin = __high2float(dm);
-    scale_min_k4(2 * p, b + 4, sc0, m0);
-    scale_min_k4(2 * p + 1, b + 4, sc1, m1);
+    // The 12 scale bytes as three words; sub-blocks 2p and 2p+1 picked by selects, not by
+    // indexing (a runtime index would put the bytes in local memory).
+    const uint32_t w0 = ld32(b + 4), w1 = ld32(b + 8), w2 = ld32(b + 12);
+    auto byte = [&](int k) { return int(((k < 4 ? w0 : k < 8 ? w1 : w2) >> (8 * (k & 3))) & 0xFF); };
+    auto unpack = [&](int j, int& sc, int& mn) {
+      if (j < 4) {
+        sc = byte(j) & 63;
+        mn = byte(j + 4) & 63;
+      } else {
+        sc = (byte(j + 4) & 0xF) | ((byte(j - 4) >> 6) << 4);
+        mn = (byte(j + 4) >> 4) | ((byte(j) >> 6) << 4);
+      }
+    };
+    unpack(2 * p, sc0, m0);
+    unpack(2 * p + 1, sc1, m1);
     const int4* qs = reinterpret_cast<const int4*>(b + (kFifthBit ? 48 : 16) + 32 * p);
     const int4 x0 = qs[0], x1 = qs[1];
     const int x[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};

@@ -92,10 +92,14 @@ double nmse(const std::vector<float>& a, const std::vector<float>& ref) {
 
 class CudaVsCpu : public ::testing::TestWithParam<std::string> {};
 
-// Threshold: NMSE 1e-5 per logits row. Both runners quantize activations the same way and sum
-// exact integer products, so they differ by float summation order, which can move an
-// activation code by one step now and then: measured NMSE is orders of magnitude below this;
-// a wrong scale, rope or mask gives NMSE near 1.
+// Both runners quantize activations to the same 8-bit codes and sum exact integer products, so
+// where every code agrees the logits agree to float rounding (NMSE 1e-10 to 1e-15 on the H200:
+// stories260K, llama q4_k, gemma3 q6_k). Norms, exp and cos/sin differ by an ulp between the CPU
+// and the device libraries, and now and then that moves an activation across a rounding boundary
+// of its 8-bit code; on these 2-6 layer random-weight fixtures one such flip costs up to NMSE
+// ~6e-4 (measured: llama q5_k). Threshold: NMSE 2e-3 per logits row, and every row's argmax
+// equal to the CPU's unless the CPU's top two are within 2% of the logits' rms (the golden
+// test's tie rule). A wrong scale, rope, mask or block layout gives NMSE near 1.
 TEST_P(CudaVsCpu, LogitsMatchTheCpuRunner) {
   const std::string file = "models/" + GetParam() + ".gguf";
   SKIP_WITHOUT_GPU_OR_MODEL(file);
@@ -111,8 +115,17 @@ TEST_P(CudaVsCpu, LogitsMatchTheCpuRunner) {
   const auto a = run(*gpu, ids, 12), b = run(*cpu, ids, 12);
   ASSERT_EQ(a.size(), b.size());
   double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, nmse(a[i], b[i]));
-  EXPECT_LT(worst, 1e-5) << "worst row NMSE";
+  for (size_t i = 0; i < a.size(); ++i) {
+    worst = std::max(worst, nmse(a[i], b[i]));
+    const int32_t mine = argmax(a[i]), theirs = argmax(b[i]);
+    double rms = 0;
+    for (float x : b[i]) rms += double(x) * x;
+    rms = std::sqrt(rms / double(b[i].size()));
+    if (mine != theirs) {
+      EXPECT_LE(b[i][size_t(theirs)] - b[i][size_t(mine)], 0.02 * rms) << "row " << i;
+    }
+  }
+  EXPECT_LT(worst, 2e-3) << "worst row NMSE";
   std::printf("%s: worst logits NMSE CUDA vs CPU %.3g over %zu rows\n", GetParam().c_str(), worst, a.size());
 }
 
@@ -167,7 +180,9 @@ TEST(CudaGolden, GreedyTextsMatchLlamaCpp) {
           double rms = 0;
           for (float x : last) rms += double(x) * x;
           rms = std::sqrt(rms / double(last.size()));
-          if (mine != golden_next) EXPECT_LE(last[size_t(mine)] - last[size_t(golden_next)], 0.02 * rms) << "step " << got.size();
+          if (mine != golden_next) {
+            EXPECT_LE(last[size_t(mine)] - last[size_t(golden_next)], 0.02 * rms) << "step " << got.size();
+          }
           got.push_back(golden_next);
         }
         if (tok->is_eog(got.back())) break;
