@@ -28,7 +28,9 @@ timeout 300 "$bin/test_cuda" 2>&1 | grep -vE "^\[ +(RUN|OK) +\]" | tail -80
 echo "test_cuda exit ${PIPESTATUS[0]}"
 
 step synthetic models
-for spec in gemma3-270m tinyllama-1.1b llama3-8b; do
+shapes=${CUDA_CHECK_SHAPES:-gemma3-270m tinyllama-1.1b llama3-8b}
+last=${shapes##* }
+for spec in $shapes; do
   timeout 180 "$kv" synth --preset $spec --type q4_k_m -t "$(nproc)" -o "$tmp/$spec.gguf" 2>&1 | tail -1
 done
 
@@ -37,13 +39,35 @@ bench() {  # model, extra flags
   timeout 120 "$kv" bench -m "$1" --device cuda -t 4 -p 512 -n 128 -r 3 "${@:2}" 2>&1 | tail -12
 }
 bench "$fx/models/stories260K.gguf"
-for spec in gemma3-270m tinyllama-1.1b llama3-8b; do
+for spec in $shapes; do
   [ -f "$tmp/$spec.gguf" ] && bench "$tmp/$spec.gguf"
 done
 step "decode at depth 4096 and without CUDA graphs (llama3-8b shape)"
 if [ -f "$tmp/llama3-8b.gguf" ]; then
   timeout 120 "$kv" bench -m "$tmp/llama3-8b.gguf" --device cuda -t 4 -p 0 -n 128 -d 4096 -r 3 2>&1 | grep -E "tg|copy"
   KVASIR_CUDA_GRAPHS=0 timeout 60 "$kv" bench -m "$tmp/llama3-8b.gguf" --device cuda -t 4 -p 0 -n 128 -r 3 2>&1 | grep -E "tg|copy"
+fi
+if [ "${CUDA_CHECK_PROFILE:-0}" = 1 ] && command -v ncu > /dev/null && [ -f "$tmp/$last.gguf" ]; then
+  step "ncu: one decode token of the $last shape, kernel by kernel"
+  KVASIR_CUDA_GRAPHS=0 timeout 150 ncu --clock-control none --launch-skip ${NCU_SKIP:-400} --launch-count ${NCU_COUNT:-360} --csv \
+    --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum \
+    "$kv" bench -m "$tmp/$last.gguf" --device cuda -t 4 -p 0 -n 4 -r 1 --no-warmup > "$out/ncu.csv" 2>&1
+  python3 - "$out/ncu.csv" <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+head = rows[0]; rows = rows[1:]
+ki, mi, vi = head.index("Kernel Name"), head.index("Metric Name"), head.index("Metric Value")
+t = collections.defaultdict(float); n = collections.Counter(); b = collections.defaultdict(float)
+for r in rows:
+    name = r[ki].split("(")[0][:60]
+    v = float(r[vi].replace(",", ""))
+    if r[mi] == "gpu__time_duration.sum": t[name] += v; n[name] += 1
+    if r[mi] == "dram__bytes_read.sum": b[name] += v
+tot = sum(t.values())
+for k in sorted(t, key=t.get, reverse=True):
+    print(f"{t[k]/1e3:9.1f} us {100*t[k]/tot:5.1f}%  x{n[k]:4d}  {b[k]/max(t[k],1):7.1f} GB/s  {k}")
+print(f"total {tot/1e3:.1f} us over {sum(n.values())} kernels")
+PY
 fi
 [ "${CUDA_CHECK_QUICK:-0}" = 1 ] && { step done; rm -rf "$tmp"; exit 0; }
 

@@ -1,64 +1,91 @@
-// Quantized and float matrix products: one warp per output row, the row's units spread over the
-// lanes (lane l takes units l, l + 32, ...), each unit decoded once and dotted with up to kTile
-// activation rows. A (row, output) result is the same sum in the same order whatever the tile or
-// batch, so a sequence's logits do not depend on what it is batched with.
+// Quantized and float matrix products: kThreads threads (32, 64 or 128, by the row's length) per
+// output row, the row's units spread over them (thread j takes units j, j + kThreads, ...), each
+// unit decoded once and dotted with up to kRows activation rows. The threads' partials are summed
+// in a fixed tree (warp shuffles, then the row's warps in order), so a (row, output) result is the
+// same sum in the same order whatever the tile or batch: a sequence's logits do not depend on what
+// it is batched with.
 #include "cuda/kernels.cuh"
 #include "cuda/quant_units.cuh"
 
 namespace kvasir::cuda {
 namespace {
 
-constexpr int kWarps = 4;  // output rows per block
+constexpr int kBlock = 128;
 
-template <class Unit, int kRows>
-__global__ void __launch_bounds__(kWarps * 32) matmul_kernel(const uint8_t* __restrict__ w, size_t row_bytes,
-                                                             int n_units, int n_out, ActBuffers act, int n_in,
-                                                             int d_per_row, int T, float* __restrict__ y, int64_t ldy) {
-  const int lane = threadIdx.x & 31;
-  const int o = blockIdx.x * kWarps + (threadIdx.x >> 5);
+template <class Unit, int kRows, int kThreads>
+__global__ void __launch_bounds__(kBlock) matmul_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int n_units,
+                                                        int n_out, ActBuffers act, int n_in, int d_per_row, int T,
+                                                        float* __restrict__ y, int64_t ldy) {
+  constexpr int kRowsPerBlock = kBlock / kThreads, kWarpsPerRow = kThreads / 32;
+  __shared__ float partial[kRowsPerBlock][kWarpsPerRow][kRows];
+  const int j = threadIdx.x % kThreads, slot = threadIdx.x / kThreads;
+  const int o = blockIdx.x * kRowsPerBlock + slot;
   const int t0 = blockIdx.y * kRows;
-  if (o >= n_out) return;
   const int nr = min(kRows, T - t0);
-  ActRow rows[kRows];
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const int t = t0 + min(r, nr - 1);
-    rows[r] = {act.q + size_t(t) * n_in, act.d + size_t(t) * d_per_row, act.s + size_t(t) * (n_in / 16),
-               act.f + size_t(t) * n_in};
-  }
   float acc[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) acc[r] = 0.f;
-  const uint8_t* row = w + size_t(o) * row_bytes;
-  for (int u = lane; u < n_units; u += 32) {
-    Unit unit;
-    unit.load(row, u);
+  if (o < n_out) {
+    ActRow rows[kRows];
 #pragma unroll
-    for (int r = 0; r < kRows; ++r)
-      if (r < nr) acc[r] += unit.dot(rows[r], u);
+    for (int r = 0; r < kRows; ++r) {
+      const int t = t0 + min(r, nr - 1);
+      rows[r] = {act.q + size_t(t) * n_in, act.d + size_t(t) * d_per_row, act.s + size_t(t) * (n_in / 16),
+                 act.f + size_t(t) * n_in};
+    }
+    const uint8_t* row = w + size_t(o) * row_bytes;
+    for (int u = j; u < n_units; u += kThreads) {
+      Unit unit;
+      unit.load(row, u);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+        if (r < nr) acc[r] += unit.dot(rows[r], u);
+    }
   }
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const float v = warp_sum(acc[r]);
-    if (lane == 0 && r < nr) y[size_t(t0 + r) * ldy + o] = v;
+  for (int r = 0; r < kRows; ++r) acc[r] = warp_sum(acc[r]);
+  if constexpr (kWarpsPerRow == 1) {
+    if (j == 0 && o < n_out)
+      for (int r = 0; r < nr; ++r) y[size_t(t0 + r) * ldy + o] = acc[r];
+  } else {
+    if ((threadIdx.x & 31) == 0)
+      for (int r = 0; r < kRows; ++r) partial[slot][j / 32][r] = acc[r];
+    __syncthreads();
+    if (j == 0 && o < n_out)
+      for (int r = 0; r < nr; ++r) {
+        float v = partial[slot][0][r];
+        for (int k = 1; k < kWarpsPerRow; ++k) v += partial[slot][k][r];
+        y[size_t(t0 + r) * ldy + o] = v;
+      }
   }
 }
 
-template <class Unit>
-void launch(const DeviceMatrix& w, const ActBuffers& act, int64_t T, float* y, int64_t ldy, int d_per_row,
-            cudaStream_t s) {
+template <class Unit, int kThreads>
+void launch_threads(const DeviceMatrix& w, const ActBuffers& act, int64_t T, float* y, int64_t ldy, int d_per_row,
+                    cudaStream_t s) {
   const int n_units = int(w.n_in / Unit::kElems);
-  const unsigned gx = unsigned((w.n_out + kWarps - 1) / kWarps);
+  constexpr int kRowsPerBlock = kBlock / kThreads;
+  const unsigned gx = unsigned((w.n_out + kRowsPerBlock - 1) / kRowsPerBlock);
   auto run = [&](auto rows_tag) {
     constexpr int R = decltype(rows_tag)::value;
     const dim3 grid(gx, unsigned((T + R - 1) / R));
-    matmul_kernel<Unit, R><<<grid, kWarps * 32, 0, s>>>(w.data, w.row_bytes, n_units, int(w.n_out), act, int(w.n_in),
-                                                         d_per_row, int(T), y, ldy);
+    matmul_kernel<Unit, R, kThreads><<<grid, kBlock, 0, s>>>(w.data, w.row_bytes, n_units, int(w.n_out), act,
+                                                             int(w.n_in), d_per_row, int(T), y, ldy);
   };
   if (T == 1) run(std::integral_constant<int, 1>{});
   else if (T == 2) run(std::integral_constant<int, 2>{});
   else if (T <= 4) run(std::integral_constant<int, 4>{});
   else run(std::integral_constant<int, 8>{});
+}
+
+// Threads per row by the row's units (never by T, so the summation order is the row's own).
+template <class Unit>
+void launch(const DeviceMatrix& w, const ActBuffers& act, int64_t T, float* y, int64_t ldy, int d_per_row,
+            cudaStream_t s) {
+  const int64_t n_units = w.n_in / Unit::kElems;
+  if (n_units >= 128) launch_threads<Unit, 128>(w, act, T, y, ldy, d_per_row, s);
+  else if (n_units >= 64) launch_threads<Unit, 64>(w, act, T, y, ldy, d_per_row, s);
+  else launch_threads<Unit, 32>(w, act, T, y, ldy, d_per_row, s);
 }
 
 // Q8_0 activations: a warp per 32 values; d = amax / 127 (stored as F16), codes round(x / d).

@@ -109,16 +109,17 @@ struct UnitQ8_0 {
   }
 };
 
-// Q4_K / Q5_K: a unit is 64 elements (sub-blocks 2p and 2p+1 share 32 bytes of nibbles) of a
-// 256-element super-block: four units a block.
+// Q4_K / Q5_K: a unit is 32 elements of a 256-element super-block, eight units a block: 16 bytes
+// of nibbles whose low halves are 16 elements of sub-block 2p and whose high halves are the same
+// 16 positions of sub-block 2p + 1.
 template <bool kFifthBit>
 struct UnitQx_K {
-  static constexpr int kElems = 64, kBlockBytes = kFifthBit ? 176 : 144;
-  int lo[8], hi[8];
+  static constexpr int kElems = 32, kBlockBytes = kFifthBit ? 176 : 144;
+  int lo[4], hi[4];
   int sc0, sc1, m0, m1;
   float d, dmin;
   __device__ void load(const uint8_t* row, int u) {
-    const int i = u >> 2, p = u & 3;
+    const int i = u >> 3, p = (u >> 1) & 3, hh = u & 1;
     const uint8_t* b = row + size_t(i) * kBlockBytes;
     const __half2 dm = *reinterpret_cast<const __half2*>(b);
     d = __low2float(dm);
@@ -138,90 +139,70 @@ struct UnitQx_K {
     };
     unpack(2 * p, sc0, m0);
     unpack(2 * p + 1, sc1, m1);
-    const int4* qs = reinterpret_cast<const int4*>(b + (kFifthBit ? 48 : 16) + 32 * p);
-    const int4 x0 = qs[0], x1 = qs[1];
-    const int x[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-    int h[8] = {};
+    const int4 x = *reinterpret_cast<const int4*>(b + (kFifthBit ? 48 : 16) + 32 * p + 16 * hh);
+    const int xs[4] = {x.x, x.y, x.z, x.w};
+    int hs[4] = {};
     if constexpr (kFifthBit) {
-      const int4* qh = reinterpret_cast<const int4*>(b + 16);
-      const int4 h0 = qh[0], h1 = qh[1];
-      const int hh[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
-#pragma unroll
-      for (int k = 0; k < 8; ++k) h[k] = hh[k];
+      const int4 h = *reinterpret_cast<const int4*>(b + 16 + 16 * hh);
+      hs[0] = h.x, hs[1] = h.y, hs[2] = h.z, hs[3] = h.w;
     }
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      lo[k] = x[k] & 0x0F0F0F0F;
-      hi[k] = (x[k] >> 4) & 0x0F0F0F0F;
+    for (int k = 0; k < 4; ++k) {
+      lo[k] = xs[k] & 0x0F0F0F0F;
+      hi[k] = (xs[k] >> 4) & 0x0F0F0F0F;
       if constexpr (kFifthBit) {
-        lo[k] |= ((uint32_t(h[k]) >> (2 * p)) & 0x01010101u) << 4;
-        hi[k] |= ((uint32_t(h[k]) >> (2 * p + 1)) & 0x01010101u) << 4;
+        lo[k] |= int(((uint32_t(hs[k]) >> (2 * p)) & 0x01010101u) << 4);
+        hi[k] |= int(((uint32_t(hs[k]) >> (2 * p + 1)) & 0x01010101u) << 4);
       }
     }
   }
   __device__ float dot(const ActRow& a, int u) const {
-    const int i = u >> 2, p = u & 3;
-    const int4* q = reinterpret_cast<const int4*>(a.q + size_t(i) * 256 + 64 * p);
-    const int4 a0 = q[0], a1 = q[1], a2 = q[2], a3 = q[3];
+    const int i = u >> 3, p = (u >> 1) & 3, hh = u & 1;
+    const int8_t* q = a.q + size_t(i) * 256 + 64 * p + 16 * hh;
+    const int4 a0 = *reinterpret_cast<const int4*>(q), a1 = *reinterpret_cast<const int4*>(q + 32);
     int s0 = 0, s1 = 0;
     s0 = dp4a(lo[0], a0.x, s0); s0 = dp4a(lo[1], a0.y, s0); s0 = dp4a(lo[2], a0.z, s0); s0 = dp4a(lo[3], a0.w, s0);
-    s0 = dp4a(lo[4], a1.x, s0); s0 = dp4a(lo[5], a1.y, s0); s0 = dp4a(lo[6], a1.z, s0); s0 = dp4a(lo[7], a1.w, s0);
-    s1 = dp4a(hi[0], a2.x, s1); s1 = dp4a(hi[1], a2.y, s1); s1 = dp4a(hi[2], a2.z, s1); s1 = dp4a(hi[3], a2.w, s1);
-    s1 = dp4a(hi[4], a3.x, s1); s1 = dp4a(hi[5], a3.y, s1); s1 = dp4a(hi[6], a3.z, s1); s1 = dp4a(hi[7], a3.w, s1);
-    const int* bs = a.s + size_t(i) * 16 + 4 * p;
+    s1 = dp4a(hi[0], a1.x, s1); s1 = dp4a(hi[1], a1.y, s1); s1 = dp4a(hi[2], a1.z, s1); s1 = dp4a(hi[3], a1.w, s1);
+    const int* bs = a.s + size_t(i) * 16 + 4 * p + hh;
     const int sum_q = sc0 * s0 + sc1 * s1;
-    const int sum_m = m0 * (bs[0] + bs[1]) + m1 * (bs[2] + bs[3]);
+    const int sum_m = m0 * bs[0] + m1 * bs[2];
     return a.d[i] * (d * float(sum_q) - dmin * float(sum_m));
   }
 };
 using UnitQ4_K = UnitQx_K<false>;
 using UnitQ5_K = UnitQx_K<true>;
 
-// Q6_K: a unit is one half (128 elements) of a 210-byte super-block.
+// Q6_K: a unit is 32 elements of a 210-byte super-block, eight units a block: in half h, 16 bytes
+// of low nibbles (quarters c and c + 2 at 16 positions) and the 16 bytes of their high bits.
 struct UnitQ6_K {
-  static constexpr int kElems = 128, kBlockBytes = 210;
-  int w[32];  // [quarter][8 words]
-  int sc[8];
+  static constexpr int kElems = 32, kBlockBytes = 210;
+  int w0[4], w1[4];  // quarter c, quarter c + 2
+  int sc0, sc1;
   float d;
   __device__ void load(const uint8_t* row, int u) {
-    const int i = u >> 1, h = u & 1;
+    const int i = u >> 3, h = (u >> 2) & 1, c = (u >> 1) & 1, lh = u & 1;
     const uint8_t* b = row + size_t(i) * kBlockBytes;
-    const uint8_t* ql = b + h * 64;
-    const uint8_t* qh = b + 128 + h * 32;
+    const uint8_t* ql = b + 64 * h + 32 * c + 16 * lh;
+    const uint8_t* qh = b + 128 + 32 * h + 16 * lh;
 #pragma unroll
-    for (int g = 0; g < 8; ++g) {
-      const uint32_t H = ld32_a2(qh + 4 * g);
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const uint32_t W = ld32_a2(ql + 32 * c + 4 * g);
-#pragma unroll
-        for (int up = 0; up < 2; ++up) {
-          const int qt = c + 2 * up;
-          const uint32_t v = ((W >> (4 * up)) & 0x0F0F0F0Fu) | (((H >> (2 * qt)) & 0x03030303u) << 4);
-          w[qt * 8 + g] = __vsubss4(int(v), 0x20202020);
-        }
-      }
+    for (int k = 0; k < 4; ++k) {
+      const uint32_t W = ld32_a2(ql + 4 * k), H = ld32_a2(qh + 4 * k);
+      w0[k] = __vsubss4(int((W & 0x0F0F0F0Fu) | (((H >> (2 * c)) & 0x03030303u) << 4)), 0x20202020);
+      w1[k] = __vsubss4(int(((W >> 4) & 0x0F0F0F0Fu) | (((H >> (2 * c + 4)) & 0x03030303u) << 4)), 0x20202020);
     }
-    const int8_t* scales = reinterpret_cast<const int8_t*>(b + 192) + 8 * h;
-#pragma unroll
-    for (int k = 0; k < 8; ++k) sc[k] = scales[k];
+    const int8_t* scales = reinterpret_cast<const int8_t*>(b + 192);
+    sc0 = scales[8 * h + 2 * c + lh];
+    sc1 = scales[8 * h + 2 * (c + 2) + lh];
     d = ld_half(b + 208);
   }
   __device__ float dot(const ActRow& a, int u) const {
-    const int i = u >> 1, h = u & 1;
-    const int4* q = reinterpret_cast<const int4*>(a.q + size_t(i) * 256 + 128 * h);
-    int sum = 0;
-#pragma unroll
-    for (int qt = 0; qt < 4; ++qt) {
-      const int4 a0 = q[2 * qt], a1 = q[2 * qt + 1];
-      int s0 = 0, s1 = 0;
-      s0 = dp4a(w[qt * 8 + 0], a0.x, s0); s0 = dp4a(w[qt * 8 + 1], a0.y, s0);
-      s0 = dp4a(w[qt * 8 + 2], a0.z, s0); s0 = dp4a(w[qt * 8 + 3], a0.w, s0);
-      s1 = dp4a(w[qt * 8 + 4], a1.x, s1); s1 = dp4a(w[qt * 8 + 5], a1.y, s1);
-      s1 = dp4a(w[qt * 8 + 6], a1.z, s1); s1 = dp4a(w[qt * 8 + 7], a1.w, s1);
-      sum += sc[2 * qt] * s0 + sc[2 * qt + 1] * s1;
-    }
-    return a.d[i] * d * float(sum);
+    const int i = u >> 3, h = (u >> 2) & 1, c = (u >> 1) & 1, lh = u & 1;
+    const int8_t* q = a.q + size_t(i) * 256 + 128 * h + 32 * c + 16 * lh;
+    const int4 a0 = *reinterpret_cast<const int4*>(q), a1 = *reinterpret_cast<const int4*>(q + 64);
+    int s0 = 0, s1 = 0;
+    s0 = dp4a(w0[0], a0.x, s0); s0 = dp4a(w0[1], a0.y, s0); s0 = dp4a(w0[2], a0.z, s0); s0 = dp4a(w0[3], a0.w, s0);
+    s1 = dp4a(w1[0], a1.x, s1); s1 = dp4a(w1[1], a1.y, s1); s1 = dp4a(w1[2], a1.z, s1); s1 = dp4a(w1[3], a1.w, s1);
+    return a.d[i] * d * float(sc0 * s0 + sc1 * s1);
   }
 };
 
