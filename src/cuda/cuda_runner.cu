@@ -2,6 +2,7 @@
 // batch's ints go up in one copy, every layer runs on device memory, and only the logits (and
 // hidden states) of the rows that want them come back.
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <unordered_map>
@@ -119,7 +120,11 @@ class CudaRunner final : public runtime::ModelRunner {
   void enqueue(const Shape& shape, int max_keys, int max_keys_swa);
   Status run_graph_or_direct(const Shape& shape, int max_keys, int max_keys_swa);
   void clear_graphs();
-  // y = x · Wᵀ for each job; x converted once per activation type.
+  // The activation conversions a group of matrices that share an input reads.
+  ActTargets targets_for(std::initializer_list<const DeviceMatrix*> group);
+  // y = x · Wᵀ for each job, from activations already converted (targets_for their group).
+  void matmuls(std::initializer_list<Job> jobs, int64_t T);
+  // Converts x (T rows of the jobs' n_in) for the jobs, then runs them.
   void linear(std::initializer_list<Job> jobs, const float* x, int64_t T);
   ActBuffers& act_for(DType t);
 
@@ -137,7 +142,8 @@ class CudaRunner final : public runtime::ModelRunner {
   std::vector<LayerDevice> layers_;
   std::vector<KvLayerDevice> kv_;
   // Activations, max_batch_tokens rows each.
-  float *x_ = nullptr, *xn_ = nullptr, *q_ = nullptr, *k_ = nullptr, *v_ = nullptr, *att_ = nullptr, *proj_ = nullptr;
+  float* x_[2] = {};  // the residual stream, ping-ponged at each fused junction
+  float *xn_ = nullptr, *q_ = nullptr, *k_ = nullptr, *v_ = nullptr, *att_ = nullptr, *proj_ = nullptr;
   float *gate_ = nullptr, *up_ = nullptr, *logits_ = nullptr, *hidden_dev_ = nullptr;
   float* attn_partials_ = nullptr;
   std::vector<std::pair<DType, ActBuffers>> acts_;
@@ -227,9 +233,19 @@ Status CudaRunner::init() {
     max_in = std::max({max_in, l.wo.n_in, l.w_down.n_in});
     layers_.push_back(d);
   }
+  // A group that shares an input (q/k/v, gate/up) is converted into at most two activation types.
+  for (const LayerDevice& l : layers_)
+    for (auto group : {std::array{&l.wq, &l.wk, &l.wv}, std::array{&l.gate, &l.up, &l.up}}) {
+      DType seen[3];
+      int n = 0;
+      for (const DeviceMatrix* m : group)
+        if (std::find(seen, seen + n, act_type_of(m->type)) == seen + n) seen[n++] = act_type_of(m->type);
+      if (n > 2) return Error{"the CUDA runner takes at most two activation types per matrix group", ErrorCode::invalid_argument};
+    }
   // Activations and their converted copies, one set per activation type the model reads.
   const size_t T = size_t(o_.max_batch_tokens);
-  KV_TRY_ASSIGN(x_, arena_.alloc_n<float>(T * c_.n_embd));
+  KV_TRY_ASSIGN(x_[0], arena_.alloc_n<float>(T * c_.n_embd));
+  KV_TRY_ASSIGN(x_[1], arena_.alloc_n<float>(T * c_.n_embd));
   KV_TRY_ASSIGN(xn_, arena_.alloc_n<float>(T * c_.n_embd));
   KV_TRY_ASSIGN(q_, arena_.alloc_n<float>(T * c_.q_dim()));
   KV_TRY_ASSIGN(k_, arena_.alloc_n<float>(T * c_.kv_dim()));
@@ -295,17 +311,31 @@ ActBuffers& CudaRunner::act_for(DType t) {
   return acts_.front().second;  // unreachable: every matrix's act type was allocated at init
 }
 
+ActTargets CudaRunner::targets_for(std::initializer_list<const DeviceMatrix*> group) {
+  ActTargets t;
+  for (const DeviceMatrix* m : group) {
+    const DType a = act_type_of(m->type);
+    if (std::find(t.type, t.type + t.n, a) != t.type + t.n) continue;
+    t.type[t.n] = a;
+    t.buf[t.n++] = act_for(a);  // at most two: the model's groups are checked at init
+  }
+  return t;
+}
+
+void CudaRunner::matmuls(std::initializer_list<Job> jobs, int64_t T) {
+  for (const Job& j : jobs) matmul(*j.w, act_for(act_type_of(j.w->type)), T, j.y, j.w->n_out, stream_);
+}
+
 void CudaRunner::linear(std::initializer_list<Job> jobs, const float* x, int64_t T) {
   DType done[3];
   int n_done = 0;
   for (const Job& j : jobs) {
     const DType t = act_type_of(j.w->type);
-    if (std::find(done, done + n_done, t) == done + n_done) {
-      quantize_act(t, x, T, j.w->n_in, act_for(t), stream_);
-      done[n_done++] = t;
-    }
-    matmul(*j.w, act_for(t), T, j.y, j.w->n_out, stream_);
+    if (std::find(done, done + n_done, t) != done + n_done) continue;
+    quantize_act(t, x, T, j.w->n_in, act_for(t), stream_);
+    done[n_done++] = t;
   }
+  matmuls(jobs, T);
 }
 
 void CudaRunner::enqueue(const Shape& shape, int max_keys, int max_keys_swa) {
@@ -315,12 +345,20 @@ void CudaRunner::enqueue(const Shape& shape, int max_keys, int max_keys_swa) {
   const int32_t* d_lrows = ints_dev_ + 3 * T;
   const int32_t* d_hrows = d_lrows + shape.logit_rows;
   const float eps = c_.norm_eps;
-  embed_rows(token_embd_, d_tokens, T, c_.embed_scale, x_, stream_);
-  rms_norm_rows(x_, nullptr, T, c_.n_embd, layers_[0].attn_norm, eps, xn_, stream_);
+  int cur = 0;  // x_[cur] holds the residual stream
+  // A junction: x_[cur] plus y (post-normed) into the other buffer, normed by w into xn_ and the
+  // next group's activations.
+  auto junction = [&](const float* y, const float* post, const float* w, const ActTargets& targets) {
+    norm_convert(x_[cur], y, post, w, eps, T, c_.n_embd, y ? x_[cur ^ 1] : nullptr, xn_, targets, stream_);
+    if (y) cur ^= 1;
+  };
+  embed_rows(token_embd_, d_tokens, T, c_.embed_scale, x_[cur], stream_);
+  const LayerDevice& first = layers_[0];
+  junction(nullptr, nullptr, first.attn_norm, targets_for({&first.wq, &first.wk, &first.wv}));
   for (int64_t il = 0; il < c_.n_layers; ++il) {
     const LayerDevice& l = layers_[size_t(il)];
     const bool swa = c_.layer_is_swa[size_t(il)];
-    linear({{&l.wq, q_}, {&l.wk, k_}, {&l.wv, v_}}, xn_, T);
+    matmuls({{&l.wq, q_}, {&l.wk, k_}, {&l.wv, v_}}, T);
     QkvPrepParams qp{.n_heads = int(c_.n_heads), .n_kv_heads = int(c_.n_kv_heads), .head_dim = int(c_.head_dim),
                      .bq = l.bq, .bk = l.bk, .bv = l.bv, .q_norm = l.q_norm, .k_norm = l.k_norm, .eps = eps,
                      .rope = {.mode = c_.rope_mode == kernels::RopeMode::Normal ? 0 : 1,
@@ -335,19 +373,24 @@ void CudaRunner::enqueue(const Shape& shape, int max_keys, int max_keys_swa) {
                .softcap = c_.attn_softcap},
               attn_partials_, att_, stream_);
     linear({{&l.wo, proj_}}, att_, T);
-    residual_add_norm(x_, proj_, l.post_attn, l.ffn_norm, eps, T, c_.n_embd, xn_, stream_);
-    linear({{&l.gate, gate_}, {&l.up, up_}}, xn_, T);
-    gated_act(gate_, up_, T * c_.n_ff, c_.ffn_act == FfnAct::GeluTanh, stream_);
-    linear({{&l.down, proj_}}, gate_, T);
-    const float* next = il + 1 < c_.n_layers ? layers_[size_t(il + 1)].attn_norm : nullptr;
-    residual_add_norm(x_, proj_, l.post_ffn, next, eps, T, c_.n_embd, xn_, stream_);
+    junction(proj_, l.post_attn, l.ffn_norm, targets_for({&l.gate, &l.up}));
+    matmuls({{&l.gate, gate_}, {&l.up, up_}}, T);
+    gated_act_convert(gate_, up_, T, c_.n_ff, c_.ffn_act == FfnAct::GeluTanh, targets_for({&l.down}), stream_);
+    matmuls({{&l.down, proj_}}, T);
+    if (il + 1 < c_.n_layers) {
+      const LayerDevice& n = layers_[size_t(il + 1)];
+      junction(proj_, l.post_ffn, n.attn_norm, targets_for({&n.wq, &n.wk, &n.wv}));
+    } else {
+      junction(proj_, l.post_ffn, nullptr, {});
+    }
   }
+  const float* x = x_[cur];
   const int64_t nh = shape.hidden_rows, nl = shape.logit_rows;
   if (nh > 0) {
-    rms_norm_rows(x_, d_hrows, nh, c_.n_embd, output_norm_, eps, hidden_dev_, stream_);
+    rms_norm_rows(x, d_hrows, nh, c_.n_embd, output_norm_, eps, hidden_dev_, stream_);
   }
   if (nl > 0) {
-    rms_norm_rows(x_, d_lrows, nl, c_.n_embd, output_norm_, eps, xn_, stream_);
+    rms_norm_rows(x, d_lrows, nl, c_.n_embd, output_norm_, eps, xn_, stream_);
     linear({{&output_, logits_}}, xn_, nl);
     if (c_.final_logit_softcap > 0) softcap(logits_, nl * c_.n_vocab, c_.final_logit_softcap, stream_);
   }

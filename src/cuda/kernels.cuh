@@ -14,6 +14,14 @@ struct ActBuffers {
   float* f = nullptr;  // rows x n_in
 };
 
+// Up to two activation types a group of matrices reads, with their buffers: what the fused
+// norm and activation kernels convert their output into.
+struct ActTargets {
+  int n = 0;
+  DType type[2] = {};
+  ActBuffers buf[2] = {};
+};
+
 // The activation type a weight type's products read (its vec_dot_type, as on the CPU).
 DType act_type_of(DType weight);
 // Whether the matrix product kernels take this weight type and row length.
@@ -28,13 +36,17 @@ void matmul(const DeviceMatrix& w, const ActBuffers& act, int64_t T, float* y, i
 // double, as the CPU's).
 void rms_norm_rows(const float* x, const int32_t* rows, int64_t n_rows, int64_t n, const float* w, float eps,
                    float* out, cudaStream_t s);
-// x[t] += post ? rms_norm(y[t]) * post : y[t]; then, when next is set, xn[t] = rms_norm(x[t]) * next.
-void residual_add_norm(float* x, const float* y, const float* post, const float* next, float eps, int64_t T,
-                       int64_t n, float* xn, cudaStream_t s);
+// The junction between blocks, fused: x_out[t] = x_in[t] + (post ? rms_norm(y[t]) * post : y[t])
+// (x_in[t] alone when y is null; x_out may then be null), then, when w is set,
+// xn[t] = rms_norm(x_out[t]) * w converted into `targets` (and kept as floats in xn when xn is
+// set). x_in and x_out must differ: every block reads the whole row.
+void norm_convert(const float* x_in, const float* y, const float* post, const float* w, float eps, int64_t T, int64_t n,
+                  float* x_out, float* xn, const ActTargets& targets, cudaStream_t s);
+// gate = act(gate) * up over T rows of n, converted into `targets` too.
+void gated_act_convert(float* gate, const float* up, int64_t T, int64_t n, bool gelu, const ActTargets& targets,
+                       cudaStream_t s);
 // The embedding rows of T tokens, times scale.
 void embed_rows(const DeviceMatrix& table, const int32_t* tokens, int64_t T, float scale, float* out, cudaStream_t s);
-// gate[i] = act(gate[i]) * up[i] over n floats; gelu: the tanh approximation, else SiLU.
-void gated_act(float* gate, const float* up, int64_t n, bool gelu, cudaStream_t s);
 // x[i] = cap * tanh(x[i] / cap).
 void softcap(float* x, int64_t n, float cap, cudaStream_t s);
 
@@ -76,7 +88,7 @@ struct AttentionDeviceParams {
   int window = 0;
   float scale = 1.f, softcap = 0.f;
 };
-inline constexpr int kAttentionSpanMin = 256;
+inline constexpr int kAttentionSpanMin = 64;
 inline constexpr int kAttentionMaxSpans = 32;
 inline size_t attention_partial_floats(int64_t T, int n_heads, int head_dim) {
   return size_t(T) * size_t(n_heads) * kAttentionMaxSpans * size_t(head_dim + 2);

@@ -4,6 +4,7 @@
 // in a fixed tree (warp shuffles, then the row's warps in order), so a (row, output) result is the
 // same sum in the same order whatever the tile or batch: a sequence's logits do not depend on what
 // it is batched with.
+#include "cuda/act_quant.cuh"
 #include "cuda/kernels.cuh"
 #include "cuda/quant_units.cuh"
 
@@ -88,55 +89,15 @@ void launch(const DeviceMatrix& w, const ActBuffers& act, int64_t T, float* y, i
   else launch_threads<Unit, 32>(w, act, T, y, ldy, d_per_row, s);
 }
 
-// Q8_0 activations: a warp per 32 values; d = amax / 127 (stored as F16), codes round(x / d).
-__global__ void quantize_q8_0_kernel(const float* __restrict__ x, int n_in, int blocks_per_row, int T, int8_t* q,
-                                     float* d) {
-  const int lane = threadIdx.x & 31;
+__global__ void quantize_q8_0_kernel(const float* __restrict__ x, int64_t blocks, ActBuffers out) {
   const int64_t blk = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
-  if (blk >= int64_t(T) * blocks_per_row) return;
-  const float v = x[blk * 32 + lane];
-  const float amax = warp_max(fabsf(v));
-  const float dd = amax / 127.f;
-  const float id = dd != 0.f ? 1.0f / dd : 0.0f;
-  q[blk * 32 + lane] = int8_t(roundf(v * id));
-  if (lane == 0) d[blk] = __half2float(__float2half_rn(dd));
+  if (blk >= blocks) return;  // whole warps leave together
+  quantize_q8_0_warp(x[blk * 32 + (threadIdx.x & 31)], blk, out);
 }
 
-// Q8_K activations: a block of 256 threads per 256 values. The scale comes from the value of
-// largest magnitude (the first such, as the CPU scans), codes nearest(-127 / max * x).
-__global__ void quantize_q8_k_kernel(const float* __restrict__ x, int8_t* q, float* d, int* sums) {
-  __shared__ float s_ax[8];
-  __shared__ int s_ix[8];
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int64_t blk = blockIdx.x;
-  const float v = x[blk * 256 + tid];
-  float ax = fabsf(v);
-  int ix = tid;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float oa = __shfl_xor_sync(0xffffffffu, ax, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, ix, o);
-    if (oa > ax || (oa == ax && oi < ix)) ax = oa, ix = oi;
-  }
-  if (lane == 0) s_ax[warp] = ax, s_ix[warp] = ix;
-  __syncthreads();
-  ax = s_ax[0], ix = s_ix[0];
-  for (int k = 1; k < 8; ++k)
-    if (s_ax[k] > ax) ax = s_ax[k], ix = s_ix[k];  // warps in index order: ties keep the first
-  int code = 0;
-  if (ax != 0.f) {
-    const float mx = x[blk * 256 + ix];
-    const float iscale = -127.f / mx;
-    code = min(127, __float2int_rn(iscale * v));
-    if (tid == 0) d[blk] = 1.f / iscale;
-  } else if (tid == 0) {
-    d[blk] = 0.f;
-  }
-  q[blk * 256 + tid] = int8_t(code);
-  int sum = code;  // sum over each 16 lanes
-#pragma unroll
-  for (int o = 8; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-  if ((lane & 15) == 0) sums[blk * 16 + tid / 16] = sum;
+__global__ void quantize_q8_k_kernel(const float* __restrict__ x, ActBuffers out) {
+  __shared__ float shared[16];
+  quantize_q8_k_block(x[int64_t(blockIdx.x) * 256 + threadIdx.x], blockIdx.x, out, shared);
 }
 
 template <DType kType>
@@ -182,10 +143,10 @@ void quantize_act(DType act, const float* x, int64_t T, int64_t n_in, const ActB
   switch (act) {
     case DType::Q8_0: {
       const int64_t blocks = n / 32;
-      quantize_q8_0_kernel<<<unsigned((blocks + 7) / 8), 256, 0, s>>>(x, int(n_in), int(n_in / 32), int(T), out.q, out.d);
+      quantize_q8_0_kernel<<<unsigned((blocks + 7) / 8), 256, 0, s>>>(x, blocks, out);
       break;
     }
-    case DType::Q8_K: quantize_q8_k_kernel<<<unsigned(n / 256), 256, 0, s>>>(x, out.q, out.d, out.s); break;
+    case DType::Q8_K: quantize_q8_k_kernel<<<unsigned(n / 256), 256, 0, s>>>(x, out); break;
     case DType::F16: round_floats_kernel<DType::F16><<<unsigned((n + 255) / 256), 256, 0, s>>>(x, n, out.f); break;
     case DType::BF16: round_floats_kernel<DType::BF16><<<unsigned((n + 255) / 256), 256, 0, s>>>(x, n, out.f); break;
     default: round_floats_kernel<DType::F32><<<unsigned((n + 255) / 256), 256, 0, s>>>(x, n, out.f); break;

@@ -2,6 +2,7 @@
 // gated activations, soft-capping, and the per-row attention prologue (biases, QK-norm, RoPE, the
 // K/V store). Formulas are the CPU's (kernels/ops.cpp).
 #include "cuda/kernels.cuh"
+#include "cuda/act_quant.cuh"
 #include "cuda/quant_units.cuh"
 
 namespace kvasir::cuda {
@@ -26,22 +27,54 @@ __global__ void rms_norm_kernel(const float* __restrict__ x, const int32_t* rows
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) o[i] = w ? xr[i] * scale * w[i] : xr[i] * scale;
 }
 
-__global__ void residual_add_norm_kernel(float* x, const float* y, const float* post, const float* next, float eps,
-                                         int64_t n, float* xn) {
-  __shared__ double shared[32];
-  float* xr = x + int64_t(blockIdx.x) * n;
-  const float* yr = y + int64_t(blockIdx.x) * n;
-  if (post) {
-    const float scale = rms_scale(yr, n, eps, shared);
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) xr[i] += yr[i] * scale * post[i];
-  } else {
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) xr[i] += yr[i];
+// One block per (chunk of kChunk positions, row). Each block computes the whole row's new
+// residual and its sum of squares itself (the same arithmetic in every block, from L2), so the
+// row needs no second pass; it writes only its chunk.
+template <int kChunk>
+__global__ void __launch_bounds__(kChunk) norm_convert_kernel(const float* __restrict__ x_in, const float* y,
+                                                              const float* post, const float* w, float eps, int64_t n,
+                                                              float* x_out, float* xn, ActTargets targets) {
+  __shared__ double sums[32];
+  __shared__ float qshared[16];
+  const int64_t t = blockIdx.y, e = int64_t(blockIdx.x) * kChunk + threadIdx.x;
+  const float* xr = x_in + t * n;
+  const float* yr = y ? y + t * n : nullptr;
+  const float post_scale = yr && post ? rms_scale(yr, n, eps, sums) : 1.f;
+  auto value = [&](int64_t i) {
+    if (!yr) return xr[i];
+    return post ? xr[i] + yr[i] * post_scale * post[i] : xr[i] + yr[i];
+  };
+  const float v = value(e);
+  if (x_out) x_out[t * n + e] = v;
+  if (!w) return;
+  double sum = 0;
+  for (int64_t i = threadIdx.x; i < n; i += kChunk) {
+    const float x = value(i);
+    sum = fma(double(x), double(x), sum);
   }
-  if (!next) return;
-  __syncthreads();
-  const float scale = rms_scale(xr, n, eps, shared);
-  float* o = xn + int64_t(blockIdx.x) * n;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) o[i] = xr[i] * scale * next[i];
+  sum = block_sum(sum, sums);
+  const float scale = 1.0f / sqrtf(float(sum / double(n)) + eps);
+  const float o = v * scale * w[e];
+  if (xn) xn[t * n + e] = o;
+  convert_value(o, t, n, e, targets, qshared);
+}
+
+template <int kChunk>
+__global__ void __launch_bounds__(kChunk) gated_convert_kernel(float* gate, const float* up, int64_t n, bool gelu,
+                                                               ActTargets targets) {
+  __shared__ float qshared[16];
+  const int64_t t = blockIdx.y, e = int64_t(blockIdx.x) * kChunk + threadIdx.x;
+  const int64_t i = t * n + e;
+  const float g = gate[i];
+  float o;
+  if (gelu) {
+    constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f, kCoef = 0.044715f;
+    o = 0.5f * g * (1.0f + tanhf(kSqrt2OverPi * g * (1.0f + kCoef * g * g))) * up[i];
+  } else {
+    o = g / (1.0f + expf(-g)) * up[i];
+  }
+  gate[i] = o;
+  convert_value(o, t, n, e, targets, qshared);
 }
 
 __global__ void embed_kernel(DeviceMatrix table, const int32_t* tokens, float scale, float* out) {
@@ -50,18 +83,6 @@ __global__ void embed_kernel(DeviceMatrix table, const int32_t* tokens, float sc
   for (int64_t i = threadIdx.x; i < table.n_in; i += blockDim.x) {
     const float v = dequant_element(table.type, row, i);
     o[i] = scale != 1.f ? v * scale : v;
-  }
-}
-
-__global__ void gated_act_kernel(float* gate, const float* up, int64_t n, bool gelu) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const float g = gate[i];
-  if (gelu) {
-    constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f, kCoef = 0.044715f;
-    gate[i] = 0.5f * g * (1.0f + tanhf(kSqrt2OverPi * g * (1.0f + kCoef * g * g))) * up[i];
-  } else {
-    gate[i] = g / (1.0f + expf(-g)) * up[i];
   }
 }
 
@@ -138,17 +159,34 @@ void rms_norm_rows(const float* x, const int32_t* rows, int64_t n_rows, int64_t 
   if (n_rows > 0) rms_norm_kernel<<<unsigned(n_rows), kRowThreads, 0, s>>>(x, rows, n, w, eps, out);
 }
 
-void residual_add_norm(float* x, const float* y, const float* post, const float* next, float eps, int64_t T,
-                       int64_t n, float* xn, cudaStream_t s) {
-  residual_add_norm_kernel<<<unsigned(T), kRowThreads, 0, s>>>(x, y, post, next, eps, n, xn);
+namespace {
+template <typename F>
+void with_chunk(int64_t n, F&& f) {
+  if (n % 256 == 0) f(std::integral_constant<int, 256>{});
+  else if (n % 128 == 0) f(std::integral_constant<int, 128>{});
+  else if (n % 64 == 0) f(std::integral_constant<int, 64>{});
+  else f(std::integral_constant<int, 32>{});
+}
+}  // namespace
+
+void norm_convert(const float* x_in, const float* y, const float* post, const float* w, float eps, int64_t T, int64_t n,
+                  float* x_out, float* xn, const ActTargets& targets, cudaStream_t s) {
+  with_chunk(n, [&](auto chunk) {
+    constexpr int C = decltype(chunk)::value;
+    norm_convert_kernel<C><<<dim3(unsigned(n / C), unsigned(T)), C, 0, s>>>(x_in, y, post, w, eps, n, x_out, xn, targets);
+  });
+}
+
+void gated_act_convert(float* gate, const float* up, int64_t T, int64_t n, bool gelu, const ActTargets& targets,
+                       cudaStream_t s) {
+  with_chunk(n, [&](auto chunk) {
+    constexpr int C = decltype(chunk)::value;
+    gated_convert_kernel<C><<<dim3(unsigned(n / C), unsigned(T)), C, 0, s>>>(gate, up, n, gelu, targets);
+  });
 }
 
 void embed_rows(const DeviceMatrix& table, const int32_t* tokens, int64_t T, float scale, float* out, cudaStream_t s) {
   embed_kernel<<<unsigned(T), kRowThreads, 0, s>>>(table, tokens, scale, out);
-}
-
-void gated_act(float* gate, const float* up, int64_t n, bool gelu, cudaStream_t s) {
-  gated_act_kernel<<<blocks_for(n), kRowThreads, 0, s>>>(gate, up, n, gelu);
 }
 
 void softcap(float* x, int64_t n, float cap, cudaStream_t s) {
