@@ -44,8 +44,11 @@ __global__ void __launch_bounds__(kChunk) norm_convert_kernel(const float* __res
     if (!yr) return xr[i];
     return post ? xr[i] + yr[i] * post_scale * post[i] : xr[i] + yr[i];
   };
-  const float v = value(e);
-  if (x_out) x_out[t * n + e] = v;
+  // A row whose length is not whole chunks (then only float targets, which need no warp-wide
+  // step) leaves the last chunk's tail threads idle; they still join the block's sums.
+  const bool in = e < n;
+  const float v = in ? value(e) : 0.f;
+  if (x_out && in) x_out[t * n + e] = v;
   if (!w) return;
   double sum = 0;
   for (int64_t i = threadIdx.x; i < n; i += kChunk) {
@@ -54,6 +57,7 @@ __global__ void __launch_bounds__(kChunk) norm_convert_kernel(const float* __res
   }
   sum = block_sum(sum, sums);
   const float scale = 1.0f / sqrtf(float(sum / double(n)) + eps);
+  if (!in) return;
   const float o = v * scale * w[e];
   if (xn) xn[t * n + e] = o;
   convert_value(o, t, n, e, targets, qshared);
@@ -64,6 +68,7 @@ __global__ void __launch_bounds__(kChunk) gated_convert_kernel(float* gate, cons
                                                                ActTargets targets) {
   __shared__ float qshared[16];
   const int64_t t = blockIdx.y, e = int64_t(blockIdx.x) * kChunk + threadIdx.x;
+  if (e >= n) return;  // a tail (float targets only, see norm_convert_kernel)
   const int64_t i = t * n + e;
   const float g = gate[i];
   float o;
@@ -173,7 +178,7 @@ void norm_convert(const float* x_in, const float* y, const float* post, const fl
                   float* x_out, float* xn, const ActTargets& targets, cudaStream_t s) {
   with_chunk(n, [&](auto chunk) {
     constexpr int C = decltype(chunk)::value;
-    norm_convert_kernel<C><<<dim3(unsigned(n / C), unsigned(T)), C, 0, s>>>(x_in, y, post, w, eps, n, x_out, xn, targets);
+    norm_convert_kernel<C><<<dim3(unsigned((n + C - 1) / C), unsigned(T)), C, 0, s>>>(x_in, y, post, w, eps, n, x_out, xn, targets);
   });
 }
 
@@ -181,7 +186,7 @@ void gated_act_convert(float* gate, const float* up, int64_t T, int64_t n, bool 
                        cudaStream_t s) {
   with_chunk(n, [&](auto chunk) {
     constexpr int C = decltype(chunk)::value;
-    gated_convert_kernel<C><<<dim3(unsigned(n / C), unsigned(T)), C, 0, s>>>(gate, up, n, gelu, targets);
+    gated_convert_kernel<C><<<dim3(unsigned((n + C - 1) / C), unsigned(T)), C, 0, s>>>(gate, up, n, gelu, targets);
   });
 }
 
