@@ -277,16 +277,9 @@ Status CudaRunner::init() {
   }
   // The paged KV storage.
   const uint64_t per_token = uint64_t(c_.n_layers) * uint64_t(c_.kv_dim()) * 2 * sizeof(__half);
-  int64_t blocks = o_.kv_blocks;
-  if (blocks <= 0) {
-    uint64_t mem = o_.kv_mem_bytes;
-    if (mem == 0) mem = std::min<uint64_t>(uint64_t(std::max<int64_t>(o_.default_kv_tokens, 1)) * per_token, 4ull << 30);
-    blocks = int64_t(mem / (per_token * uint64_t(o_.block_size)));
-  }
-  if (blocks < 2)
-    return Error{"the KV cache budget holds fewer than 2 blocks of " + std::to_string(o_.block_size) + " tokens",
-                 ErrorCode::invalid_argument};
-  if (blocks > (int64_t(1) << 30)) return Error{"too many KV blocks", ErrorCode::invalid_argument};
+  int64_t blocks = 0;
+  KV_TRY_ASSIGN(blocks, runtime::kv_blocks_for(per_token, o_.block_size, o_.kv_blocks, o_.kv_mem_bytes,
+                                               o_.default_kv_tokens, 4ull << 30));
   const size_t layer_halves = size_t(blocks) * size_t(o_.block_size) * size_t(c_.kv_dim());
   __half* kv = nullptr;
   KV_TRY_ASSIGN(kv, arena_.alloc_n<__half>(layer_halves * 2 * size_t(c_.n_layers)));

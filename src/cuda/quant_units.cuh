@@ -21,6 +21,16 @@ struct ActRow {
 
 __device__ __forceinline__ int dp4a(int a, int b, int c) { return __dp4a(a, b, c); }
 
+// The integer dot of 32 decoded weights (8 words of 4) with 32 activation codes.
+__device__ __forceinline__ int dot32(const int w[8], const int8_t* codes) {
+  const int4* q = reinterpret_cast<const int4*>(codes);
+  const int4 a0 = q[0], a1 = q[1];
+  int s = 0;
+  s = dp4a(w[0], a0.x, s); s = dp4a(w[1], a0.y, s); s = dp4a(w[2], a0.z, s); s = dp4a(w[3], a0.w, s);
+  s = dp4a(w[4], a1.x, s); s = dp4a(w[5], a1.y, s); s = dp4a(w[6], a1.z, s); s = dp4a(w[7], a1.w, s);
+  return s;
+}
+
 // Spreads 4 bits into bit 4 of each byte (Q5_0's fifth bits).
 __device__ __forceinline__ int spread_bit4(uint32_t b4) {
   return int(((b4 & 1u) << 4) | ((b4 & 2u) << 11) | ((b4 & 4u) << 18) | ((b4 & 8u) << 25));
@@ -52,14 +62,7 @@ struct UnitQ4_0 {
       w[4 + k] = __vsubss4(int((x >> 4) & 0x0F0F0F0Fu), 0x08080808);
     }
   }
-  __device__ float dot(const ActRow& a, int u) const {
-    const int4* q = reinterpret_cast<const int4*>(a.q + size_t(u) * 32);
-    const int4 a0 = q[0], a1 = q[1];
-    int s = 0;
-    s = dp4a(w[0], a0.x, s); s = dp4a(w[1], a0.y, s); s = dp4a(w[2], a0.z, s); s = dp4a(w[3], a0.w, s);
-    s = dp4a(w[4], a1.x, s); s = dp4a(w[5], a1.y, s); s = dp4a(w[6], a1.z, s); s = dp4a(w[7], a1.w, s);
-    return d * a.d[u] * float(s);
-  }
+  __device__ float dot(const ActRow& a, int u) const { return d * a.d[u] * float(dot32(w, a.q + size_t(u) * 32)); }
 };
 
 // Q5_0: one 32-element block of 22 bytes (fifth bits in a 32-bit mask).
@@ -78,14 +81,7 @@ struct UnitQ5_0 {
       w[4 + k] = __vsubss4(int((x >> 4) & 0x0F0F0F0Fu) | spread_bit4((qh >> (16 + 4 * k)) & 0xF), 0x10101010);
     }
   }
-  __device__ float dot(const ActRow& a, int u) const {
-    const int4* q = reinterpret_cast<const int4*>(a.q + size_t(u) * 32);
-    const int4 a0 = q[0], a1 = q[1];
-    int s = 0;
-    s = dp4a(w[0], a0.x, s); s = dp4a(w[1], a0.y, s); s = dp4a(w[2], a0.z, s); s = dp4a(w[3], a0.w, s);
-    s = dp4a(w[4], a1.x, s); s = dp4a(w[5], a1.y, s); s = dp4a(w[6], a1.z, s); s = dp4a(w[7], a1.w, s);
-    return d * a.d[u] * float(s);
-  }
+  __device__ float dot(const ActRow& a, int u) const { return d * a.d[u] * float(dot32(w, a.q + size_t(u) * 32)); }
 };
 
 // Q8_0: one 32-element block of 34 bytes.
@@ -99,14 +95,7 @@ struct UnitQ8_0 {
 #pragma unroll
     for (int k = 0; k < 8; ++k) w[k] = int(ld32_a2(b + 2 + 4 * k));
   }
-  __device__ float dot(const ActRow& a, int u) const {
-    const int4* q = reinterpret_cast<const int4*>(a.q + size_t(u) * 32);
-    const int4 a0 = q[0], a1 = q[1];
-    int s = 0;
-    s = dp4a(w[0], a0.x, s); s = dp4a(w[1], a0.y, s); s = dp4a(w[2], a0.z, s); s = dp4a(w[3], a0.w, s);
-    s = dp4a(w[4], a1.x, s); s = dp4a(w[5], a1.y, s); s = dp4a(w[6], a1.z, s); s = dp4a(w[7], a1.w, s);
-    return d * a.d[u] * float(s);
-  }
+  __device__ float dot(const ActRow& a, int u) const { return d * a.d[u] * float(dot32(w, a.q + size_t(u) * 32)); }
 };
 
 // Q4_K / Q5_K: a unit is 32 elements of a 256-element super-block, eight units a block: 16 bytes

@@ -36,24 +36,31 @@ class SelfDraftRunner : public ModelRunner {
 
 }  // namespace
 
+Result<int64_t> kv_blocks_for(uint64_t per_token, int64_t block_size, int64_t exact, uint64_t mem_bytes,
+                              int64_t default_tokens, uint64_t cap_bytes) {
+  int64_t blocks = exact;
+  if (blocks <= 0) {
+    uint64_t mem = mem_bytes;
+    if (mem == 0) mem = std::min<uint64_t>(uint64_t(std::max<int64_t>(default_tokens, 1)) * per_token, cap_bytes);
+    blocks = int64_t(mem / (per_token * uint64_t(block_size)));
+  }
+  if (blocks < 2)
+    return Error{"the KV cache budget holds fewer than 2 blocks of " + std::to_string(block_size) + " tokens",
+                 ErrorCode::invalid_argument};
+  if (blocks > (int64_t(1) << 30)) return Error{"too many KV blocks", ErrorCode::invalid_argument};
+  return blocks;
+}
+
 Result<std::unique_ptr<CpuRunner>> CpuRunner::create(const Model& model, const CpuRunnerOptions& o) {
   const ModelConfig& c = model.config();
   if (o.block_size < 1) return Error{"the KV block size must be >= 1", ErrorCode::invalid_argument};
   const KvCacheOptions kv_format{
       .type = o.kv_type, .layer_types = o.kv_layer_types, .rotate_k = o.kv_rotate_k, .transform = o.kv_transform};
   const uint64_t per_token = KvCache::bytes_per_token(c, kv_format);
-  int64_t blocks = o.kv_blocks;
-  if (blocks <= 0) {
-    uint64_t mem = o.kv_mem_bytes;
-    if (mem == 0) mem = std::min<uint64_t>(uint64_t(std::max<int64_t>(o.default_kv_tokens, 1)) * per_token, 1ull << 30);
-    blocks = int64_t(mem / (per_token * uint64_t(o.block_size)));
-  }
-  if (blocks < 2)
-    return Error{"the KV cache budget holds fewer than 2 blocks of " + std::to_string(o.block_size) + " tokens",
-                 ErrorCode::invalid_argument};
-  if (blocks > (int64_t(1) << 30)) return Error{"too many KV blocks", ErrorCode::invalid_argument};
+  auto blocks = kv_blocks_for(per_token, o.block_size, o.kv_blocks, o.kv_mem_bytes, o.default_kv_tokens, 1ull << 30);
+  if (!blocks) return Error{blocks.error(), blocks.error_code()};
   KvCacheOptions kvo = kv_format;
-  kvo.num_blocks = blocks;
+  kvo.num_blocks = *blocks;
   kvo.block_size = o.block_size;
   auto kv = KvCache::create(c, kvo);
   if (!kv) return Error{kv.error()};
@@ -61,7 +68,7 @@ Result<std::unique_ptr<CpuRunner>> CpuRunner::create(const Model& model, const C
                   .n_embd = c.n_embd,
                   .n_ctx_train = c.n_ctx_train,
                   .max_batch_tokens = o.max_batch_tokens,
-                  .num_kv_blocks = blocks,
+                  .num_kv_blocks = *blocks,
                   .block_size = o.block_size,
                   .n_layers = c.n_layers,
                   .identity = model.path() + "#" + c.arch_name};

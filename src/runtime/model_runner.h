@@ -25,6 +25,11 @@ struct RunnerInfo {
   std::string identity;
 };
 
+// How many KV blocks a runner allocates: `exact` when positive, else what `mem_bytes` holds, else
+// default_tokens' worth capped at cap_bytes; an error below 2 blocks or above 2^30.
+Result<int64_t> kv_blocks_for(uint64_t bytes_per_token, int64_t block_size, int64_t exact, uint64_t mem_bytes,
+                              int64_t default_tokens, uint64_t cap_bytes);
+
 class ModelRunner {
  public:
   virtual ~ModelRunner() = default;
