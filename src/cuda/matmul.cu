@@ -12,10 +12,6 @@ namespace kvasir::cuda {
 namespace {
 
 constexpr int kBlock = 128;
-constexpr int kUnroll = 4;  // units a thread loads before it uses the first (decode tiles)
-// Tiles of 4 and 8 rows load two units at a time: their registers go to the activation rows.
-template <int kRows>
-__host__ __device__ constexpr int unroll_for() { return kRows >= 4 ? 2 : kUnroll; }
 
 template <class Unit, int kRows, int kThreads>
 __global__ void __launch_bounds__(kBlock) matmul_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int n_units,
@@ -38,26 +34,13 @@ __global__ void __launch_bounds__(kBlock) matmul_kernel(const uint8_t* __restric
       rows[r] = {act.q + size_t(t) * n_in, act.d + size_t(t) * d_per_row, act.s + size_t(t) * (n_in / 16),
                  act.f + size_t(t) * n_in};
     }
-    // kUnroll units' loads in flight before the first is decoded; the partials still add in
-    // ascending unit order, the same order for any kUnroll.
     const uint8_t* row = w + size_t(o) * row_bytes;
-    constexpr int U = unroll_for<kRows>();
-    for (int u0 = j; u0 < n_units; u0 += kThreads * U) {
-      Unit units[U];
+    for (int u = j; u < n_units; u += kThreads) {
+      Unit unit;
+      unit.load(row, u);
 #pragma unroll
-      for (int k = 0; k < U; ++k)
-        if (u0 + k * kThreads < n_units) units[k].load(row, u0 + k * kThreads);
-#pragma unroll
-      for (int k = 0; k < U; ++k)
-        if (u0 + k * kThreads < n_units) units[k].decode();
-#pragma unroll
-      for (int k = 0; k < U; ++k) {
-        const int u = u0 + k * kThreads;
-        if (u >= n_units) break;
-#pragma unroll
-        for (int r = 0; r < kRows; ++r)
-          if (r < nr) acc[r] += units[k].dot(rows[r], u);
-      }
+      for (int r = 0; r < kRows; ++r)
+        if (r < nr) acc[r] += unit.dot(rows[r], u);
     }
   }
 #pragma unroll
@@ -96,14 +79,13 @@ void launch_threads(const DeviceMatrix& w, const ActBuffers& act, int64_t T, flo
   else run(std::integral_constant<int, 8>{});
 }
 
-// Threads per row by the row's units (never by T, so the summation order is the row's own): at
-// least kUnroll units a thread, so that each keeps kUnroll loads in flight.
+// Threads per row by the row's units (never by T, so the summation order is the row's own).
 template <class Unit>
 void launch(const DeviceMatrix& w, const ActBuffers& act, int64_t T, float* y, int64_t ldy, int d_per_row,
             cudaStream_t s) {
   const int64_t n_units = w.n_in / Unit::kElems;
-  if (n_units >= 128 * kUnroll) launch_threads<Unit, 128>(w, act, T, y, ldy, d_per_row, s);
-  else if (n_units >= 64 * kUnroll) launch_threads<Unit, 64>(w, act, T, y, ldy, d_per_row, s);
+  if (n_units >= 128) launch_threads<Unit, 128>(w, act, T, y, ldy, d_per_row, s);
+  else if (n_units >= 64) launch_threads<Unit, 64>(w, act, T, y, ldy, d_per_row, s);
   else launch_threads<Unit, 32>(w, act, T, y, ldy, d_per_row, s);
 }
 
