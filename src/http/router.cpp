@@ -27,6 +27,13 @@ std::string Router::allowed_methods(const std::string& path) const {
   return out;
 }
 
+std::vector<RouteInfo> Router::routes() const {
+  std::vector<RouteInfo> out;
+  for (const auto& [path, methods] : routes_)
+    for (const auto& [method, route] : methods) out.push_back(RouteInfo{method, path, route.options});
+  return out;
+}
+
 const Router::Route* Router::find(const Request& req) const {
   auto p = routes_.find(req.path);
   if (p == routes_.end()) return nullptr;
@@ -38,9 +45,17 @@ void Router::finish(const Request& req, Response& res) const {
   if (finisher_) finisher_(req, res);
 }
 
+void Router::run(const Route& route, Request& req, Response& res) const {
+  if (route.options.json_body && admission_.body && admission_.body(req, res)) return;
+  route.handler(req, res);
+}
+
 bool Router::handle_inline(Request& req, Response& res) {
-  if (filter_ && filter_(req, res)) return finish(req, res), true;
+  if (admission_.screen && admission_.screen(req, res)) return finish(req, res), true;
   const Route* route = find(req);
+  // Unknown paths are authenticated too: without a key, nothing about the routes is revealed.
+  if ((!route || route->options.auth != Auth::open) && admission_.authenticate && admission_.authenticate(req, res))
+    return finish(req, res), true;
   if (!route) {
     const std::string allow = allowed_methods(req.path);
     if (allow.empty()) {
@@ -62,13 +77,14 @@ bool Router::handle_inline(Request& req, Response& res) {
     }
   }
   if (route->options.run == Run::worker) return false;
-  route->handler(req, res);
+  run(*route, req, res);
   return finish(req, res), true;
 }
 
 void Router::handle(Request& req, Response& res) {
+  // handle_inline() already screened and authenticated this request.
   if (const Route* route = find(req)) {
-    route->handler(req, res);
+    run(*route, req, res);
   } else {
     res = error(404, "no route for " + req.method + " " + req.path, "not_found");
   }

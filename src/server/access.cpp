@@ -48,12 +48,6 @@ AccessPolicy::AccessPolicy(AccessOptions options) : options_(std::move(options))
     options_.allowed_hosts = {"localhost", "127.0.0.1", "[::1]", options_.listen_host};
 }
 
-bool AccessPolicy::needs_key(const std::string& path) const {
-  if (options_.api_keys.empty()) return false;
-  if (path == "/metrics") return !options_.metrics_public;
-  return path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize";
-}
-
 bool AccessPolicy::host_allowed(const std::string& host) const {
   if (options_.allowed_hosts.empty() || host.empty()) return true;  // HTTP/1.0 sends no Host
   return contains(options_.allowed_hosts, host_without_port(host));
@@ -67,7 +61,7 @@ bool AccessPolicy::origin_allowed(const http::Request& req) const {
   return contains(options_.cors_origins, origin);
 }
 
-bool AccessPolicy::check(http::Request& req, http::Response& res) const {
+bool AccessPolicy::screen(http::Request& req, http::Response& res) const {
   if (!host_allowed(req.header("Host"))) {
     res = error_response(ApiError{.status = 400,
                                   .message = "Host '" + req.header("Host") + "' is not allowed (see --allowed-hosts)",
@@ -88,18 +82,20 @@ bool AccessPolicy::check(http::Request& req, http::Response& res) const {
     res.headers.set("Access-Control-Max-Age", "600");
     return true;  // decorate() adds the origin
   }
-  if (!options_.api_keys.empty()) {
-    if (auto k = match_api_key(req.header("Authorization"), options_.api_keys)) {
-      req.principal = key_label(*k);
-    } else if (needs_key(req.path)) {
-      res = error_response(ApiError{.status = 401,
-                                    .message = "missing or incorrect API key: send 'Authorization: Bearer <key>'",
-                                    .code = "invalid_api_key"});
-      res.headers.set("WWW-Authenticate", "Bearer");
-      return true;
-    }
-  }
   return false;
+}
+
+bool AccessPolicy::authenticate(http::Request& req, http::Response& res) const {
+  if (options_.api_keys.empty()) return false;
+  if (auto k = match_api_key(req.header("Authorization"), options_.api_keys)) {
+    req.principal = key_label(*k);
+    return false;
+  }
+  res = error_response(ApiError{.status = 401,
+                                .message = "missing or incorrect API key: send 'Authorization: Bearer <key>'",
+                                .code = "invalid_api_key"});
+  res.headers.set("WWW-Authenticate", "Bearer");
+  return true;
 }
 
 void AccessPolicy::decorate(const http::Request& req, http::Response& res) const {

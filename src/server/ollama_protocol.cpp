@@ -118,6 +118,12 @@ ordered_json done_reason(engine::FinishReason f) {
 Parsed<Request> parse_chat(std::string_view body) {
   auto doc = parse_json_object(body);
   if (!doc) return doc.error();
+  return parse_chat(JsonBody{std::move(*doc)});
+}
+
+Parsed<Request> parse_chat(JsonBody body) {
+  if (!body.doc.is_object()) return bad_request("the request body must be a JSON object", {}, "invalid_json");
+  ordered_json* doc = &body.doc;
   if (auto e = only_known(*doc, {"model", "messages", "stream", "options", "keep_alive", "think", "format"}, "")) return *e;
   Request r;
   r.is_chat = true;
@@ -142,6 +148,12 @@ Parsed<Request> parse_chat(std::string_view body) {
 Parsed<Request> parse_generate(std::string_view body) {
   auto doc = parse_json_object(body);
   if (!doc) return doc.error();
+  return parse_generate(JsonBody{std::move(*doc)});
+}
+
+Parsed<Request> parse_generate(JsonBody body) {
+  if (!body.doc.is_object()) return bad_request("the request body must be a JSON object", {}, "invalid_json");
+  ordered_json* doc = &body.doc;
   if (auto e = only_known(*doc, {"model", "prompt", "system", "stream", "options", "keep_alive", "raw", "think", "format"}, ""))
     return *e;
   Request r;

@@ -23,7 +23,9 @@ struct Request {
   bool is_chat = false;
 };
 
+Parsed<Request> parse_chat(JsonBody body);
 Parsed<Request> parse_chat(std::string_view body);
+Parsed<Request> parse_generate(JsonBody body);
 Parsed<Request> parse_generate(std::string_view body);
 // Ollama model names carry a tag: "name:latest" and "name" are the same model.
 bool same_model(std::string_view requested, std::string_view served);

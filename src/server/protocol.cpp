@@ -12,6 +12,10 @@ ApiError bad_request(std::string message, std::string param, std::string code) {
   return ApiError{.status = 400, .message = std::move(message), .param = std::move(param), .code = std::move(code)};
 }
 
+namespace {
+ApiError not_an_object() { return bad_request("the request body must be a JSON object", {}, "invalid_json"); }
+}  // namespace
+
 Parsed<ordered_json> parse_json_object(std::string_view body) {
   // Parsing itself is iterative; what later walks the value (copies, dump, templates) recurses.
   if (json_nesting_depth(body, kMaxJsonDepth + 1) > kMaxJsonDepth)
@@ -20,7 +24,7 @@ Parsed<ordered_json> parse_json_object(std::string_view body) {
                        {}, "json_too_deep");
   ordered_json doc = ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return bad_request("the request body is not valid JSON", {}, "invalid_json");
-  if (!doc.is_object()) return bad_request("the request body must be a JSON object", {}, "invalid_json");
+  if (!doc.is_object()) return not_an_object();
   return doc;
 }
 
@@ -142,8 +146,6 @@ class Fields {
 };
 
 constexpr int64_t kI32Max = std::numeric_limits<int32_t>::max();
-
-Parsed<ordered_json> parse_object(std::string_view body) { return parse_json_object(body); }
 
 // Moves the value of `key` out of the request document (which is parsed once and owned by the
 // parser), so that large client values are not deep-copied.
@@ -518,8 +520,14 @@ std::optional<ApiError> read_messages(ordered_json& doc, ordered_json& out) {
 }  // namespace
 
 Parsed<CompletionRequest> parse_completion_request(std::string_view body) {
-  auto doc = parse_object(body);
+  auto doc = parse_json_object(body);
   if (!doc) return doc.error();
+  return parse_completion_request(JsonBody{std::move(*doc)});
+}
+
+Parsed<CompletionRequest> parse_completion_request(JsonBody body) {
+  ordered_json* doc = &body.doc;
+  if (!doc->is_object()) return not_an_object();
   if (auto e = reject_unknown_fields(*doc, kCompletionFields)) return *e;
   auto gen = read_generation(*doc);
   if (!gen) return gen.error();
@@ -539,8 +547,14 @@ Parsed<CompletionRequest> parse_completion_request(std::string_view body) {
 }
 
 Parsed<ChatRequest> parse_chat_request(std::string_view body) {
-  auto doc = parse_object(body);
+  auto doc = parse_json_object(body);
   if (!doc) return doc.error();
+  return parse_chat_request(JsonBody{std::move(*doc)});
+}
+
+Parsed<ChatRequest> parse_chat_request(JsonBody body) {
+  ordered_json* doc = &body.doc;
+  if (!doc->is_object()) return not_an_object();
   if (auto e = reject_unknown_fields(*doc, kChatFields)) return *e;
   auto gen = read_generation(*doc);
   if (!gen) return gen.error();
@@ -579,8 +593,14 @@ Parsed<ChatRequest> parse_chat_request(std::string_view body) {
 }
 
 Parsed<EmbeddingRequest> parse_embedding_request(std::string_view body) {
-  auto doc = parse_object(body);
+  auto doc = parse_json_object(body);
   if (!doc) return doc.error();
+  return parse_embedding_request(JsonBody{std::move(*doc)});
+}
+
+Parsed<EmbeddingRequest> parse_embedding_request(JsonBody body) {
+  ordered_json* doc = &body.doc;
+  if (!doc->is_object()) return not_an_object();
   constexpr std::string_view kFields[] = {"input", "model", "encoding_format", "dimensions", "user"};
   for (const auto& [key, value] : doc->items()) {
     if (value.is_null() || std::find(std::begin(kFields), std::end(kFields), key) != std::end(kFields)) continue;
@@ -610,8 +630,14 @@ Parsed<EmbeddingRequest> parse_embedding_request(std::string_view body) {
 }
 
 Parsed<TokenizeRequest> parse_tokenize_request(std::string_view body) {
-  auto doc = parse_object(body);
+  auto doc = parse_json_object(body);
   if (!doc) return doc.error();
+  return parse_tokenize_request(JsonBody{std::move(*doc)});
+}
+
+Parsed<TokenizeRequest> parse_tokenize_request(JsonBody body) {
+  ordered_json* doc = &body.doc;
+  if (!doc->is_object()) return not_an_object();
   TokenizeRequest r;
   Fields f(*doc);
   f.string("model", r.model);
@@ -633,8 +659,14 @@ Parsed<TokenizeRequest> parse_tokenize_request(std::string_view body) {
 }
 
 Parsed<DetokenizeRequest> parse_detokenize_request(std::string_view body) {
-  auto doc = parse_object(body);
+  auto doc = parse_json_object(body);
   if (!doc) return doc.error();
+  return parse_detokenize_request(JsonBody{std::move(*doc)});
+}
+
+Parsed<DetokenizeRequest> parse_detokenize_request(JsonBody body) {
+  ordered_json* doc = &body.doc;
+  if (!doc->is_object()) return not_an_object();
   DetokenizeRequest r;
   Fields f(*doc);
   f.string("model", r.model);

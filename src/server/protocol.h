@@ -170,12 +170,23 @@ size_t json_nesting_depth(std::string_view json, size_t stop_at = SIZE_MAX);
 // A request body as a JSON object: 400 invalid_json / json_too_deep otherwise.
 Parsed<ordered_json> parse_json_object(std::string_view body);
 
+// A body already parsed into a JSON object (by admission, server/admission.h). Each parser takes
+// one, or the body's text, which it parses first with parse_json_object().
+struct JsonBody {
+  ordered_json doc;
+};
+
+Parsed<CompletionRequest> parse_completion_request(JsonBody body);
 Parsed<CompletionRequest> parse_completion_request(std::string_view body);
+Parsed<ChatRequest> parse_chat_request(JsonBody body);
 Parsed<ChatRequest> parse_chat_request(std::string_view body);
 // POST /v1/embeddings: at most kMaxEmbeddingInputs inputs, none empty.
 inline constexpr size_t kMaxEmbeddingInputs = 2048;
+Parsed<EmbeddingRequest> parse_embedding_request(JsonBody body);
 Parsed<EmbeddingRequest> parse_embedding_request(std::string_view body);
+Parsed<TokenizeRequest> parse_tokenize_request(JsonBody body);
 Parsed<TokenizeRequest> parse_tokenize_request(std::string_view body);
+Parsed<DetokenizeRequest> parse_detokenize_request(JsonBody body);
 Parsed<DetokenizeRequest> parse_detokenize_request(std::string_view body);
 
 }  // namespace kvasir::server

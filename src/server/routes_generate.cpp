@@ -1,6 +1,7 @@
 // POST /v1/completions and /v1/chat/completions: typed request -> prompt tokens -> one engine
 // request per choice -> a JSON response, or an SSE stream that aborts its engine requests when the
 // client goes away.
+#include "server/admission.h"
 #include "server/generation.h"
 #include "server/http_util.h"
 #include "server/protocol.h"
@@ -280,7 +281,7 @@ void generic_tool_history(ordered_json& messages) {
 void handle_completions(ServerState& st, const http::Request& req, http::Response& res) {
   Backend* b = serving_backend(st, res);
   if (!b) return;
-  auto r = parse_completion_request(req.body);
+  auto r = parse_completion_request(json_body(req));
   if (!r) return send_error(res, r.error());
   if (auto e = check_model(r->gen.model, st)) return send_error(res, *e);
   if (auto e = check_request_ids(r->gen, *b->tokenizer)) return send_error(res, *e);
@@ -314,7 +315,7 @@ void handle_completions(ServerState& st, const http::Request& req, http::Respons
 void handle_chat(ServerState& st, const http::Request& req, http::Response& res) {
   Backend* b = serving_backend(st, res);
   if (!b) return;
-  auto r = parse_chat_request(req.body);
+  auto r = parse_chat_request(json_body(req));
   if (!r) return send_error(res, r.error());
   if (auto e = check_model(r->gen.model, st)) return send_error(res, *e);
   if (auto e = check_request_ids(r->gen, *b->tokenizer)) return send_error(res, *e);

@@ -371,3 +371,42 @@ def test_echo_text_offsets_agree_between_stream_and_whole(server):
             if lp:
                 streamed += lp["text_offset"]
     assert streamed == offsets
+
+
+# ---- Hardening II: one admission path for every route -------------------------------------------
+
+
+OLLAMA_ROUTES = [("POST", "/api/generate"), ("POST", "/api/chat"), ("POST", "/api/embed"), ("POST", "/api/embeddings"),
+                 ("POST", "/api/show"), ("GET", "/api/tags"), ("GET", "/api/ps"), ("GET", "/api/version")]
+
+
+def test_deep_json_on_ollama_routes_is_a_quick_400(server):
+    deep = nested(150_000)  # 300 KB: used to crash the server with SIGSEGV, key or not
+    bodies = [("/api/embed", '{"input": %s}' % deep), ("/api/embeddings", '{"prompt": %s}' % deep),
+              ("/api/show", '{"model": %s}' % deep), ("/api/chat", '{"messages": %s}' % deep),
+              ("/api/generate", '{"prompt": %s}' % deep), ("/v1/responses", '{"input": %s}' % deep)]
+    for path, body in bodies:
+        t0 = time.time()
+        status, _, data = server.request("POST", path, body, {"Content-Type": "application/json"})
+        elapsed = time.time() - t0
+        assert status == 400, (path, data[:200])
+        assert "levels deep" in data.decode(), (path, data[:200])
+        assert elapsed < 1.0, (path, elapsed)
+        # Without the key the same body is refused before it is even read as JSON.
+        assert server.request("POST", path, body, {"Content-Type": "application/json"}, auth=False)[0] == 401
+    assert server.request("GET", "/health")[0] == 200
+
+
+def test_every_route_but_health_needs_the_key(server):
+    for method, path in OLLAMA_ROUTES + [("GET", "/v1/models"), ("POST", "/v1/responses"), ("POST", "/tokenize"),
+                                         ("POST", "/v1/embeddings"), ("GET", "/metrics"), ("GET", "/api/nowhere")]:
+        body = {"model": "x"} if method == "POST" else None
+        status, headers, data = server.request(method, path, body, auth=False)
+        assert status == 401, (method, path, status)
+        assert headers.get("WWW-Authenticate") == "Bearer"
+        err = json.loads(data)["error"]
+        # Ollama's clients read {"error": "message"}; OpenAI's {"error": {"message", "code"}}.
+        assert isinstance(err, str) if path.startswith("/api/") else err["code"] == "invalid_api_key"
+    assert server.request("GET", "/api/version")[0] == 200
+    assert server.request("GET", "/api/tags")[0] == 200
+    assert server.request("GET", "/health", auth=False)[0] == 200
