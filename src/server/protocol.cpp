@@ -22,6 +22,10 @@ Parsed<ordered_json> parse_json_object(std::string_view body) {
     return bad_request("the request body nests arrays and objects more than " + std::to_string(kMaxJsonDepth) +
                            " levels deep",
                        {}, "json_too_deep");
+  if (json_max_object_members(body, kMaxJsonObjectMembers + 1) > kMaxJsonObjectMembers)
+    return bad_request("an object in the request body has more than " + std::to_string(kMaxJsonObjectMembers) +
+                           " members",
+                       {}, "json_object_too_large");
   ordered_json doc = ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return bad_request("the request body is not valid JSON", {}, "invalid_json");
   if (!doc.is_object()) return not_an_object();
@@ -58,6 +62,30 @@ size_t json_nesting_depth(std::string_view json, size_t stop_at) {
     }
   }
   return deepest;
+}
+
+size_t json_max_object_members(std::string_view json, size_t stop_at) {
+  // Per open bracket: its commas so far, or SIZE_MAX for an array (whose length costs nothing).
+  size_t commas[kMaxJsonDepth + 1];
+  size_t depth = 0, largest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < json.size() && largest < stop_at; ++i) {
+    const char c = json[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (depth == kMaxJsonDepth + 1) break;  // json_nesting_depth refuses it
+      commas[depth++] = c == '[' ? SIZE_MAX : 0;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    } else if (c == ',' && depth > 0 && commas[depth - 1] != SIZE_MAX) {
+      largest = std::max(largest, ++commas[depth - 1] + 1);
+    }
+  }
+  return largest;
 }
 
 namespace {

@@ -162,12 +162,22 @@ inline constexpr size_t kMaxStopStrings = 16;
 // stay far below it.
 inline constexpr size_t kMaxJsonDepth = 64;
 
+// Objects with more members than this anywhere in a body are a 400 (json_object_too_large) before
+// the body is parsed: the parser keeps an object's members in order and looks each new key up
+// among the ones before it, so one object of 100,000 keys costs seconds. A schema's `properties`
+// or `$defs` stay far below it.
+inline constexpr size_t kMaxJsonObjectMembers = 10000;
+
 // How deeply arrays and objects nest in `json` (0 for a scalar, 1 for "{}"), brackets inside
 // strings not counted; the scan stops as soon as it reaches `stop_at`. Linear, no parsing: text
 // that is not JSON gets some depth and is left to the parser to reject.
 size_t json_nesting_depth(std::string_view json, size_t stop_at = SIZE_MAX);
 
-// A request body as a JSON object: 400 invalid_json / json_too_deep otherwise.
+// The largest member count of any object in `json` (its commas + 1, those inside strings and
+// nested values not counted; an object of one member or none counts 0); the scan stops as soon as it reaches `stop_at` or nests past kMaxJsonDepth. Linear, no parsing.
+size_t json_max_object_members(std::string_view json, size_t stop_at = SIZE_MAX);
+
+// A request body as a JSON object: 400 invalid_json / json_too_deep / json_object_too_large otherwise.
 Parsed<ordered_json> parse_json_object(std::string_view body);
 
 // A body already parsed into a JSON object (by admission, server/admission.h). Each parser takes

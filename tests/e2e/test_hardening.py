@@ -410,3 +410,56 @@ def test_every_route_but_health_needs_the_key(server):
     assert server.request("GET", "/api/version")[0] == 200
     assert server.request("GET", "/api/tags")[0] == 200
     assert server.request("GET", "/health", auth=False)[0] == 200
+
+
+# ---- Hardening II: schema compilation is budgeted while it runs ---------------------------------
+
+
+def _schema_request(schema, ollama=False, model=None):
+    if ollama:
+        return "/api/chat", {"model": model, "messages": [{"role": "user", "content": "hi"}], "format": schema,
+                             "stream": False}
+    return "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+                                    "response_format": {"type": "json_schema",
+                                                        "json_schema": {"name": "s", "schema": schema}}}
+
+
+def _timed(server, path, body):
+    t0 = time.time()
+    status, _, data = server.request("POST", path, body)
+    return status, data.decode(), time.time() - t0
+
+
+def test_hostile_schemas_are_refused_quickly_and_memory_stays():
+    server = Server(STORIES, extra=["--kv-mem", "64M"], log_name="schemas", max_body=8 << 20)
+    try:
+        _hostile_schemas(server)
+    finally:
+        assert server.stop() == 0
+
+
+def _hostile_schemas(server):
+    props = {f"property_{i}": {"type": "string"} for i in range(4000)}
+    defs = {f"a{i}": {"$ref": f"#/$defs/a{i + 1}"} for i in range(100_000)}
+    defs["a100000"] = {"type": "string"}
+    cases = [
+        ({"type": "object", "properties": props}, "at most 1024"),              # was 1.5 GB
+        ({"$defs": defs, "$ref": "#/$defs/a0"}, "more than 10000 members"),      # was 37-48 s
+        ({"oneOf": [{"const": i} for i in range(10_000)]}, "at most 64"),        # was 87 s
+    ]
+    if not sanitized():
+        before = rss_bytes(server.proc.pid)
+    model = server.json("GET", "/api/tags")[1]["models"][0]["name"]
+    for schema, limit in cases:
+        for ollama in (False, True):
+            path, body = _schema_request(schema, ollama, model)
+            status, data, elapsed = _timed(server, path, body)
+            assert status == 400, (path, limit, data[:300])
+            assert limit in data, (path, data[:300])
+            assert elapsed < 1.0, (path, limit, elapsed)
+    # Within the limits the same shapes work: 300 optional properties.
+    path, body = _schema_request({"type": "object", "properties": dict(list(props.items())[:300])})
+    status, data, elapsed = _timed(server, path, body)
+    assert status == 200, data[:300]
+    if not sanitized():
+        assert rss_bytes(server.proc.pid) - before < 50 << 20

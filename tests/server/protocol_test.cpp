@@ -1,6 +1,8 @@
 // Request parsing and validation: exact status codes, error fields and defaults.
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include "server/protocol.h"
 
 namespace kvasir::server {
@@ -256,6 +258,36 @@ TEST(Protocol, JsonNestingDepth) {
   EXPECT_EQ(json_nesting_depth("]]]{"), 1u);  // stray closers do not go below zero
   EXPECT_EQ(json_nesting_depth(nested(100000), 65), 65u);  // stops once it is that deep
   EXPECT_EQ(json_nesting_depth(nested(100000)), 100000u);
+}
+
+TEST(Protocol, JsonMaxObjectMembers) {
+  EXPECT_EQ(json_max_object_members("{}"), 0u);
+  EXPECT_EQ(json_max_object_members(R"({"a": 1, "b": 2, "c": {"x": 1, "y": 2, "z": 3, "w": 4}})"), 4u);
+  EXPECT_EQ(json_max_object_members(R"({"a": [1, 2, 3, 4, 5, 6], "b": "x,y,z,\",w"})"), 2u);  // arrays and strings
+  EXPECT_EQ(json_max_object_members(R"({"a": {"x": 1, "y": 2}, "b": 1})"), 2u);  // the inner commas are the inner's
+}
+
+// Hardening II: an object's keys are found by a linear search while it is parsed, so 100,000
+// keys (a $defs chain of aliases) cost the parser tens of seconds. Refused before parsing.
+TEST(Protocol, ObjectsWithTooManyMembersAreRejectedBeforeParsing) {
+  auto object = [](size_t n) {
+    std::string s = "{";
+    for (size_t i = 0; i < n; ++i) s += (i ? "," : "") + std::string("\"k") + std::to_string(i) + "\":1";
+    return s + "}";
+  };
+  const std::string huge = R"({"prompt": "x", "x": )" + object(100000) + "}";
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = parse_completion_request(huge);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(100));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, "json_object_too_large");
+  EXPECT_NE(r.error().message.find(std::to_string(kMaxJsonObjectMembers)), std::string::npos);
+  EXPECT_EQ(parse_json_object(object(kMaxJsonObjectMembers + 1)).error().code, "json_object_too_large");
+  EXPECT_TRUE(parse_json_object(object(kMaxJsonObjectMembers)).ok());
+  // An array of that many items is fine (appending costs nothing).
+  std::string items = "[";
+  for (size_t i = 0; i < 20000; ++i) items += i ? ",1" : "1";
+  EXPECT_TRUE(parse_json_object(R"({"a": )" + items + "]}").ok());
 }
 
 TEST(Protocol, DeepJsonIsRejectedBeforeParsing) {
