@@ -85,6 +85,8 @@ void Router::handle(Request& req, Response& res) {
   // handle_inline() already screened and authenticated this request.
   if (const Route* route = find(req)) {
     run(*route, req, res);
+    req.parsed.reset();
+    if (admission_.done) admission_.done(req);
   } else {
     res = error(404, "no route for " + req.method + " " + req.path, "not_found");
   }

@@ -60,6 +60,8 @@ class Router : public Service {
     Filter screen;        // every request, first
     Filter authenticate;  // every request to a route that is not Auth::open, and to unknown paths
     Filter body;          // json_body routes, on the thread that runs the handler, just before it
+    // Worker routes, once the handler returned: e.g. give back the memory a large request used.
+    std::function<void(const Request&)> done;
   };
 
   void add(const std::string& method, const std::string& path, Handler handler, RouteOptions options = {});

@@ -1,5 +1,7 @@
 #include "server/admission.h"
 
+#include <malloc.h>
+
 #include <memory>
 
 #include "server/http_util.h"
@@ -48,6 +50,11 @@ http::Router::Admission make_admission(const AccessPolicy& access) {
     }
     req.parsed = std::make_shared<ordered_json>(std::move(*doc));
     return false;
+  };
+  a.done = [](const http::Request& req) {
+    // Parsing a large body scatters its nodes over this worker's malloc arena; freed, they stay
+    // resident (250 MB per thread after a 7.8 MB body) unless handed back.
+    if (req.body.size() >= kTrimAfterBodyBytes) malloc_trim(0);
   };
   return a;
 }

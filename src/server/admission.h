@@ -11,6 +11,9 @@
 
 namespace kvasir::server {
 
+// After a request body this large, the worker gives freed memory back to the system (malloc_trim).
+inline constexpr size_t kTrimAfterBodyBytes = 1u << 20;
+
 // The admission steps for `router`, checking keys, Host and Origin with `access` (which must
 // outlive the router).
 http::Router::Admission make_admission(const AccessPolicy& access);

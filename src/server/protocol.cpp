@@ -201,6 +201,9 @@ void read_stop(Fields& f, std::vector<std::string>& out) {
   };
   if (v->is_string()) {
     add(*v);
+    if (v->get_ref<const std::string&>().size() > kMaxStopBytes)
+      return f.fail("stop", "'stop' holds " + std::to_string(v->get_ref<const std::string&>().size()) +
+                                " bytes; at most " + std::to_string(kMaxStopBytes));
     return;
   }
   if (!v->is_array()) return f.fail("stop", "'stop' must be a string or an array of strings");
@@ -209,6 +212,11 @@ void read_stop(Fields& f, std::vector<std::string>& out) {
   for (const auto& s : *v) {
     if (!add(s)) return f.fail("stop", "'stop' must be a string or an array of strings");
   }
+  size_t bytes = 0;
+  for (const std::string& s : out) bytes += s.size();
+  if (bytes > kMaxStopBytes)
+    return f.fail("stop", "'stop' strings hold " + std::to_string(bytes) + " bytes together; at most " +
+                              std::to_string(kMaxStopBytes));
 }
 
 void read_logit_bias(Fields& f, std::vector<std::pair<int32_t, float>>& out) {
@@ -262,6 +270,18 @@ bool valid_tool_name(const std::string& n) {
   for (char c : n)
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && c != '.') return false;
   return true;
+}
+
+// Before any tool is read (copied, compiled): at most kMaxTools of at most kMaxToolsBytes in all.
+std::optional<ApiError> check_tools_size(const ordered_json& tools) {
+  if (tools.size() > kMaxTools)
+    return bad_request("'tools' lists " + std::to_string(tools.size()) + " tools; at most " + std::to_string(kMaxTools),
+                       "tools");
+  const size_t bytes = tools.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).size();
+  if (bytes > kMaxToolsBytes)
+    return bad_request("'tools' is " + std::to_string(bytes) + " bytes as JSON; at most " + std::to_string(kMaxToolsBytes),
+                       "tools");
+  return std::nullopt;
 }
 
 // tools: [{"type": "function", "function": {"name", "description", "parameters", "strict"}}].
@@ -597,6 +617,7 @@ Parsed<ChatRequest> parse_chat_request(JsonBody body) {
   f.boolean("continue_final_message", r.continue_final_message);
   if (const ordered_json* t = f.find("tools"); t && !f.error) {
     if (!t->is_array()) f.fail("tools", "'tools' must be an array");
+    else if (auto e = check_tools_size(*t)) f.error = e;
     else if (auto e = read_tools(*t, r.tool_list)) f.error = e;
     else if (!t->empty()) r.tools = take(*doc, "tools");
   }

@@ -156,6 +156,9 @@ struct DetokenizeRequest {
 inline constexpr int32_t kMaxChoices = 64;        // n (times the number of prompts)
 inline constexpr int32_t kMaxTopLogprobs = 20;
 inline constexpr size_t kMaxStopStrings = 16;
+inline constexpr size_t kMaxStopBytes = 4096;        // all stop strings together (each choice keeps its own matcher)
+inline constexpr size_t kMaxTools = 128;             // OpenAI's own limit
+inline constexpr size_t kMaxToolsBytes = 256u << 10;  // `tools` as JSON text, checked before any tool is read
 // Arrays and objects nested deeper than this anywhere in a body are a 400 (json_too_deep) before
 // the body is parsed: copying, dumping and templating a JSON value recurse once per level, so a
 // small body nested 100,000 deep would overflow the stack. Real requests (tool schemas included)

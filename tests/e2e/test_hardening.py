@@ -463,3 +463,54 @@ def _hostile_schemas(server):
     assert status == 200, data[:300]
     if not sanitized():
         assert rss_bytes(server.proc.pid) - before < 50 << 20
+
+
+# ---- Hardening II: n choices score their prompt once --------------------------------------------
+
+
+
+
+def test_n_choices_share_one_prompt_scoring(server):
+    prompt = "Once upon a time there was a little girl named Lily. " * 6
+    body = {"prompt": prompt, "max_tokens": 2, "n": 8, "prompt_logprobs": 2, "temperature": 1.0, "seed": 3}
+    status, data = server.json("POST", "/v1/completions", body)
+    assert status == 200, data
+    choices = data["choices"]
+    assert len(choices) == 8
+    first = choices[0]["prompt_logprobs"]
+    assert first[0] is None and len(first) > 20
+    assert all(c["prompt_logprobs"] == first for c in choices)
+    # echo + logprobs: every choice's logprobs start with the same scored prompt.
+    body = {"prompt": prompt, "max_tokens": 0, "n": 4, "echo": True, "logprobs": 1}
+    status, data = server.json("POST", "/v1/completions", body)
+    assert status == 200, data
+    lps = [c["logprobs"]["token_logprobs"] for c in data["choices"]]
+    assert all(x == lps[0] for x in lps) and len(lps[0]) > 20
+    # Streamed: each choice still gets its echo and its scores, before its own tokens.
+    status, _, raw = server.request("POST", "/v1/completions", {**body, "stream": True, "max_tokens": 3})
+    assert status == 200
+    events = [json.loads(l[6:]) for l in raw.decode().splitlines() if l.startswith("data: {")]
+    firsts = {}
+    for e in events:
+        for c in e["choices"]:
+            firsts.setdefault(c["index"], c)
+    assert sorted(firsts) == [0, 1, 2, 3]
+    for c in firsts.values():
+        assert c["text"] == prompt
+        assert c["logprobs"]["token_logprobs"] == lps[0]
+    streamed = {"prompt": prompt, "max_tokens": 2, "n": 3, "prompt_logprobs": 1, "stream": True}
+    status, _, raw = server.request("POST", "/v1/completions", streamed)
+    events = [json.loads(l[6:]) for l in raw.decode().splitlines() if l.startswith("data: {")]
+    got = {c["index"]: c["prompt_logprobs"] for e in events for c in e["choices"] if c.get("prompt_logprobs")}
+    assert sorted(got) == [0, 1, 2] and got[0] == got[1] == got[2]
+
+
+def test_stop_and_tools_caps(server):
+    status, data = server.json("POST", "/v1/completions", {"prompt": "x", "n": 64, "stop": ["s" * 400_000] * 2})
+    assert status in (400, 413), data
+    status, data = server.json("POST", "/v1/completions", {"prompt": "x", "stop": ["s" * 3000] * 2})
+    assert status == 400 and data["error"]["param"] == "stop" and "4096" in data["error"]["message"]
+    tools = [{"type": "function", "function": {"name": f"f{i}"}} for i in range(1000)]
+    status, data = server.json("POST", "/v1/chat/completions",
+                               {"messages": [{"role": "user", "content": "hi"}], "tools": tools})
+    assert status == 400 and data["error"]["param"] == "tools" and "at most 128" in data["error"]["message"]

@@ -346,15 +346,45 @@ TEST(Protocol, BracketsInStringsDoNotCount) {
 }
 
 TEST(Protocol, WideJsonStillParses) {
-  // Wide is fine: 100,000 small objects in one array are only three levels deep.
-  std::string tools = "[";
-  for (int i = 0; i < 100000; ++i)
-    tools += std::string(i ? "," : "") + R"({"type": "function", "function": {"name": "f)" + std::to_string(i) + R"("}})";
-  tools += "]";
-  auto r = parse_chat_request(R"({"messages": [{"role": "user", "content": "x"}], "tools": )" + tools + "}");
+  // Wide is fine: 20,000 small objects in one array are only three levels deep.
+  std::string messages = "[";
+  for (int i = 0; i < 20000; ++i)
+    messages += std::string(i ? "," : "") + R"({"role": "user", "content": "m)" + std::to_string(i) + R"("})";
+  messages += "]";
+  auto r = parse_chat_request(R"({"messages": )" + messages + "}");
   ASSERT_TRUE(r.ok()) << r.error().message;
-  ASSERT_EQ(r->tools.size(), 100000u);
-  EXPECT_EQ(r->tools[99999]["function"]["name"], "f99999");
+  ASSERT_EQ(r->messages.size(), 20000u);
+  EXPECT_EQ(r->messages[19999]["content"], "m19999");
+}
+
+// Hardening II: caps that are checked before the work they would multiply.
+TEST(Protocol, StopAndToolsAreCappedInBytesAndCount) {
+  const std::string msg = R"("messages": [{"role": "user", "content": "x"}])";
+  const std::string big(kMaxStopBytes / 2 + 1, 's');
+  auto two = parse_completion_request(R"({"prompt": "x", "stop": [")" + big + R"(", ")" + big + R"("]})");
+  ASSERT_FALSE(two.ok());
+  EXPECT_EQ(two.error().param, "stop");
+  EXPECT_NE(two.error().message.find("at most " + std::to_string(kMaxStopBytes)), std::string::npos);
+  EXPECT_FALSE(parse_completion_request(R"({"prompt": "x", "stop": ")" + std::string(kMaxStopBytes + 1, 's') + R"("})").ok());
+  EXPECT_TRUE(parse_completion_request(R"({"prompt": "x", "stop": [")" + big + R"("]})").ok());
+
+  auto tools = [](size_t n, size_t description_bytes) {
+    std::string t = "[";
+    for (size_t i = 0; i < n; ++i)
+      t += std::string(i ? "," : "") + R"({"type": "function", "function": {"name": "f)" + std::to_string(i) +
+           R"(", "description": ")" + std::string(description_bytes, 'd') + R"("}})";
+    return t + "]";
+  };
+  auto many = parse_chat_request("{" + msg + R"(, "tools": )" + tools(10000, 1) + "}");
+  ASSERT_FALSE(many.ok());
+  EXPECT_EQ(many.error().param, "tools");
+  EXPECT_NE(many.error().message.find("at most " + std::to_string(kMaxTools)), std::string::npos);
+  auto heavy = parse_chat_request("{" + msg + R"(, "tools": )" + tools(8, kMaxToolsBytes / 8) + "}");
+  ASSERT_FALSE(heavy.ok());
+  EXPECT_NE(heavy.error().message.find("at most " + std::to_string(kMaxToolsBytes)), std::string::npos);
+  auto fine = parse_chat_request("{" + msg + R"(, "tools": )" + tools(kMaxTools, 100) + "}");
+  ASSERT_TRUE(fine.ok()) << fine.error().message;
+  EXPECT_EQ(fine->tool_list.size(), kMaxTools);
 }
 
 }  // namespace
