@@ -23,7 +23,10 @@ std::string Router::allowed_methods(const std::string& path) const {
   auto it = routes_.find(path);
   if (it == routes_.end()) return {};
   std::string out;
-  for (const auto& [method, route] : it->second) out += (out.empty() ? "" : ", ") + method;
+  for (const auto& [method, route] : it->second) {
+    out += (out.empty() ? "" : ", ") + method;
+    if (method == "GET" && !it->second.count("HEAD")) out += ", HEAD";
+  }
   return out;
 }
 
@@ -38,10 +41,16 @@ const Router::Route* Router::find(const Request& req) const {
   auto p = routes_.find(req.path);
   if (p == routes_.end()) return nullptr;
   auto m = p->second.find(req.method);
+  // HEAD is GET without the body (finish() drops it).
+  if (m == p->second.end() && req.method == "HEAD") m = p->second.find("GET");
   return m == p->second.end() ? nullptr : &m->second;
 }
 
 void Router::finish(const Request& req, Response& res) const {
+  if (req.method == "HEAD") {
+    res.body.clear();
+    res.stream = nullptr;
+  }
   if (finisher_) finisher_(req, res);
 }
 

@@ -69,7 +69,8 @@ class Router : public Service {
   void set_finisher(Finisher f) { finisher_ = std::move(f); }
   void set_error_builder(ErrorBuilder b) { error_builder_ = std::move(b); }
 
-  // The methods `path` answers, "GET, POST"; "" for an unknown path.
+  // The methods `path` answers, "GET, HEAD, POST" (HEAD wherever GET: the same answer without its
+  // body); "" for an unknown path.
   std::string allowed_methods(const std::string& path) const;
   // Every registered route, sorted by path then method.
   std::vector<RouteInfo> routes() const;

@@ -12,10 +12,17 @@ bool contains(const std::vector<std::string>& list, const std::string& value) {
   return std::any_of(list.begin(), list.end(), [&](const std::string& x) { return x == "*" || http::iequals(x, value); });
 }
 
-// "example.com:8080" -> "example.com", "[::1]:8080" -> "[::1]"
+// "example.com:8080" -> "example.com", "[::1]:8080" -> "[::1]"; "" when what follows the name is
+// not ":digits" ("[::1]x", "a:b:c", "host:"), so a malformed Host matches no allowed name.
 std::string host_without_port(const std::string& host) {
-  if (!host.empty() && host[0] == '[') return host.substr(0, host.find(']') + 1);
-  return host.substr(0, host.find(':'));
+  const size_t end = !host.empty() && host[0] == '[' ? host.find(']') + 1 : host.find(':');
+  if (end == 0 || end == std::string::npos) return end == 0 ? "" : host;  // "[..." without ']'; no port
+  const std::string_view port = std::string_view(host).substr(end);
+  if (port.empty()) return host;
+  if (port.size() < 2 || port.size() > 6 || port[0] != ':' ||
+      !std::all_of(port.begin() + 1, port.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return "";
+  return host.substr(0, end);
 }
 
 bool is_loopback(const std::string& host) {
@@ -49,8 +56,10 @@ AccessPolicy::AccessPolicy(AccessOptions options) : options_(std::move(options))
 }
 
 bool AccessPolicy::host_allowed(const std::string& host) const {
-  if (options_.allowed_hosts.empty() || host.empty()) return true;  // HTTP/1.0 sends no Host
-  return contains(options_.allowed_hosts, host_without_port(host));
+  if (host.empty()) return true;  // HTTP/1.0 sends no Host
+  const std::string name = host_without_port(host);
+  if (name.empty()) return false;  // malformed, whatever is allowed
+  return options_.allowed_hosts.empty() || contains(options_.allowed_hosts, name);
 }
 
 bool AccessPolicy::origin_allowed(const http::Request& req) const {

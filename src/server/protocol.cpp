@@ -513,6 +513,10 @@ std::optional<ApiError> read_prompts(ordered_json& doc, std::vector<PromptInput>
 // Checks the conversation and normalizes each message's content to a string (text parts joined by
 // newlines, as vLLM does), so every chat template sees the shape it expects. The messages are
 // normalized in place and moved out of `doc`, not copied.
+bool known_role(const std::string& role) {
+  return role == "system" || role == "developer" || role == "user" || role == "assistant" || role == "tool";
+}
+
 std::optional<ApiError> read_messages(ordered_json& doc, ordered_json& out) {
   auto it = doc.find("messages");
   if (it == doc.end() || it->is_null()) return bad_request("'messages' is required", "messages");
@@ -525,6 +529,15 @@ std::optional<ApiError> read_messages(ordered_json& doc, ordered_json& out) {
     auto role = m.find("role");
     if (role == m.end() || !role->is_string() || role->get_ref<const std::string&>().empty())
       return bad_request("'" + at + ".role' must be a non-empty string", at + ".role");
+    if (!known_role(role->get_ref<const std::string&>()))
+      return bad_request("'" + at + ".role' is '" + role->get_ref<const std::string&>() +
+                             "'; it must be system, developer, user, assistant or tool",
+                         at + ".role");
+    if (*role == "developer") *role = "system";  // OpenAI's newer name for it; templates know only system
+    if (auto calls = m.find("tool_calls"); calls != m.end() && !calls->is_null()) {
+      if (!calls->is_array() || !std::all_of(calls->begin(), calls->end(), [](const auto& c) { return c.is_object(); }))
+        return bad_request("'" + at + ".tool_calls' must be an array of objects", at + ".tool_calls");
+    }
     // OpenAI sends a call's arguments as JSON text; templates expect the object.
     if (auto calls = m.find("tool_calls"); calls != m.end() && calls->is_array()) {
       for (auto& call : *calls) {

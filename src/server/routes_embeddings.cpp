@@ -138,6 +138,10 @@ void handle_ollama_embed(ServerState& st, const http::Request& req, http::Respon
                        (!legacy && k == "dimensions");
     if (!known && !v.is_null()) return fail(bad_request("'" + k + "' is not supported", k));
   }
+  if (auto o = doc.find("options"); o != doc.end() && !o->is_null()) {
+    if (!o->is_object()) return fail(bad_request("'options' must be an object", "options"));
+    if (auto e = ollama::check_options(*o)) return fail(*e);
+  }
   if (doc.contains("model") && doc["model"].is_string() && !ollama::same_model(doc["model"].get<std::string>(), st.options.served_model_name))
     return fail(ApiError{.status = 404, .message = "model '" + doc["model"].get<std::string>() + "' not found"});
   std::vector<PromptInput> inputs;

@@ -304,7 +304,7 @@ def test_methods_media_types_hosts_and_origins(server):
     assert status == 405 and headers["Allow"] == "POST"
     assert json.loads(data)["error"]["code"] == "method_not_allowed"
     status, headers, _ = server.request("DELETE", "/health")
-    assert status == 405 and headers["Allow"] == "GET"
+    assert status == 405 and headers["Allow"] == "GET, HEAD"
     status, _, data = server.request("POST", "/v1/completions", json.dumps({"prompt": "x"}),
                                      {"Content-Type": "text/plain"})
     assert status == 415 and json.loads(data)["error"]["code"] == "unsupported_media_type"
@@ -514,3 +514,29 @@ def test_stop_and_tools_caps(server):
     status, data = server.json("POST", "/v1/chat/completions",
                                {"messages": [{"role": "user", "content": "hi"}], "tools": tools})
     assert status == 400 and data["error"]["param"] == "tools" and "at most 128" in data["error"]["message"]
+
+
+# ---- Hardening II: the low findings ---------------------------------------------------------------
+
+
+def test_low_findings(server):
+    status, headers, data = server.request("HEAD", "/health", auth=False)
+    assert status == 200 and data == b""
+    for host in ("[::1]x", "localhost:x", "127.0.0.1:80:80", "[::1"):
+        status, _, data = server.request("GET", "/health", headers={"Host": host})
+        assert status == 400, host
+    assert server.request("GET", "/health", headers={"Host": "[::1]:8080"})[0] == 200
+    status, data = server.json("POST", "/v1/chat/completions", {"messages": [{"role": "wizard", "content": "hi"}]})
+    assert status == 400 and data["error"]["param"] == "messages[0].role" and "wizard" in data["error"]["message"]
+    status, data = server.json("POST", "/v1/chat/completions",
+                               {"messages": [{"role": "assistant", "content": "x", "tool_calls": "bad"}]})
+    assert status == 400 and data["error"]["param"] == "messages[0].tool_calls"
+    status, data = server.json("POST", "/v1/chat/completions",
+                               {"messages": [{"role": "developer", "content": "Be brief."},
+                                             {"role": "user", "content": "hi"}], "max_tokens": 2})
+    assert status == 200, data
+    model = server.json("GET", "/api/tags")[1]["models"][0]["name"]
+    status, data = server.json("POST", "/api/chat", {"model": model, "messages": [{"role": "wizard", "content": "hi"}]})
+    assert status == 400 and "wizard" in data["error"]
+    status, data = server.json("POST", "/api/embed", {"model": model, "input": "hi", "options": {"frobnicate": 1}})
+    assert status == 400 and "options.frobnicate" in data["error"], data

@@ -108,7 +108,13 @@ TEST(Router, UnknownPathIs404AndWrongMethodIs405WithAllow) {
   res = Response{};
   ASSERT_TRUE(router.handle_inline(wrong, res));
   EXPECT_EQ(res.status, 405);
-  EXPECT_EQ(res.headers.get("Allow"), "GET, POST");
+  EXPECT_EQ(res.headers.get("Allow"), "GET, HEAD, POST");
+  // HEAD is answered wherever GET is, without the body.
+  Request head = request("HEAD", "/a");
+  res = Response{};
+  ASSERT_TRUE(router.handle_inline(head, res));
+  EXPECT_EQ(res.status, 200);
+  EXPECT_EQ(res.body, "");
 }
 
 TEST(Router, IoThreadRoutesAnswerInlineAndWorkerRoutesDoNot) {

@@ -66,6 +66,13 @@ TEST(Access, LoopbackServersAnswerOnlyToLoopbackHosts) {
     EXPECT_TRUE(p.screen(r, res)) << host;
     EXPECT_EQ(res.status, 400) << host;
   }
+  // What follows the name must be a port: anything else matches no allowed name.
+  for (const char* host : {"[::1]x", "[::1]:", "[::1", "localhost:x", "localhost:80:80", "127.0.0.1:1234567"}) {
+    http::Request r = request("GET", "/health", {{"Host", host}});
+    http::Response res;
+    EXPECT_TRUE(p.screen(r, res)) << host;
+    EXPECT_EQ(res.status, 400) << host;
+  }
   AccessPolicy any(AccessOptions{.listen_host = "0.0.0.0"});
   http::Request r = request("GET", "/health", {{"Host", "my-server.lan:8080"}});
   http::Response res;

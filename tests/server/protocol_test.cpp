@@ -357,6 +357,24 @@ TEST(Protocol, WideJsonStillParses) {
   EXPECT_EQ(r->messages[19999]["content"], "m19999");
 }
 
+// Hardening II: a role the templates do not know, or tool_calls that are not a list of calls, is
+// a 400 naming the field (both used to pass to the template as given).
+TEST(Protocol, MessageRolesAndToolCallsAreChecked) {
+  auto wizard = parse_chat_request(R"({"messages": [{"role": "user", "content": "a"}, {"role": "wizard", "content": "b"}]})");
+  ASSERT_FALSE(wizard.ok());
+  EXPECT_EQ(wizard.error().param, "messages[1].role");
+  EXPECT_NE(wizard.error().message.find("'wizard'"), std::string::npos);
+  auto bad = parse_chat_request(R"({"messages": [{"role": "assistant", "content": "a", "tool_calls": "bad"}]})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().param, "messages[0].tool_calls");
+  EXPECT_FALSE(parse_chat_request(R"({"messages": [{"role": "assistant", "tool_calls": [1]}]})").ok());
+  auto dev = parse_chat_request(R"({"messages": [{"role": "developer", "content": "a"}, {"role": "user", "content": "b"}]})");
+  ASSERT_TRUE(dev.ok()) << dev.error().message;
+  EXPECT_EQ(dev->messages[0]["role"], "system");
+  for (const char* role : {"system", "user", "assistant", "tool"})
+    EXPECT_TRUE(parse_chat_request(std::string(R"({"messages": [{"role": ")") + role + R"(", "content": "a"}]})").ok()) << role;
+}
+
 // Hardening II: caps that are checked before the work they would multiply.
 TEST(Protocol, StopAndToolsAreCappedInBytesAndCount) {
   const std::string msg = R"("messages": [{"role": "user", "content": "x"}])";
