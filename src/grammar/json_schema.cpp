@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cstdio>
 #include <map>
 #include <optional>
 #include <set>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "grammar/gbnf.h"
 #include "grammar/regex_gbnf.h"
@@ -35,7 +38,6 @@ uuid ::= [0-9a-f]{8} "-" [0-9a-f]{4} "-" [0-9a-f]{4} "-" [0-9a-f]{4} "-" [0-9a-f
 )";
 
 constexpr int kMaxDepth = 64;
-constexpr size_t kMaxRules = 10000;
 
 const std::set<std::string, std::less<>> kAnnotations = {
     "title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated",
@@ -77,8 +79,12 @@ class SchemaGrammar::Converter {
   Result<std::string> add(const json& schema, const std::string& hint) {
     root_ = &schema;
     refs_.clear();  // a $ref resolves within its own schema
+    index_definitions();
+    // One budget for everything added to this grammar (a request's tools share it).
+    if (steps_ == 0) deadline_ = std::chrono::steady_clock::now() + kSchemaMaxTime;
     const std::string rule = visit(schema, hint, 0);
     root_ = nullptr;
+    definitions_.clear();
     if (error_) return *error_;
     return rule;
   }
@@ -94,6 +100,29 @@ class SchemaGrammar::Converter {
     if (!error_) error_ = Error{"json_schema: " + std::move(message), ErrorCode::invalid_argument};
   }
 
+  // One unit of work; false (and the error, naming the limit) once the budget of steps or time is
+  // spent. Every loop over schema nodes and every recursion charges it.
+  bool step(size_t n = 1) {
+    if (error_) return false;
+    const size_t before = steps_;
+    steps_ += n;
+    if (steps_ > kSchemaMaxSteps)
+      return fail("schema too large: compiling it takes more than " + std::to_string(kSchemaMaxSteps) +
+                  " steps (nodes, $refs, oneOf branch pairs)"),
+             false;
+    if ((steps_ >> 8) != (before >> 8) && std::chrono::steady_clock::now() > deadline_)
+      return fail("schema too large: compiling it takes more than " + std::to_string(kSchemaMaxTime.count()) + " ms"),
+             false;
+    return true;
+  }
+  bool branches(const json& list, const char* key, size_t limit = kSchemaMaxBranches) {
+    if (list.is_array() && list.size() > limit)
+      return fail("'" + std::string(key) + "' has " + std::to_string(list.size()) + " entries; at most " +
+                  std::to_string(limit)),
+             false;
+    return true;
+  }
+
   // A rule with this body (an existing one when the body repeats).
   std::string rule(const std::string& hint, const std::string& body) {
     if (auto it = by_body_.find(body); it != by_body_.end()) return it->second;
@@ -103,14 +132,23 @@ class SchemaGrammar::Converter {
   }
   std::string reserve(const std::string& hint) {
     std::string base = sanitize(hint), name = base;
-    for (int i = 2; taken_.count(name) || is_primitive(name); ++i) name = base + "-" + std::to_string(i);
+    // Numbered from where this base left off: a hint used N times costs O(N), not O(N^2).
+    int& next = next_number_.try_emplace(base, 2).first->second;
+    while (taken_.count(name) || is_primitive(name)) name = base + "-" + std::to_string(next++);
     taken_.insert(name);
-    if (taken_.size() > kMaxRules) fail("schema too large");
+    if (taken_.size() > kSchemaMaxRules)
+      fail("schema too large: its grammar needs more than " + std::to_string(kSchemaMaxRules) + " rules");
     return name;
   }
   void define(const std::string& name, const std::string& body) {
     by_body_[body] = name;
-    rules_.push_back({name, body});
+    push_rule(name, body);
+  }
+  void push_rule(const std::string& name, const std::string& body) {
+    bytes_ += name.size() + body.size() + 6;
+    if (bytes_ > kSchemaMaxGrammarBytes)
+      fail("schema too large: its grammar passes " + std::to_string(kSchemaMaxGrammarBytes) + " bytes");
+    if (!error_) rules_.push_back({name, body});
   }
   static bool is_primitive(const std::string& name) {
     static const std::set<std::string> p = {"root", "ws", "string", "string-body", "string-char", "integer", "number",
@@ -119,22 +157,27 @@ class SchemaGrammar::Converter {
     return p.count(name) > 0;
   }
 
-  const json* resolve(const std::string& ref) {
-    const json& root_ = *this->root_;
-    if (ref == "#") return &root_;
-    for (const char* prefix : {"#/$defs/", "#/definitions/"}) {
-      const std::string p = prefix;
-      if (ref.rfind(p, 0) != 0) continue;
-      const std::string key = p.substr(2, p.size() - 3);  // "$defs" / "definitions"
-      const std::string name = ref.substr(p.size());
-      if (root_.is_object() && root_.contains(key) && root_[key].is_object() && root_[key].contains(name))
-        return &root_[key][name];
+  // "#/$defs/name" and "#/definitions/name" -> the schema, indexed once per add(): an ordered
+  // object's lookup is a linear search.
+  void index_definitions() {
+    definitions_.clear();
+    if (!root_->is_object()) return;
+    for (const char* key : {"$defs", "definitions"}) {
+      auto it = root_->find(key);
+      if (it == root_->end() || !it->is_object()) continue;
+      for (const auto& [name, schema] : it->items())
+        definitions_.emplace("#/" + std::string(key) + "/" + name, &schema);
     }
-    return nullptr;
+  }
+  const json* resolve(const std::string& ref) {
+    if (!step()) return nullptr;
+    if (ref == "#") return root_;
+    auto it = definitions_.find(ref);
+    return it == definitions_.end() ? nullptr : it->second;
   }
 
   std::string visit(const json& s, const std::string& hint, int depth) {
-    if (error_) return "value";
+    if (!step()) return "value";
     if (depth > kMaxDepth) return fail("schema nested deeper than 64"), "value";
     if (s.is_boolean()) {
       if (!s.get<bool>()) fail("the schema 'false' admits nothing");
@@ -164,6 +207,7 @@ class SchemaGrammar::Converter {
       if (!alone(key, {"type"})) return "value";
       const json values = s.contains("const") ? json::array({s["const"]}) : s["enum"];
       if (!values.is_array() || values.empty()) return fail("'enum' must be a non-empty array"), "value";
+      if (!branches(values, key) || !step(values.size())) return "value";
       std::string body;
       for (const json& v : values)
         if (!s.contains("type") || (type_bits(v) & type_bits_of(s["type"])))
@@ -176,6 +220,7 @@ class SchemaGrammar::Converter {
       const json& alts = s[key];
       if (!alts.is_array() || alts.empty()) return fail(std::string("'") + key + "' must be a non-empty array"), "value";
       if (!alone(key, {})) return "value";
+      if (!branches(alts, key, std::string(key) == "oneOf" ? kSchemaMaxOneOf : kSchemaMaxBranches)) return "value";
       // oneOf means exactly one branch: as a union that is exact only when no value can satisfy two.
       if (std::string(key) == "oneOf" && !disjoint(alts, depth))
         return fail("'oneOf' whose branches may overlap (only disjoint types or a const discriminator; use anyOf)"),
@@ -187,6 +232,7 @@ class SchemaGrammar::Converter {
     }
     if (s.contains("allOf")) return visit(merge_all_of(s, depth), hint, depth + 1);
     if (s.contains("type") && s["type"].is_array()) {
+      if (!branches(s["type"], "type", 8)) return "value";
       std::string body;
       for (const json& t : s["type"]) {
         json one = s;
@@ -234,7 +280,7 @@ class SchemaGrammar::Converter {
     const std::string name = reserve("ref-" + ref.substr(ref.rfind('/') + 1));
     refs_[ref] = name;
     const std::string body = visit(*target, name + "-body", depth + 1);
-    rules_.push_back({name, body});
+    push_rule(name, body);
     return name;
   }
 
@@ -265,6 +311,7 @@ class SchemaGrammar::Converter {
       }
       if (part->contains("properties") && (*part)["properties"].is_object())
         for (const auto& [k, v] : (*part)["properties"].items()) {
+          if (!step(merged["properties"].size() / 64 + 1)) return json::object();  // an ordered object's lookup is linear
           if (merged["properties"].contains(k) && merged["properties"][k] != v) {
             fail("'allOf' defines property '" + k + "' twice");
             return json::object();
@@ -298,7 +345,7 @@ class SchemaGrammar::Converter {
   }
   // The types a schema can admit, as bits (63: could be anything).
   int admits(const json& s, int depth) {
-    if (depth > kMaxDepth) return 63;
+    if (depth > kMaxDepth || !step()) return 63;
     if (s.is_boolean()) return s.get<bool>() ? 63 : 0;
     if (!s.is_object()) return 63;
     if (s.contains("$ref") && s["$ref"].is_string()) {
@@ -339,6 +386,7 @@ class SchemaGrammar::Converter {
   bool disjoint(const json& alts, int depth) {
     for (size_t i = 0; i < alts.size(); ++i)
       for (size_t j = i + 1; j < alts.size(); ++j) {
+        if (!step()) return true;  // the error is set; the verdict no longer matters
         if (!(admits(alts[i], depth) & admits(alts[j], depth))) continue;
         auto a = tag(deref(alts[i])), b = tag(deref(alts[j]));
         if (a && b && a->first == b->first && a->second != b->second) continue;
@@ -352,12 +400,13 @@ class SchemaGrammar::Converter {
     const json& props = s.contains("properties") ? s["properties"] : empty;
     if (!props.is_object()) return fail("'properties' must be an object"), "value";
     std::vector<std::string> required;
+    std::unordered_set<std::string> is_required;
     if (s.contains("required")) {
       if (!s["required"].is_array()) return fail("'required' must be an array"), "value";
+      if (!step(s["required"].size())) return "value";
       for (const json& r : s["required"]) {
         if (!r.is_string()) return fail("'required' must list strings"), "value";
-        if (std::find(required.begin(), required.end(), r.get<std::string>()) == required.end())
-          required.push_back(r.get<std::string>());
+        if (is_required.insert(r.get<std::string>()).second) required.push_back(r.get<std::string>());
       }
     }
     if (props.empty() && required.empty()) {
@@ -373,23 +422,34 @@ class SchemaGrammar::Converter {
       return rule(hint + "-" + key + "-kv", gbnf_literal(key_json) + " ws \":\" ws " + v + " ws");
     };
     std::vector<std::string> req, opt;
-    for (const auto& [key, schema] : props.items())
-      (std::find(required.begin(), required.end(), key) != required.end() ? req : opt).push_back(member(key, schema));
+    std::unordered_set<std::string> defined;
+    for (const auto& [key, schema] : props.items()) {
+      if (error_) return "value";
+      defined.insert(key);
+      (is_required.count(key) ? req : opt).push_back(member(key, schema));
+    }
     for (const std::string& r : required)
-      if (!props.contains(r)) req.push_back(member(r, json(true)));
+      if (!defined.count(r)) req.push_back(member(r, json(true)));
+    if (opt.size() > kSchemaMaxOptionalProperties)
+      return fail("an object with " + std::to_string(opt.size()) + " optional properties; at most " +
+                  std::to_string(kSchemaMaxOptionalProperties) + " (any of them may follow any earlier one)"),
+             "value";
     std::string body = "\"{\" ws ";
     for (size_t i = 0; i < req.size(); ++i) body += (i ? "\",\" ws " : "") + req[i] + " ";
     if (!req.empty()) {
       for (const std::string& o : opt) body += "( \",\" ws " + o + " )? ";
     } else if (!opt.empty()) {
-      // Optional members only: start_i ::= o_i ("," o_j)?... | start_{i+1}
-      std::string next;
-      for (size_t i = opt.size(); i-- > 0;) {
-        std::string alt = opt[i];
-        for (size_t j = i + 1; j < opt.size(); ++j) alt += " ( \",\" ws " + opt[j] + " )?";
-        next = rule(hint + "-opts", next.empty() ? alt : alt + " | " + next);
-      }
-      body += next + "? ";
+      // Optional members only, in order, each at most once: the first present one, then the
+      // rest of the list, each member optional: first ::= o_0 tail_1 | o_1 tail_2 | ... | o_{n-1}
+      // with tail_i ::= ( "," o_i )? tail_{i+1}. Linear in n (spelling out each start's tail
+      // instead would be quadratic).
+      std::vector<std::string> tail(opt.size() + 1);
+      for (size_t i = opt.size(); i-- > 1 && !error_;)
+        tail[i] = rule(hint + "-tail", "( \",\" ws " + opt[i] + " )?" + (tail[i + 1].empty() ? "" : " " + tail[i + 1]));
+      std::string first;
+      for (size_t i = 0; i < opt.size(); ++i)
+        first += (i ? " | " : "") + opt[i] + (tail[i + 1].empty() ? "" : " " + tail[i + 1]);
+      body += "( " + first + " )? ";
     }
     return rule(hint, body + "\"}\"");
   }
@@ -489,6 +549,11 @@ class SchemaGrammar::Converter {
   std::set<std::string> taken_;
   std::map<std::string, std::string> refs_;
   std::optional<Error> error_;
+  std::unordered_map<std::string, const json*> definitions_;  // "#/$defs/x" -> its schema
+  std::unordered_map<std::string, int> next_number_;  // per rule-name base: the next suffix to try
+  size_t steps_ = 0;  // work done (step()), over every add()
+  size_t bytes_ = 0;  // grammar text so far
+  std::chrono::steady_clock::time_point deadline_;
 };
 
 SchemaGrammar::SchemaGrammar() : c_(std::make_unique<Converter>()) {}

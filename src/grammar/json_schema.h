@@ -13,7 +13,14 @@
 // Whitespace between tokens is at most a newline and 20 spaces or tabs, or one space, and numbers
 // have at most 16 integer digits, 16 fraction digits and 2 exponent digits (integers fit in 64
 // bits, numbers in a double): a model cannot spin in an endless run of blanks or digits.
+//
+// Compilation is budgeted while it runs, not judged afterwards: the limits below are checked as
+// rules are made and nodes visited, so a hostile schema costs at most about their worth in time
+// and memory (the grammar is linear in the schema; N optional properties make O(N) rules), and
+// the refusal (invalid_argument, a 400) names the limit it hit.
 #pragma once
+#include <chrono>
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -23,6 +30,16 @@
 #include "grammar/grammar.h"
 
 namespace kvasir::grammar {
+
+inline constexpr size_t kSchemaMaxRules = 30000;           // grammar rules
+inline constexpr size_t kSchemaMaxGrammarBytes = 1u << 20;  // grammar text (GBNF's own limit, kMaxGbnfBytes)
+inline constexpr size_t kSchemaMaxSteps = 1u << 20;         // nodes visited, $refs followed, branch pairs compared
+inline constexpr size_t kSchemaMaxBranches = 1024;          // entries of one anyOf, enum or type list
+inline constexpr size_t kSchemaMaxOneOf = 64;               // branches of one oneOf (checked pairwise for overlap)
+// Optional properties of one object: after each member any later one may follow, so the
+// matcher follows that many parses at once (its own bound is 2048).
+inline constexpr size_t kSchemaMaxOptionalProperties = 1024;
+inline constexpr std::chrono::milliseconds kSchemaMaxTime{250};
 
 Result<std::string> json_schema_to_gbnf(const nlohmann::ordered_json& schema);
 

@@ -2,6 +2,7 @@
 // transport (http/transport.h) fills a Request from the wire and writes a Response back, whole
 // or as a chunked stream.
 #pragma once
+#include <any>
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -37,6 +38,9 @@ struct Request {
   bool keep_alive = true;
   // Set by the access checks: who sent the request (an API key's label), "" when anonymous.
   std::string principal;
+  // Set by the admission's body check: the body as parsed, for the handler (the server keeps a
+  // std::shared_ptr<nlohmann::ordered_json> here, so that the handler can move parts out).
+  std::any parsed;
   // Becomes true when the client hangs up while its request is being handled, so that a handler
   // waiting on work (a non-streaming generation) can give up.
   std::shared_ptr<std::atomic<bool>> gone = std::make_shared<std::atomic<bool>>(false);

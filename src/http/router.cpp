@@ -23,7 +23,17 @@ std::string Router::allowed_methods(const std::string& path) const {
   auto it = routes_.find(path);
   if (it == routes_.end()) return {};
   std::string out;
-  for (const auto& [method, route] : it->second) out += (out.empty() ? "" : ", ") + method;
+  for (const auto& [method, route] : it->second) {
+    out += (out.empty() ? "" : ", ") + method;
+    if (method == "GET" && !it->second.count("HEAD")) out += ", HEAD";
+  }
+  return out;
+}
+
+std::vector<RouteInfo> Router::routes() const {
+  std::vector<RouteInfo> out;
+  for (const auto& [path, methods] : routes_)
+    for (const auto& [method, route] : methods) out.push_back(RouteInfo{method, path, route.options});
   return out;
 }
 
@@ -31,16 +41,30 @@ const Router::Route* Router::find(const Request& req) const {
   auto p = routes_.find(req.path);
   if (p == routes_.end()) return nullptr;
   auto m = p->second.find(req.method);
+  // HEAD is GET without the body (finish() drops it).
+  if (m == p->second.end() && req.method == "HEAD") m = p->second.find("GET");
   return m == p->second.end() ? nullptr : &m->second;
 }
 
 void Router::finish(const Request& req, Response& res) const {
+  if (req.method == "HEAD") {
+    res.body.clear();
+    res.stream = nullptr;
+  }
   if (finisher_) finisher_(req, res);
 }
 
+void Router::run(const Route& route, Request& req, Response& res) const {
+  if (route.options.json_body && admission_.body && admission_.body(req, res)) return;
+  route.handler(req, res);
+}
+
 bool Router::handle_inline(Request& req, Response& res) {
-  if (filter_ && filter_(req, res)) return finish(req, res), true;
+  if (admission_.screen && admission_.screen(req, res)) return finish(req, res), true;
   const Route* route = find(req);
+  // Unknown paths are authenticated too: without a key, nothing about the routes is revealed.
+  if ((!route || route->options.auth != Auth::open) && admission_.authenticate && admission_.authenticate(req, res))
+    return finish(req, res), true;
   if (!route) {
     const std::string allow = allowed_methods(req.path);
     if (allow.empty()) {
@@ -62,13 +86,16 @@ bool Router::handle_inline(Request& req, Response& res) {
     }
   }
   if (route->options.run == Run::worker) return false;
-  route->handler(req, res);
+  run(*route, req, res);
   return finish(req, res), true;
 }
 
 void Router::handle(Request& req, Response& res) {
+  // handle_inline() already screened and authenticated this request.
   if (const Route* route = find(req)) {
-    route->handler(req, res);
+    run(*route, req, res);
+    req.parsed.reset();
+    if (admission_.done) admission_.done(req);
   } else {
     res = error(404, "no route for " + req.method + " " + req.path, "not_found");
   }

@@ -53,21 +53,34 @@ struct Probe {
   std::string sha256;
 };
 
-Result<Probe> probe(const std::string& url, const httplib::Headers& auth, const std::string& first_host) {
+// Credentials go only where they were given: the same scheme, host and port (a redirect to a
+// CDN, or to another port of the same host, gets none).
+const httplib::Headers& auth_for(const Url& u, const Url& first, const httplib::Headers& auth) {
+  static const httplib::Headers kNone;
+  return u.host_port == first.host_port ? auth : kNone;
+}
+
+// A Location header against the URL that sent it.
+std::string resolve_location(const Url& from, const std::string& location) {
+  return location.starts_with("/") ? from.host_port + location : location;
+}
+
+constexpr int kMaxRedirects = 8;
+
+Result<Probe> probe(const std::string& url, const httplib::Headers& auth, const Url& first) {
   Probe p{url};
-  for (int hop = 0; hop < 8; ++hop) {
+  for (int hop = 0; hop < kMaxRedirects; ++hop) {
     auto u = parse_url(p.url);
     if (!u) return Error{u.error(), ErrorCode::invalid_argument};
     auto c = client_for(*u);
     c->set_follow_location(false);
-    auto r = c->Head(u->target, u->host == first_host ? auth : httplib::Headers{});
+    auto r = c->Head(u->target, auth_for(*u, first, auth));
     if (!r) return Error{"cannot reach " + u->host_port + ": " + httplib::to_string(r.error()), ErrorCode::unavailable};
     for (const char* h : {"X-Linked-Etag", "ETag"})
       if (p.sha256.empty() && r->has_header(h)) p.sha256 = sha256_in(r->get_header_value(h));
     if (r->has_header("X-Linked-Size")) p.size = to_u64(r->get_header_value("X-Linked-Size"));
     if (r->status >= 300 && r->status < 400 && r->has_header("Location")) {
-      const std::string loc = r->get_header_value("Location");
-      p.url = loc.starts_with("/") ? u->host_port + loc : loc;
+      p.url = resolve_location(*u, r->get_header_value("Location"));
       continue;
     }
     if (r->status == 405 || r->status == 501) return p;  // no HEAD here: the GET will tell
@@ -110,7 +123,7 @@ Result<DownloadResult> download(const std::string& url, const std::string& dest,
   if (!first) return Error{first.error(), ErrorCode::invalid_argument};
   httplib::Headers auth;
   if (!o.bearer_token.empty()) auth.emplace("Authorization", "Bearer " + o.bearer_token);
-  auto pr = probe(url, auth, first->host);
+  auto pr = probe(url, auth, *first);
   if (!pr) return Error{pr.error(), pr.error_code()};
   const std::string expected = !o.expected_sha256.empty() ? o.expected_sha256 : pr->sha256;
   auto target = parse_url(pr->url);
@@ -126,18 +139,40 @@ Result<DownloadResult> download(const std::string& url, const std::string& dest,
   std::unique_ptr<std::FILE, FileCloser> f(std::fopen(part.c_str(), "ab"));
   if (!f) return Error{"cannot write " + part};
   uint64_t total = pr->size;
-  int failures = 0;
+  // A failure that resuming cannot mend (an HTTP error, more bytes than announced, the wrong
+  // size) removes the partial file; a cut connection keeps it for the next run.
+  auto hard_failure = [&](std::string message, ErrorCode code = ErrorCode::unavailable) {
+    f.reset();
+    fs::remove(part, ec);
+    return Error{std::move(message) + " (the partial file was removed)", code};
+  };
+  int failures = 0, redirects = 0;
   for (;;) {
     ++out.connections;
     auto c = client_for(*target);
-    c->set_follow_location(true);
-    httplib::Headers h = target->host == first->host ? auth : httplib::Headers{};
+    // Redirects are followed here, not by the client, which would send the credentials along.
+    c->set_follow_location(false);
+    httplib::Headers h = auth_for(*target, *first, auth);
     if (offset > 0) h.emplace("Range", "bytes=" + std::to_string(offset) + "-");
-    std::string refusal;  // set when the server's answer ends the download
+    std::string refusal;   // set when the server's answer ends the download
+    std::string redirect;  // set when it points elsewhere
     const uint64_t at_start = offset;
+    // The file's size as this response gives it: it must be the one announced before, if any.
+    auto sized = [&](uint64_t n) {
+      if (total > 0 && n != total) {
+        refusal = "the server sends " + std::to_string(n) + " bytes, " + std::to_string(total) + " were announced";
+        return false;
+      }
+      total = n;
+      return true;
+    };
     auto r = c->Get(
         target->target, h,
         [&](const httplib::Response& res) {
+          if (res.status >= 300 && res.status < 400 && res.has_header("Location")) {
+            redirect = resolve_location(*target, res.get_header_value("Location"));
+            return false;
+          }
           if (res.status == 206) {
             // Content-Range: bytes START-END/TOTAL; START must be where the file ends.
             const std::string cr = res.get_header_value("Content-Range");
@@ -146,7 +181,7 @@ Result<DownloadResult> download(const std::string& url, const std::string& dest,
               refusal = "the server resumed at another offset (" + cr + ")";
               return false;
             }
-            if (slash != std::string::npos && cr.substr(slash + 1) != "*") total = to_u64(cr.substr(slash + 1));
+            if (slash != std::string::npos && cr.substr(slash + 1) != "*") return sized(to_u64(cr.substr(slash + 1)));
             return true;
           }
           if (res.status == 200) {
@@ -156,7 +191,7 @@ Result<DownloadResult> download(const std::string& url, const std::string& dest,
               out.resumed = false;
               if (!f) refusal = "cannot rewrite " + part;
             }
-            if (res.has_header("Content-Length")) total = to_u64(res.get_header_value("Content-Length"));
+            if (res.has_header("Content-Length") && !sized(to_u64(res.get_header_value("Content-Length")))) return false;
             return bool(f);
           }
           if (res.status == 416 && total > 0 && offset == total) return true;  // nothing left
@@ -164,6 +199,10 @@ Result<DownloadResult> download(const std::string& url, const std::string& dest,
           return false;
         },
         [&](const char* data, size_t n) {
+          if (total > 0 && offset + n > total) {
+            refusal = "the server sent more than the " + std::to_string(total) + " bytes it announced";
+            return false;
+          }
           if (std::fwrite(data, 1, n, f.get()) != n) {
             refusal = "write error on " + part;
             return false;
@@ -172,11 +211,17 @@ Result<DownloadResult> download(const std::string& url, const std::string& dest,
           if (o.progress) o.progress(offset, total);
           return true;
         });
-    if (!refusal.empty()) return Error{pr->url + ": " + refusal, ErrorCode::unavailable};
+    if (!redirect.empty()) {
+      auto next = parse_url(redirect);
+      if (!next) return Error{next.error(), ErrorCode::invalid_argument};
+      if (++redirects > kMaxRedirects) return Error{url + ": too many redirects", ErrorCode::unavailable};
+      target = std::move(next);
+      continue;
+    }
+    if (!refusal.empty()) return hard_failure(pr->url + ": " + refusal);
     const bool complete = r && (r->status == 200 || r->status == 206 || r->status == 416) && (total == 0 || offset >= total);
     if (complete) break;
-    if (r && r->status >= 400 && r->status != 416)
-      return Error{pr->url + ": HTTP " + std::to_string(r->status), ErrorCode::unavailable};
+    if (r && r->status >= 400 && r->status != 416) return hard_failure(pr->url + ": HTTP " + std::to_string(r->status));
     // A cut connection: go on from where the file ends; only attempts that brought nothing count.
     if (offset == at_start && ++failures >= o.max_attempts)
       return Error{pr->url + ": " + (r ? "the connection ended early" : httplib::to_string(r.error())) + " (" +
@@ -190,8 +235,8 @@ Result<DownloadResult> download(const std::string& url, const std::string& dest,
   f.reset();
   out.bytes = fs::file_size(part, ec);
   if (total > 0 && out.bytes != total)
-    return Error{pr->url + ": got " + std::to_string(out.bytes) + " bytes, the server announced " + std::to_string(total),
-                 ErrorCode::unavailable};
+    return hard_failure(pr->url + ": got " + std::to_string(out.bytes) + " bytes, the server announced " +
+                        std::to_string(total));
   auto sum = sha256_file(part);
   if (!sum) return Error{sum.error()};
   out.sha256 = *sum;

@@ -1,7 +1,9 @@
 // Downloading one file over HTTP(S) into place: into FILE.part first, resumed with a Range request
 // after a cut connection (automatically, and by a later run), then checked (the size the server
 // announced, and SHA-256: the caller's, else the server's as Hugging Face sends it in
-// X-Linked-Etag / ETag) and renamed. A mismatch removes the partial file and fails.
+// X-Linked-Etag / ETag) and renamed. A mismatch, an HTTP error or more bytes than announced
+// removes the partial file and fails. Redirects are followed by hand: the bearer token goes only
+// to the scheme, host and port it was given for, never to a redirect's other host or port.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -13,7 +15,7 @@ namespace kvasir::hub {
 
 struct DownloadOptions {
   std::string expected_sha256;  // lower-case hex; empty: the server's, when it gives one
-  std::string bearer_token;     // sent to the first host only (never to a redirect's other host)
+  std::string bearer_token;     // sent to the first URL's scheme://host:port only (never to a redirect's other host or port)
   int max_attempts = 6;         // connections per download; one that makes progress is not counted
   int retry_delay_ms = 300;
   std::function<void(uint64_t done, uint64_t total)> progress;  // total 0: unknown

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <iterator>
 
 namespace kvasir {
@@ -46,6 +47,39 @@ struct Meta {
 
 Status check_positive(const char* what, int64_t v, int64_t max) {
   if (v <= 0 || v > max) return Error{std::string("model config: ") + what + " = " + std::to_string(v) + " is out of range"};
+  return {};
+}
+
+// A float hyperparameter read from the file: finite and within [lo, hi] (lo excluded when
+// `lo_open`), else an error naming its GGUF key. A NaN epsilon loads and emits only <unk>.
+Status check_float(const std::string& key, float v, float lo, float hi, bool lo_open) {
+  const bool ok = std::isfinite(v) && (lo_open ? v > lo : v >= lo) && v <= hi;
+  if (ok) return {};
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%g", double(v));
+  return Error{"model config: " + key + " = " + buf + " is out of range (must be finite, " + (lo_open ? "> " : ">= ") +
+               std::to_string(lo) + " and <= " + std::to_string(hi) + ")"};
+}
+
+// Every float the forward pass uses, checked once.
+Status check_floats(const ModelConfig& c) {
+  const std::string a = c.arch_name + ".";
+  const struct {
+    std::string key;
+    float v, lo, hi;
+    bool lo_open;
+  } checks[] = {
+      {a + "attention.layer_norm_rms_epsilon", c.norm_eps, 0.f, 1.f, true},
+      {a + "rope.freq_base", c.rope_base, 0.f, 1e12f, true},
+      {a + "rope.freq_base_swa", c.rope_base_swa, 0.f, 1e12f, true},
+      {a + "rope.scaling.factor", c.rope_freq_scale, 0.f, 1e6f, true},
+      {a + "rope.scaling.attn_factor", c.rope_mscale, 0.f, 1e6f, true},
+      {a + "attn_logit_softcapping", c.attn_softcap, 0.f, 1e6f, false},
+      {a + "final_logit_softcapping", c.final_logit_softcap, 0.f, 1e6f, false},
+      {a + "attention.scale", c.attn_scale, 0.f, 1e6f, true},
+  };
+  for (const auto& k : checks)
+    if (auto st = check_float(k.key, k.v, k.lo, k.hi, k.lo_open); !st) return st;
   return {};
 }
 
@@ -95,7 +129,9 @@ Result<ModelConfig> config_from_gguf(const gguf::File& file) {
   if (m.has("rope.scaling.factor")) {
     const float factor = m.float_or("rope.scaling.factor", 1.f);
     auto type = file.get_string(c.arch_name + ".rope.scaling.type");
-    if (factor > 0 && (!type || *type == "linear")) c.rope_freq_scale = 1.f / factor;
+    if (!(std::isfinite(factor) && factor > 0))
+      return Error{"model config: " + c.arch_name + ".rope.scaling.factor must be finite and positive"};
+    if (!type || *type == "linear") c.rope_freq_scale = 1.f / factor;
   }
 
   if (auto s = check_positive("embedding_length", c.n_embd, 1 << 20); !s) return Error{s.error()};
@@ -107,7 +143,6 @@ Result<ModelConfig> config_from_gguf(const gguf::File& file) {
   if (auto s = check_positive("vocab_size", c.n_vocab, 1 << 24); !s) return Error{s.error()};
   if (c.n_heads % c.n_kv_heads != 0) return Error{"model config: head_count is not a multiple of head_count_kv"};
   if (c.rope_dims <= 0 || c.rope_dims > c.head_dim || c.rope_dims % 2) return Error{"model config: bad rope.dimension_count"};
-  if (!(c.rope_base > 0)) return Error{"model config: rope.freq_base must be positive"};
 
   c.layer_is_swa.assign(size_t(c.n_layers), false);
   c.attn_scale = 1.f / std::sqrt(float(c.head_dim));
@@ -160,6 +195,7 @@ Result<ModelConfig> config_from_gguf(const gguf::File& file) {
       break;
   }
   if (m.has("attention.scale")) c.attn_scale = m.float_or("attention.scale", c.attn_scale);
+  if (auto st = check_floats(c); !st) return Error{st.error()};
   return c;
 }
 

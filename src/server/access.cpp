@@ -12,10 +12,17 @@ bool contains(const std::vector<std::string>& list, const std::string& value) {
   return std::any_of(list.begin(), list.end(), [&](const std::string& x) { return x == "*" || http::iequals(x, value); });
 }
 
-// "example.com:8080" -> "example.com", "[::1]:8080" -> "[::1]"
+// "example.com:8080" -> "example.com", "[::1]:8080" -> "[::1]"; "" when what follows the name is
+// not ":digits" ("[::1]x", "a:b:c", "host:"), so a malformed Host matches no allowed name.
 std::string host_without_port(const std::string& host) {
-  if (!host.empty() && host[0] == '[') return host.substr(0, host.find(']') + 1);
-  return host.substr(0, host.find(':'));
+  const size_t end = !host.empty() && host[0] == '[' ? host.find(']') + 1 : host.find(':');
+  if (end == 0 || end == std::string::npos) return end == 0 ? "" : host;  // "[..." without ']'; no port
+  const std::string_view port = std::string_view(host).substr(end);
+  if (port.empty()) return host;
+  if (port.size() < 2 || port.size() > 6 || port[0] != ':' ||
+      !std::all_of(port.begin() + 1, port.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return "";
+  return host.substr(0, end);
 }
 
 bool is_loopback(const std::string& host) {
@@ -48,15 +55,11 @@ AccessPolicy::AccessPolicy(AccessOptions options) : options_(std::move(options))
     options_.allowed_hosts = {"localhost", "127.0.0.1", "[::1]", options_.listen_host};
 }
 
-bool AccessPolicy::needs_key(const std::string& path) const {
-  if (options_.api_keys.empty()) return false;
-  if (path == "/metrics") return !options_.metrics_public;
-  return path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize";
-}
-
 bool AccessPolicy::host_allowed(const std::string& host) const {
-  if (options_.allowed_hosts.empty() || host.empty()) return true;  // HTTP/1.0 sends no Host
-  return contains(options_.allowed_hosts, host_without_port(host));
+  if (host.empty()) return true;  // HTTP/1.0 sends no Host
+  const std::string name = host_without_port(host);
+  if (name.empty()) return false;  // malformed, whatever is allowed
+  return options_.allowed_hosts.empty() || contains(options_.allowed_hosts, name);
 }
 
 bool AccessPolicy::origin_allowed(const http::Request& req) const {
@@ -67,7 +70,7 @@ bool AccessPolicy::origin_allowed(const http::Request& req) const {
   return contains(options_.cors_origins, origin);
 }
 
-bool AccessPolicy::check(http::Request& req, http::Response& res) const {
+bool AccessPolicy::screen(http::Request& req, http::Response& res) const {
   if (!host_allowed(req.header("Host"))) {
     res = error_response(ApiError{.status = 400,
                                   .message = "Host '" + req.header("Host") + "' is not allowed (see --allowed-hosts)",
@@ -88,18 +91,20 @@ bool AccessPolicy::check(http::Request& req, http::Response& res) const {
     res.headers.set("Access-Control-Max-Age", "600");
     return true;  // decorate() adds the origin
   }
-  if (!options_.api_keys.empty()) {
-    if (auto k = match_api_key(req.header("Authorization"), options_.api_keys)) {
-      req.principal = key_label(*k);
-    } else if (needs_key(req.path)) {
-      res = error_response(ApiError{.status = 401,
-                                    .message = "missing or incorrect API key: send 'Authorization: Bearer <key>'",
-                                    .code = "invalid_api_key"});
-      res.headers.set("WWW-Authenticate", "Bearer");
-      return true;
-    }
-  }
   return false;
+}
+
+bool AccessPolicy::authenticate(http::Request& req, http::Response& res) const {
+  if (options_.api_keys.empty()) return false;
+  if (auto k = match_api_key(req.header("Authorization"), options_.api_keys)) {
+    req.principal = key_label(*k);
+    return false;
+  }
+  res = error_response(ApiError{.status = 401,
+                                .message = "missing or incorrect API key: send 'Authorization: Bearer <key>'",
+                                .code = "invalid_api_key"});
+  res.headers.set("WWW-Authenticate", "Bearer");
+  return true;
 }
 
 void AccessPolicy::decorate(const http::Request& req, http::Response& res) const {

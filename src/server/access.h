@@ -1,6 +1,7 @@
 // Who may use the server and from where: API keys (compared in constant time), the Host header
-// (against DNS rebinding), the Origin of browser requests (CORS), and which paths are open.
-// Runs on the transport's I/O thread before routing; never blocks.
+// (against DNS rebinding) and the Origin of browser requests (CORS). The router runs these as the
+// first admission steps (http/router.h), on the transport's I/O thread; they never block. Which
+// routes need a key is the route table's to say (http::Auth), not a list of paths here.
 #pragma once
 #include <optional>
 #include <string>
@@ -30,13 +31,15 @@ class AccessPolicy {
  public:
   explicit AccessPolicy(AccessOptions options);
 
-  // The router's filter: answers 400 (bad Host), 403 (Origin not allowed), 401 (no or wrong key)
-  // or a CORS preflight, returning true; else sets req.principal (the key's label) and returns
-  // false.
-  bool check(http::Request& req, http::Response& res) const;
+  // Admission's screen: answers 400 (bad Host), 403 (Origin not allowed) or a CORS preflight,
+  // returning true; else false.
+  bool screen(http::Request& req, http::Response& res) const;
+  // Admission's authentication: when the server has keys, answers 401 unless the request
+  // presents one (returning true); else false, req.principal being the key's label.
+  bool authenticate(http::Request& req, http::Response& res) const;
   // The router's finisher: CORS headers on responses to allowed cross-origin requests.
   void decorate(const http::Request& req, http::Response& res) const;
-  bool needs_key(const std::string& path) const;
+  bool has_keys() const { return !options_.api_keys.empty(); }
 
  private:
   bool host_allowed(const std::string& host) const;

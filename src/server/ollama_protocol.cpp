@@ -70,13 +70,7 @@ std::optional<ApiError> read_common(const ordered_json& doc, Request& r) {
   if (opts == doc.end() || opts->is_null()) return std::nullopt;
   if (!opts->is_object()) return bad_request("'options' must be an object", "options");
   const std::string p = "options.";
-  // Runtime knobs that do not change the output are accepted (this server sizes itself at start).
-  if (auto e = only_known(*opts,
-                          {"temperature", "top_k", "top_p", "min_p", "num_predict", "stop", "seed", "repeat_penalty",
-                           "presence_penalty", "frequency_penalty", "repeat_last_n", "num_ctx", "num_batch", "num_gpu",
-                           "main_gpu", "num_thread", "use_mmap", "use_mlock", "numa", "low_vram", "num_keep"},
-                          p))
-    return e;
+  if (auto e = check_options(*opts)) return e;
   if (auto e = number(*opts, "temperature", p, 0, 2, g.sampling.temperature)) return e;
   int32_t top_k = g.sampling.top_k;
   if (auto e = number(*opts, "top_k", p, -1, std::numeric_limits<int32_t>::max(), top_k)) return e;
@@ -115,9 +109,25 @@ ordered_json done_reason(engine::FinishReason f) {
 
 }  // namespace
 
+// The option names Ollama's clients send: sampling ones (read by generation) and runtime knobs that
+// do not change the output (accepted: this server sizes itself at start). Anything else is a 400.
+std::optional<ApiError> check_options(const ordered_json& opts) {
+  return only_known(opts,
+                    {"temperature", "top_k", "top_p", "min_p", "num_predict", "stop", "seed", "repeat_penalty",
+                     "presence_penalty", "frequency_penalty", "repeat_last_n", "num_ctx", "num_batch", "num_gpu",
+                     "main_gpu", "num_thread", "use_mmap", "use_mlock", "numa", "low_vram", "num_keep"},
+                    "options.");
+}
+
 Parsed<Request> parse_chat(std::string_view body) {
   auto doc = parse_json_object(body);
   if (!doc) return doc.error();
+  return parse_chat(JsonBody{std::move(*doc)});
+}
+
+Parsed<Request> parse_chat(JsonBody body) {
+  if (!body.doc.is_object()) return bad_request("the request body must be a JSON object", {}, "invalid_json");
+  ordered_json* doc = &body.doc;
   if (auto e = only_known(*doc, {"model", "messages", "stream", "options", "keep_alive", "think", "format"}, "")) return *e;
   Request r;
   r.is_chat = true;
@@ -132,6 +142,9 @@ Parsed<Request> parse_chat(std::string_view body) {
     if (!m.is_object()) return bad_request("'" + at + "' must be an object", at);
     if (auto e = only_known(m, {"role", "content"}, at + ".")) return *e;
     if (!m.contains("role") || !m["role"].is_string()) return bad_request("'" + at + ".role' must be a string", at + ".role");
+    if (const std::string& role = m["role"].get_ref<const std::string&>();
+        role != "system" && role != "user" && role != "assistant" && role != "tool")
+      return bad_request("'" + at + ".role' is '" + role + "'; it must be system, user, assistant or tool", at + ".role");
     const ordered_json content = m.value("content", ordered_json(""));
     if (!content.is_string()) return bad_request("'" + at + ".content' must be a string", at + ".content");
     r.messages.push_back({{"role", m["role"]}, {"content", content}});
@@ -142,6 +155,12 @@ Parsed<Request> parse_chat(std::string_view body) {
 Parsed<Request> parse_generate(std::string_view body) {
   auto doc = parse_json_object(body);
   if (!doc) return doc.error();
+  return parse_generate(JsonBody{std::move(*doc)});
+}
+
+Parsed<Request> parse_generate(JsonBody body) {
+  if (!body.doc.is_object()) return bad_request("the request body must be a JSON object", {}, "invalid_json");
+  ordered_json* doc = &body.doc;
   if (auto e = only_known(*doc, {"model", "prompt", "system", "stream", "options", "keep_alive", "raw", "think", "format"}, ""))
     return *e;
   Request r;

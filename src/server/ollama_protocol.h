@@ -23,8 +23,13 @@ struct Request {
   bool is_chat = false;
 };
 
+Parsed<Request> parse_chat(JsonBody body);
 Parsed<Request> parse_chat(std::string_view body);
+Parsed<Request> parse_generate(JsonBody body);
 Parsed<Request> parse_generate(std::string_view body);
+// "options" of any route: an object of Ollama's option names (none of which changes an embedding);
+// another name is a 400 naming it (options.x).
+std::optional<ApiError> check_options(const ordered_json& options);
 // Ollama model names carry a tag: "name:latest" and "name" are the same model.
 bool same_model(std::string_view requested, std::string_view served);
 

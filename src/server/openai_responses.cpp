@@ -57,9 +57,14 @@ Parsed<ordered_json> read_item(const ordered_json& item, size_t i) {
 }  // namespace
 
 Parsed<Request> parse(std::string_view body) {
-  auto parsed_doc = parse_json_object(body);
-  if (!parsed_doc) return parsed_doc.error();
-  ordered_json& doc = *parsed_doc;
+  auto doc = parse_json_object(body);
+  if (!doc) return doc.error();
+  return parse(JsonBody{std::move(*doc)});
+}
+
+Parsed<Request> parse(JsonBody body) {
+  if (!body.doc.is_object()) return bad_request("the request body must be a JSON object", {}, "invalid_json");
+  ordered_json& doc = body.doc;
   for (const auto& [key, value] : doc.items())
     if (!value.is_null() && !known(key))
       return bad_request("'" + key + "' is not supported by this server (see docs/API.md)", key, "unsupported_field");
@@ -88,7 +93,7 @@ Parsed<Request> parse(std::string_view body) {
   for (const char* k : {"model", "temperature", "top_p", "stream", "user", "metadata", "store"})
     if (doc.contains(k)) chat[k] = doc[k];
   if (doc.contains("max_output_tokens")) chat["max_tokens"] = doc["max_output_tokens"];
-  auto parsed = parse_chat_request(chat.dump());
+  auto parsed = parse_chat_request(JsonBody{std::move(chat)});
   if (!parsed) {
     ApiError e = parsed.error();
     if (e.param == "max_tokens") {

@@ -21,6 +21,7 @@ struct Request {
   bool store = true;
 };
 
+Parsed<Request> parse(JsonBody body);
 Parsed<Request> parse(std::string_view body);
 
 // What a finished response leaves for previous_response_id: its conversation so far.

@@ -12,15 +12,23 @@ ApiError bad_request(std::string message, std::string param, std::string code) {
   return ApiError{.status = 400, .message = std::move(message), .param = std::move(param), .code = std::move(code)};
 }
 
+namespace {
+ApiError not_an_object() { return bad_request("the request body must be a JSON object", {}, "invalid_json"); }
+}  // namespace
+
 Parsed<ordered_json> parse_json_object(std::string_view body) {
   // Parsing itself is iterative; what later walks the value (copies, dump, templates) recurses.
   if (json_nesting_depth(body, kMaxJsonDepth + 1) > kMaxJsonDepth)
     return bad_request("the request body nests arrays and objects more than " + std::to_string(kMaxJsonDepth) +
                            " levels deep",
                        {}, "json_too_deep");
+  if (json_max_object_members(body, kMaxJsonObjectMembers + 1) > kMaxJsonObjectMembers)
+    return bad_request("an object in the request body has more than " + std::to_string(kMaxJsonObjectMembers) +
+                           " members",
+                       {}, "json_object_too_large");
   ordered_json doc = ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return bad_request("the request body is not valid JSON", {}, "invalid_json");
-  if (!doc.is_object()) return bad_request("the request body must be a JSON object", {}, "invalid_json");
+  if (!doc.is_object()) return not_an_object();
   return doc;
 }
 
@@ -54,6 +62,30 @@ size_t json_nesting_depth(std::string_view json, size_t stop_at) {
     }
   }
   return deepest;
+}
+
+size_t json_max_object_members(std::string_view json, size_t stop_at) {
+  // Per open bracket: its commas so far, or SIZE_MAX for an array (whose length costs nothing).
+  size_t commas[kMaxJsonDepth + 1];
+  size_t depth = 0, largest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < json.size() && largest < stop_at; ++i) {
+    const char c = json[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (depth == kMaxJsonDepth + 1) break;  // json_nesting_depth refuses it
+      commas[depth++] = c == '[' ? SIZE_MAX : 0;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    } else if (c == ',' && depth > 0 && commas[depth - 1] != SIZE_MAX) {
+      largest = std::max(largest, ++commas[depth - 1] + 1);
+    }
+  }
+  return largest;
 }
 
 namespace {
@@ -143,8 +175,6 @@ class Fields {
 
 constexpr int64_t kI32Max = std::numeric_limits<int32_t>::max();
 
-Parsed<ordered_json> parse_object(std::string_view body) { return parse_json_object(body); }
-
 // Moves the value of `key` out of the request document (which is parsed once and owned by the
 // parser), so that large client values are not deep-copied.
 ordered_json take(ordered_json& doc, const char* key) { return std::move(doc[key]); }
@@ -171,6 +201,9 @@ void read_stop(Fields& f, std::vector<std::string>& out) {
   };
   if (v->is_string()) {
     add(*v);
+    if (v->get_ref<const std::string&>().size() > kMaxStopBytes)
+      return f.fail("stop", "'stop' holds " + std::to_string(v->get_ref<const std::string&>().size()) +
+                                " bytes; at most " + std::to_string(kMaxStopBytes));
     return;
   }
   if (!v->is_array()) return f.fail("stop", "'stop' must be a string or an array of strings");
@@ -179,6 +212,11 @@ void read_stop(Fields& f, std::vector<std::string>& out) {
   for (const auto& s : *v) {
     if (!add(s)) return f.fail("stop", "'stop' must be a string or an array of strings");
   }
+  size_t bytes = 0;
+  for (const std::string& s : out) bytes += s.size();
+  if (bytes > kMaxStopBytes)
+    return f.fail("stop", "'stop' strings hold " + std::to_string(bytes) + " bytes together; at most " +
+                              std::to_string(kMaxStopBytes));
 }
 
 void read_logit_bias(Fields& f, std::vector<std::pair<int32_t, float>>& out) {
@@ -232,6 +270,18 @@ bool valid_tool_name(const std::string& n) {
   for (char c : n)
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && c != '.') return false;
   return true;
+}
+
+// Before any tool is read (copied, compiled): at most kMaxTools of at most kMaxToolsBytes in all.
+std::optional<ApiError> check_tools_size(const ordered_json& tools) {
+  if (tools.size() > kMaxTools)
+    return bad_request("'tools' lists " + std::to_string(tools.size()) + " tools; at most " + std::to_string(kMaxTools),
+                       "tools");
+  const size_t bytes = tools.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).size();
+  if (bytes > kMaxToolsBytes)
+    return bad_request("'tools' is " + std::to_string(bytes) + " bytes as JSON; at most " + std::to_string(kMaxToolsBytes),
+                       "tools");
+  return std::nullopt;
 }
 
 // tools: [{"type": "function", "function": {"name", "description", "parameters", "strict"}}].
@@ -463,6 +513,10 @@ std::optional<ApiError> read_prompts(ordered_json& doc, std::vector<PromptInput>
 // Checks the conversation and normalizes each message's content to a string (text parts joined by
 // newlines, as vLLM does), so every chat template sees the shape it expects. The messages are
 // normalized in place and moved out of `doc`, not copied.
+bool known_role(const std::string& role) {
+  return role == "system" || role == "developer" || role == "user" || role == "assistant" || role == "tool";
+}
+
 std::optional<ApiError> read_messages(ordered_json& doc, ordered_json& out) {
   auto it = doc.find("messages");
   if (it == doc.end() || it->is_null()) return bad_request("'messages' is required", "messages");
@@ -475,6 +529,15 @@ std::optional<ApiError> read_messages(ordered_json& doc, ordered_json& out) {
     auto role = m.find("role");
     if (role == m.end() || !role->is_string() || role->get_ref<const std::string&>().empty())
       return bad_request("'" + at + ".role' must be a non-empty string", at + ".role");
+    if (!known_role(role->get_ref<const std::string&>()))
+      return bad_request("'" + at + ".role' is '" + role->get_ref<const std::string&>() +
+                             "'; it must be system, developer, user, assistant or tool",
+                         at + ".role");
+    if (*role == "developer") *role = "system";  // OpenAI's newer name for it; templates know only system
+    if (auto calls = m.find("tool_calls"); calls != m.end() && !calls->is_null()) {
+      if (!calls->is_array() || !std::all_of(calls->begin(), calls->end(), [](const auto& c) { return c.is_object(); }))
+        return bad_request("'" + at + ".tool_calls' must be an array of objects", at + ".tool_calls");
+    }
     // OpenAI sends a call's arguments as JSON text; templates expect the object.
     if (auto calls = m.find("tool_calls"); calls != m.end() && calls->is_array()) {
       for (auto& call : *calls) {
@@ -518,8 +581,14 @@ std::optional<ApiError> read_messages(ordered_json& doc, ordered_json& out) {
 }  // namespace
 
 Parsed<CompletionRequest> parse_completion_request(std::string_view body) {
-  auto doc = parse_object(body);
+  auto doc = parse_json_object(body);
   if (!doc) return doc.error();
+  return parse_completion_request(JsonBody{std::move(*doc)});
+}
+
+Parsed<CompletionRequest> parse_completion_request(JsonBody body) {
+  ordered_json* doc = &body.doc;
+  if (!doc->is_object()) return not_an_object();
   if (auto e = reject_unknown_fields(*doc, kCompletionFields)) return *e;
   auto gen = read_generation(*doc);
   if (!gen) return gen.error();
@@ -539,8 +608,14 @@ Parsed<CompletionRequest> parse_completion_request(std::string_view body) {
 }
 
 Parsed<ChatRequest> parse_chat_request(std::string_view body) {
-  auto doc = parse_object(body);
+  auto doc = parse_json_object(body);
   if (!doc) return doc.error();
+  return parse_chat_request(JsonBody{std::move(*doc)});
+}
+
+Parsed<ChatRequest> parse_chat_request(JsonBody body) {
+  ordered_json* doc = &body.doc;
+  if (!doc->is_object()) return not_an_object();
   if (auto e = reject_unknown_fields(*doc, kChatFields)) return *e;
   auto gen = read_generation(*doc);
   if (!gen) return gen.error();
@@ -555,6 +630,7 @@ Parsed<ChatRequest> parse_chat_request(std::string_view body) {
   f.boolean("continue_final_message", r.continue_final_message);
   if (const ordered_json* t = f.find("tools"); t && !f.error) {
     if (!t->is_array()) f.fail("tools", "'tools' must be an array");
+    else if (auto e = check_tools_size(*t)) f.error = e;
     else if (auto e = read_tools(*t, r.tool_list)) f.error = e;
     else if (!t->empty()) r.tools = take(*doc, "tools");
   }
@@ -579,8 +655,14 @@ Parsed<ChatRequest> parse_chat_request(std::string_view body) {
 }
 
 Parsed<EmbeddingRequest> parse_embedding_request(std::string_view body) {
-  auto doc = parse_object(body);
+  auto doc = parse_json_object(body);
   if (!doc) return doc.error();
+  return parse_embedding_request(JsonBody{std::move(*doc)});
+}
+
+Parsed<EmbeddingRequest> parse_embedding_request(JsonBody body) {
+  ordered_json* doc = &body.doc;
+  if (!doc->is_object()) return not_an_object();
   constexpr std::string_view kFields[] = {"input", "model", "encoding_format", "dimensions", "user"};
   for (const auto& [key, value] : doc->items()) {
     if (value.is_null() || std::find(std::begin(kFields), std::end(kFields), key) != std::end(kFields)) continue;
@@ -610,8 +692,14 @@ Parsed<EmbeddingRequest> parse_embedding_request(std::string_view body) {
 }
 
 Parsed<TokenizeRequest> parse_tokenize_request(std::string_view body) {
-  auto doc = parse_object(body);
+  auto doc = parse_json_object(body);
   if (!doc) return doc.error();
+  return parse_tokenize_request(JsonBody{std::move(*doc)});
+}
+
+Parsed<TokenizeRequest> parse_tokenize_request(JsonBody body) {
+  ordered_json* doc = &body.doc;
+  if (!doc->is_object()) return not_an_object();
   TokenizeRequest r;
   Fields f(*doc);
   f.string("model", r.model);
@@ -633,8 +721,14 @@ Parsed<TokenizeRequest> parse_tokenize_request(std::string_view body) {
 }
 
 Parsed<DetokenizeRequest> parse_detokenize_request(std::string_view body) {
-  auto doc = parse_object(body);
+  auto doc = parse_json_object(body);
   if (!doc) return doc.error();
+  return parse_detokenize_request(JsonBody{std::move(*doc)});
+}
+
+Parsed<DetokenizeRequest> parse_detokenize_request(JsonBody body) {
+  ordered_json* doc = &body.doc;
+  if (!doc->is_object()) return not_an_object();
   DetokenizeRequest r;
   Fields f(*doc);
   f.string("model", r.model);

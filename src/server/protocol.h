@@ -156,26 +156,50 @@ struct DetokenizeRequest {
 inline constexpr int32_t kMaxChoices = 64;        // n (times the number of prompts)
 inline constexpr int32_t kMaxTopLogprobs = 20;
 inline constexpr size_t kMaxStopStrings = 16;
+inline constexpr size_t kMaxStopBytes = 4096;        // all stop strings together (each choice keeps its own matcher)
+inline constexpr size_t kMaxTools = 128;             // OpenAI's own limit
+inline constexpr size_t kMaxToolsBytes = 256u << 10;  // `tools` as JSON text, checked before any tool is read
 // Arrays and objects nested deeper than this anywhere in a body are a 400 (json_too_deep) before
 // the body is parsed: copying, dumping and templating a JSON value recurse once per level, so a
 // small body nested 100,000 deep would overflow the stack. Real requests (tool schemas included)
 // stay far below it.
 inline constexpr size_t kMaxJsonDepth = 64;
 
+// Objects with more members than this anywhere in a body are a 400 (json_object_too_large) before
+// the body is parsed: the parser keeps an object's members in order and looks each new key up
+// among the ones before it, so one object of 100,000 keys costs seconds. A schema's `properties`
+// or `$defs` stay far below it.
+inline constexpr size_t kMaxJsonObjectMembers = 10000;
+
 // How deeply arrays and objects nest in `json` (0 for a scalar, 1 for "{}"), brackets inside
 // strings not counted; the scan stops as soon as it reaches `stop_at`. Linear, no parsing: text
 // that is not JSON gets some depth and is left to the parser to reject.
 size_t json_nesting_depth(std::string_view json, size_t stop_at = SIZE_MAX);
 
-// A request body as a JSON object: 400 invalid_json / json_too_deep otherwise.
+// The largest member count of any object in `json` (its commas + 1, those inside strings and
+// nested values not counted; an object of one member or none counts 0); the scan stops as soon as it reaches `stop_at` or nests past kMaxJsonDepth. Linear, no parsing.
+size_t json_max_object_members(std::string_view json, size_t stop_at = SIZE_MAX);
+
+// A request body as a JSON object: 400 invalid_json / json_too_deep / json_object_too_large otherwise.
 Parsed<ordered_json> parse_json_object(std::string_view body);
 
+// A body already parsed into a JSON object (by admission, server/admission.h). Each parser takes
+// one, or the body's text, which it parses first with parse_json_object().
+struct JsonBody {
+  ordered_json doc;
+};
+
+Parsed<CompletionRequest> parse_completion_request(JsonBody body);
 Parsed<CompletionRequest> parse_completion_request(std::string_view body);
+Parsed<ChatRequest> parse_chat_request(JsonBody body);
 Parsed<ChatRequest> parse_chat_request(std::string_view body);
 // POST /v1/embeddings: at most kMaxEmbeddingInputs inputs, none empty.
 inline constexpr size_t kMaxEmbeddingInputs = 2048;
+Parsed<EmbeddingRequest> parse_embedding_request(JsonBody body);
 Parsed<EmbeddingRequest> parse_embedding_request(std::string_view body);
+Parsed<TokenizeRequest> parse_tokenize_request(JsonBody body);
 Parsed<TokenizeRequest> parse_tokenize_request(std::string_view body);
+Parsed<DetokenizeRequest> parse_detokenize_request(JsonBody body);
 Parsed<DetokenizeRequest> parse_detokenize_request(std::string_view body);
 
 }  // namespace kvasir::server

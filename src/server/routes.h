@@ -11,6 +11,10 @@
 
 namespace kvasir::server {
 
+// Every route below, behind the one admission path (server/admission.h) with `access`'s keys,
+// Host and Origin rules (server.cpp). The server and the route-table test build their router so.
+void register_routes(http::Router& router, ServerState& state, const AccessPolicy& access);
+
 // POST /v1/completions, POST /v1/chat/completions (routes_generate.cpp)
 void register_generation_routes(http::Router& router, ServerState& state);
 // POST /v1/responses, OpenAI's Responses API (routes_responses.cpp)

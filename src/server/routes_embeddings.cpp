@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "server/admission.h"
 #include "server/generation.h"
 #include "server/http_util.h"
 #include "server/ollama_protocol.h"
@@ -97,7 +98,7 @@ Parsed<Embedded> embed(ServerState& st, Backend& b, const http::Request& req, st
 void handle_embeddings(ServerState& st, const http::Request& req, http::Response& res) {
   Backend* b = serving_backend(st, res);
   if (!b) return;
-  auto r = parse_embedding_request(req.body);
+  auto r = parse_embedding_request(json_body(req));
   if (!r) return send_error(res, r.error());
   if (auto e = check_model(r->model, st)) return send_error(res, *e);
   const int64_t width = b->model->config().n_embd;
@@ -129,7 +130,7 @@ void handle_ollama_embed(ServerState& st, const http::Request& req, http::Respon
   Backend* b = st.backend();
   if (!b || st.phase() != Phase::ready) return fail(ApiError{.status = 503, .message = "the model is not ready"});
   const auto t0 = std::chrono::steady_clock::now();
-  ordered_json doc = ordered_json::parse(req.body, nullptr, false);
+  ordered_json doc = json_body(req).doc;
   if (!doc.is_object()) return fail(bad_request("the body must be a JSON object", ""));
   const char* key = legacy ? "prompt" : "input";
   for (const auto& [k, v] : doc.items()) {
@@ -137,10 +138,16 @@ void handle_ollama_embed(ServerState& st, const http::Request& req, http::Respon
                        (!legacy && k == "dimensions");
     if (!known && !v.is_null()) return fail(bad_request("'" + k + "' is not supported", k));
   }
+  if (auto o = doc.find("options"); o != doc.end() && !o->is_null()) {
+    if (!o->is_object()) return fail(bad_request("'options' must be an object", "options"));
+    if (auto e = ollama::check_options(*o)) return fail(*e);
+  }
   if (doc.contains("model") && doc["model"].is_string() && !ollama::same_model(doc["model"].get<std::string>(), st.options.served_model_name))
     return fail(ApiError{.status = 404, .message = "model '" + doc["model"].get<std::string>() + "' not found"});
   std::vector<PromptInput> inputs;
-  const ordered_json& in = doc.contains(key) ? doc[key] : ordered_json(nullptr);
+  static const ordered_json kAbsent;
+  const auto found = doc.find(key);
+  const ordered_json& in = found != doc.end() ? *found : kAbsent;  // a reference: client values are never copied
   if (in.is_string()) inputs.push_back({.text = in.get<std::string>()});
   else if (in.is_array() && !in.empty() && std::all_of(in.begin(), in.end(), [](const auto& x) { return x.is_string(); }))
     for (const auto& x : in) inputs.push_back({.text = x.get<std::string>()});

@@ -1,6 +1,10 @@
 // POST /v1/completions and /v1/chat/completions: typed request -> prompt tokens -> one engine
 // request per choice -> a JSON response, or an SSE stream that aborts its engine requests when the
 // client goes away.
+#include <deque>
+#include <map>
+
+#include "server/admission.h"
 #include "server/generation.h"
 #include "server/http_util.h"
 #include "server/protocol.h"
@@ -62,7 +66,38 @@ struct StreamState {
   std::vector<bool> opened;
   std::optional<ToolContext> tools;
   std::vector<ToolCallParser> parsers;  // per choice, with tools
+  // Shared prompt scores (share_prompt_scoring): per choice, the choice that scores its prompt;
+  // empty when nothing is scored. A choice whose scores have not come yet has its deltas held, so
+  // that its stream still starts with them (the echo, or prompt_logprobs), then replayed.
+  std::vector<int32_t> scorer;
+  std::vector<bool> waiting;
+  std::vector<std::deque<engine::Delta>> held;
+  std::deque<std::pair<int32_t, engine::Delta>> replay;
 };
+
+// Holds `d` when its choice still waits for its prompt's scores (true: nothing to send now); when
+// `d` brings a scorer's scores (or its end), its siblings get a copy and their held deltas are
+// queued for replay.
+bool hold(StreamState& s, int32_t choice, engine::Delta& d) {
+  if (s.scorer.empty()) return false;
+  const size_t c = size_t(choice);
+  if (s.waiting[c]) {
+    s.held[c].push_back(std::move(d));
+    return true;
+  }
+  if (s.scorer[c] != choice || (d.prompt_logprobs.empty() && d.finish == engine::FinishReason::None)) return false;
+  for (size_t j = 0; j < s.scorer.size(); ++j) {
+    if (j == c || s.scorer[j] != choice || !s.waiting[j]) continue;
+    s.waiting[j] = false;
+    if (!d.prompt_logprobs.empty()) {
+      if (s.held[j].empty()) s.held[j].emplace_back();  // a delta that only carries the scores
+      s.held[j].front().prompt_logprobs = d.prompt_logprobs;
+    }
+    for (engine::Delta& h : s.held[j]) s.replay.emplace_back(int32_t(j), std::move(h));
+    s.held[j].clear();
+  }
+  return false;
+}
 
 ordered_json delta_logprobs(StreamState& s, int32_t choice, const engine::Delta& d) {
   if (s.top_logprobs < 0 || d.logprobs.empty()) return nullptr;
@@ -95,13 +130,22 @@ bool pump_once(StreamState& s, http::StreamSink& sink) {
   }
   int32_t choice = 0;
   engine::Delta d;
+  bool have = false;
   if (!out.empty()) {
     // The opening chunks go out now, before the first token.
+  } else if (!s.replay.empty()) {
+    choice = s.replay.front().first;
+    d = std::move(s.replay.front().second);
+    s.replay.pop_front();
+    have = true;
   } else if (!s.job->wait_ready(kKeepAliveEvery)) {
     // Nothing yet (queued, or a long prefill): an SSE comment, which clients ignore, finds out
     // whether the client is still there, so a queued request of a vanished client is freed.
     out = ": keep-alive\n\n";
-  } else if (s.job->next(choice, d)) {
+  } else {
+    have = s.job->next(choice, d) && !hold(s, choice, d);
+  }
+  if (have) {
     ordered_json prompt_lps = nullptr;
     if (s.scoring.prompt_logprobs && !d.prompt_logprobs.empty()) prompt_lps = prompt_logprobs_json(*s.tokenizer, d.prompt_logprobs);
     if (s.echo_pending[size_t(choice)] && !d.prompt_logprobs.empty()) {  // the echo, scored
@@ -143,7 +187,8 @@ bool pump_once(StreamState& s, http::StreamSink& sink) {
                                                                    .prompt_logprobs = std::move(prompt_lps)})));
     }
   }
-  const bool done = s.job->all_finished();
+  const bool done = s.job->all_finished() && s.replay.empty() &&
+                    std::all_of(s.held.begin(), s.held.end(), [](const auto& h) { return h.empty(); });
   if (done) {
     if (with_usage) out += sse_event(dump_json(usage_chunk(s.meta, s.job->usage())));
     out += kSseDone;
@@ -169,7 +214,7 @@ constexpr std::chrono::milliseconds kHangupCheckEvery{100};
 
 void respond_whole(Backend& b, const http::Request& req, http::Response& res, const GenerationRequest& gen,
                    GenerationJob& job, const ResponseMeta& meta, const std::vector<std::string>& echo,
-                   const std::optional<ToolContext>& tools, ScoringOptions scoring) {
+                   const std::optional<ToolContext>& tools, ScoringOptions scoring, const std::vector<int32_t>& scorer) {
   std::vector<ChoiceOutput> outs(job.choices().size());
   for (size_t i = 0; i < outs.size(); ++i) outs[i] = ChoiceOutput{.index = int32_t(i), .text = echo[i], .echo_bytes = int64_t(echo[i].size())};
   int32_t choice = 0;
@@ -185,6 +230,8 @@ void respond_whole(Backend& b, const http::Request& req, http::Response& res, co
     if (!d.prompt_logprobs.empty()) o.prompt_logprobs = std::move(d.prompt_logprobs);
     if (d.finish != engine::FinishReason::None) o.finish = d.finish;
   }
+  for (size_t i = 0; i < scorer.size(); ++i)
+    if (scorer[i] != int32_t(i)) outs[i].prompt_logprobs = outs[size_t(scorer[i])].prompt_logprobs;
   if (tools) {
     for (ChoiceOutput& o : outs) {
       ToolCallParser p = tools->parser();
@@ -203,15 +250,33 @@ void respond_whole(Backend& b, const http::Request& req, http::Response& res, co
             full_response(meta, *b.tokenizer, outs, job.usage(), gen.top_logprobs >= 0, gen.top_logprobs, scoring));
 }
 
+// n choices of one prompt score it once: the first of them asks the engine for the prompt's
+// logprobs, the others get a copy (scoring is a full prefill of every row, n times over was
+// 13.6 s for n=64). Returns per choice the choice that scores its prompt; empty when none does.
+std::vector<int32_t> share_prompt_scoring(PreparedChoices& pc) {
+  std::vector<int32_t> scorer(pc.params.size());
+  bool any = false;
+  std::map<int32_t, int32_t> first_of_prompt;
+  for (size_t i = 0; i < pc.params.size(); ++i) {
+    scorer[i] = first_of_prompt.try_emplace(pc.prompt_of[i], int32_t(i)).first->second;
+    if (pc.params[i].prompt_logprobs < 0) continue;
+    any = true;
+    if (scorer[i] != int32_t(i)) pc.params[i].prompt_logprobs = -1;
+  }
+  if (!any) scorer.clear();
+  return scorer;
+}
+
 void run_generation(ServerState& st, Backend& b, const http::Request& req, http::Response& res, Endpoint endpoint,
                     const GenerationRequest& gen, PreparedChoices pc, std::optional<ToolContext> tools = std::nullopt,
                     bool echo_logprobs = false) {
   const ScoringOptions scoring{.echo_logprobs = echo_logprobs, .prompt_logprobs = gen.prompt_logprobs >= 0};
+  const std::vector<int32_t> scorer = share_prompt_scoring(pc);
   auto guard = std::make_shared<ActiveGuard>(st);
   auto job = GenerationJob::submit(*b.engine, st.metrics, std::move(pc.params), std::move(pc.prompt_of));
   if (!job) return send_error(res, job.error());
   ResponseMeta meta = make_meta(endpoint, st.options.served_model_name);
-  if (!gen.stream) return respond_whole(b, req, res, gen, **job, meta, pc.echo, tools, scoring);
+  if (!gen.stream) return respond_whole(b, req, res, gen, **job, meta, pc.echo, tools, scoring, scorer);
 
   auto s = std::make_shared<StreamState>();
   s->guard = std::move(guard);
@@ -224,6 +289,9 @@ void run_generation(ServerState& st, Backend& b, const http::Request& req, http:
   s->scoring = scoring;
   for (const std::string& e : pc.echo) s->text_offsets.push_back(int64_t(e.size()));
   s->echo = std::move(pc.echo);
+  s->scorer = scorer;
+  for (size_t i = 0; i < scorer.size(); ++i) s->waiting.push_back(scorer[i] != int32_t(i));
+  s->held.resize(scorer.size());
   // A broken connection frees the engine requests now.
   stream_body(res, "text/event-stream", [s](http::StreamSink& sink) { return pump(*s, sink); },
               [s] { s->job->abort_all(); });
@@ -280,7 +348,7 @@ void generic_tool_history(ordered_json& messages) {
 void handle_completions(ServerState& st, const http::Request& req, http::Response& res) {
   Backend* b = serving_backend(st, res);
   if (!b) return;
-  auto r = parse_completion_request(req.body);
+  auto r = parse_completion_request(json_body(req));
   if (!r) return send_error(res, r.error());
   if (auto e = check_model(r->gen.model, st)) return send_error(res, *e);
   if (auto e = check_request_ids(r->gen, *b->tokenizer)) return send_error(res, *e);
@@ -314,7 +382,7 @@ void handle_completions(ServerState& st, const http::Request& req, http::Respons
 void handle_chat(ServerState& st, const http::Request& req, http::Response& res) {
   Backend* b = serving_backend(st, res);
   if (!b) return;
-  auto r = parse_chat_request(req.body);
+  auto r = parse_chat_request(json_body(req));
   if (!r) return send_error(res, r.error());
   if (auto e = check_model(r->gen.model, st)) return send_error(res, *e);
   if (auto e = check_request_ids(r->gen, *b->tokenizer)) return send_error(res, *e);

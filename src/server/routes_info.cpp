@@ -1,4 +1,5 @@
 // Everything but generation: the web page, health, metrics, the model list and the tokenizer.
+#include "server/admission.h"
 #include "server/http_util.h"
 #include "server/responses.h"
 #include "server/routes.h"
@@ -93,7 +94,7 @@ void handle_models(ServerState& st, http::Response& res) {
 void handle_tokenize(ServerState& st, const http::Request& req, http::Response& res) {
   Backend* b = serving_backend(st, res);
   if (!b) return;
-  auto r = parse_tokenize_request(req.body);
+  auto r = parse_tokenize_request(json_body(req));
   if (!r) return send_error(res, r.error());
   if (auto e = check_model(r->model, st)) return send_error(res, *e);
   const Tokenizer& tok = *b->tokenizer;
@@ -118,7 +119,7 @@ void handle_tokenize(ServerState& st, const http::Request& req, http::Response& 
 void handle_detokenize(ServerState& st, const http::Request& req, http::Response& res) {
   Backend* b = serving_backend(st, res);
   if (!b) return;
-  auto r = parse_detokenize_request(req.body);
+  auto r = parse_detokenize_request(json_body(req));
   if (!r) return send_error(res, r.error());
   if (auto e = check_model(r->model, st)) return send_error(res, *e);
   for (int32_t id : r->tokens) {
@@ -139,9 +140,13 @@ void register_info_routes(http::Router& router, ServerState& st) {
   // Quick answers run on the I/O thread, so they never wait behind busy workers.
   const http::RouteOptions quick{.run = http::Run::io_thread};
   const http::RouteOptions json_post{.run = http::Run::worker, .json_body = true};
-  router.add("GET", "/", [](const Req&, Res& res) { res.set_content(std::string(web_ui_html()), "text/html; charset=utf-8"); }, quick);
-  router.add("GET", "/health", [&st](const Req&, Res& res) { handle_health(st, res); }, quick);
-  router.add("GET", "/metrics", [&st](const Req&, Res& res) { handle_metrics(st, res); }, quick);
+  // Without a key: health (for load balancers), the page (it only asks for the key and holds no
+  // data) and, when the server was told so, /metrics. Everything else needs the key (docs/API.md).
+  const http::RouteOptions open{.run = http::Run::io_thread, .auth = http::Auth::open};
+  router.add("GET", "/", [](const Req&, Res& res) { res.set_content(std::string(web_ui_html()), "text/html; charset=utf-8"); }, open);
+  router.add("GET", "/health", [&st](const Req&, Res& res) { handle_health(st, res); }, open);
+  router.add("GET", "/metrics", [&st](const Req&, Res& res) { handle_metrics(st, res); },
+             st.options.access.metrics_public ? open : quick);
   router.add("GET", "/v1/models", [&st](const Req&, Res& res) { handle_models(st, res); }, quick);
   // One model per server: its own path (any other id is the router's 404).
   router.add("GET", "/v1/models/" + st.options.served_model_name, [&st](const Req&, Res& res) {

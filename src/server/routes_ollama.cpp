@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 
+#include "server/admission.h"
 #include "server/generation.h"
 #include "server/http_util.h"
 #include "server/ollama_protocol.h"
@@ -98,7 +99,7 @@ ordered_json model_entry(const ServerState& st, const Backend& b) {
 void handle_show(ServerState& st, const http::Request& req, http::Response& res) {
   Backend* b = serving_backend(st, res);
   if (!b) return;
-  const ordered_json doc = ordered_json::parse(req.body, nullptr, false);
+  const ordered_json doc = json_body(req).doc;
   std::string name;
   if (doc.is_object()) {
     for (const char* key : {"model", "name"})
@@ -165,7 +166,7 @@ bool pump(NdjsonStream& s, http::StreamSink& sink) {
 void handle_generation(ServerState& st, const http::Request& req, http::Response& res, bool is_chat) {
   Backend* b = serving_backend(st, res);
   if (!b) return;
-  auto r = is_chat ? ollama::parse_chat(req.body) : ollama::parse_generate(req.body);
+  auto r = is_chat ? ollama::parse_chat(json_body(req)) : ollama::parse_generate(json_body(req));
   if (!r) return send_ollama_error(res, r.error());
   if (!ollama::same_model(r->gen.model, st.options.served_model_name))
     return send_ollama_error(res, ApiError{.status = 404, .message = "model '" + r->gen.model + "' not found"});

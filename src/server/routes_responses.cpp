@@ -6,6 +6,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "server/admission.h"
 #include "server/generation.h"
 #include "server/http_util.h"
 #include "server/openai_responses.h"
@@ -159,7 +160,7 @@ void handle_responses(ServerState& st, const std::shared_ptr<ResponseStore>& sto
                       http::Response& res) {
   Backend* b = serving_backend(st, res);
   if (!b) return;
-  auto r = ra::parse(req.body);
+  auto r = ra::parse(json_body(req));
   if (!r) return send_error(res, r.error());
   if (auto e = check_model(r->gen.model, st)) return send_error(res, *e);
   r->gen.cache_salt = tenant_salt(req, r->gen.cache_salt);

@@ -2,6 +2,7 @@
 
 #include <thread>
 
+#include "server/admission.h"
 #include "server/http_util.h"
 #include "server/routes.h"
 
@@ -25,11 +26,20 @@ AccessOptions access_options(const ServerOptions& o) {
 
 }  // namespace
 
+void register_routes(http::Router& router, ServerState& state, const AccessPolicy& access) {
+  router.set_admission(make_admission(access));
+  register_info_routes(router, state);
+  register_ollama_routes(router, state);
+  register_responses_routes(router, state);
+  register_generation_routes(router, state);
+  register_embedding_routes(router, state);
+}
+
 HttpServer::HttpServer(ServerOptions options)
     : state_(std::move(options)),
       access_(access_options(state_.options)),
       transport_(std::make_unique<http::Transport>(transport_options(state_.options), router_)) {
-  router_.set_filter([this](http::Request& req, http::Response& res) { return access_.check(req, res); });
+  register_routes(router_, state_, access_);
   router_.set_finisher([this](const http::Request& req, http::Response& res) {
     access_.decorate(req, res);
     // A caller's request id comes back on its response, so it can match logs on both sides.
@@ -50,11 +60,6 @@ HttpServer::HttpServer(ServerOptions options)
                       .connections_refused = t.connections_refused,
                       .requests_in_flight = t.requests_in_flight};
   };
-  register_info_routes(router_, state_);
-  register_ollama_routes(router_, state_);
-  register_responses_routes(router_, state_);
-  register_generation_routes(router_, state_);
-  register_embedding_routes(router_, state_);
 }
 
 HttpServer::~HttpServer() { stop(); }

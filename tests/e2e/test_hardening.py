@@ -304,7 +304,7 @@ def test_methods_media_types_hosts_and_origins(server):
     assert status == 405 and headers["Allow"] == "POST"
     assert json.loads(data)["error"]["code"] == "method_not_allowed"
     status, headers, _ = server.request("DELETE", "/health")
-    assert status == 405 and headers["Allow"] == "GET"
+    assert status == 405 and headers["Allow"] == "GET, HEAD"
     status, _, data = server.request("POST", "/v1/completions", json.dumps({"prompt": "x"}),
                                      {"Content-Type": "text/plain"})
     assert status == 415 and json.loads(data)["error"]["code"] == "unsupported_media_type"
@@ -371,3 +371,172 @@ def test_echo_text_offsets_agree_between_stream_and_whole(server):
             if lp:
                 streamed += lp["text_offset"]
     assert streamed == offsets
+
+
+# ---- Hardening II: one admission path for every route -------------------------------------------
+
+
+OLLAMA_ROUTES = [("POST", "/api/generate"), ("POST", "/api/chat"), ("POST", "/api/embed"), ("POST", "/api/embeddings"),
+                 ("POST", "/api/show"), ("GET", "/api/tags"), ("GET", "/api/ps"), ("GET", "/api/version")]
+
+
+def test_deep_json_on_ollama_routes_is_a_quick_400(server):
+    deep = nested(150_000)  # 300 KB: used to crash the server with SIGSEGV, key or not
+    bodies = [("/api/embed", '{"input": %s}' % deep), ("/api/embeddings", '{"prompt": %s}' % deep),
+              ("/api/show", '{"model": %s}' % deep), ("/api/chat", '{"messages": %s}' % deep),
+              ("/api/generate", '{"prompt": %s}' % deep), ("/v1/responses", '{"input": %s}' % deep)]
+    for path, body in bodies:
+        t0 = time.time()
+        status, _, data = server.request("POST", path, body, {"Content-Type": "application/json"})
+        elapsed = time.time() - t0
+        assert status == 400, (path, data[:200])
+        assert "levels deep" in data.decode(), (path, data[:200])
+        assert elapsed < 1.0, (path, elapsed)
+        # Without the key the same body is refused before it is even read as JSON.
+        assert server.request("POST", path, body, {"Content-Type": "application/json"}, auth=False)[0] == 401
+    assert server.request("GET", "/health")[0] == 200
+
+
+def test_every_route_but_health_needs_the_key(server):
+    for method, path in OLLAMA_ROUTES + [("GET", "/v1/models"), ("POST", "/v1/responses"), ("POST", "/tokenize"),
+                                         ("POST", "/v1/embeddings"), ("GET", "/metrics"), ("GET", "/api/nowhere")]:
+        body = {"model": "x"} if method == "POST" else None
+        status, headers, data = server.request(method, path, body, auth=False)
+        assert status == 401, (method, path, status)
+        assert headers.get("WWW-Authenticate") == "Bearer"
+        err = json.loads(data)["error"]
+        # Ollama's clients read {"error": "message"}; OpenAI's {"error": {"message", "code"}}.
+        assert isinstance(err, str) if path.startswith("/api/") else err["code"] == "invalid_api_key"
+    assert server.request("GET", "/api/version")[0] == 200
+    assert server.request("GET", "/api/tags")[0] == 200
+    assert server.request("GET", "/health", auth=False)[0] == 200
+
+
+# ---- Hardening II: schema compilation is budgeted while it runs ---------------------------------
+
+
+def _schema_request(schema, ollama=False, model=None):
+    if ollama:
+        return "/api/chat", {"model": model, "messages": [{"role": "user", "content": "hi"}], "format": schema,
+                             "stream": False}
+    return "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+                                    "response_format": {"type": "json_schema",
+                                                        "json_schema": {"name": "s", "schema": schema}}}
+
+
+def _timed(server, path, body):
+    t0 = time.time()
+    status, _, data = server.request("POST", path, body)
+    return status, data.decode(), time.time() - t0
+
+
+def test_hostile_schemas_are_refused_quickly_and_memory_stays():
+    server = Server(STORIES, extra=["--kv-mem", "64M"], log_name="schemas", max_body=8 << 20)
+    try:
+        _hostile_schemas(server)
+    finally:
+        assert server.stop() == 0
+
+
+def _hostile_schemas(server):
+    props = {f"property_{i}": {"type": "string"} for i in range(4000)}
+    defs = {f"a{i}": {"$ref": f"#/$defs/a{i + 1}"} for i in range(100_000)}
+    defs["a100000"] = {"type": "string"}
+    cases = [
+        ({"type": "object", "properties": props}, "at most 1024"),              # was 1.5 GB
+        ({"$defs": defs, "$ref": "#/$defs/a0"}, "more than 10000 members"),      # was 37-48 s
+        ({"oneOf": [{"const": i} for i in range(10_000)]}, "at most 64"),        # was 87 s
+    ]
+    if not sanitized():
+        before = rss_bytes(server.proc.pid)
+    model = server.json("GET", "/api/tags")[1]["models"][0]["name"]
+    for schema, limit in cases:
+        for ollama in (False, True):
+            path, body = _schema_request(schema, ollama, model)
+            status, data, elapsed = _timed(server, path, body)
+            assert status == 400, (path, limit, data[:300])
+            assert limit in data, (path, data[:300])
+            assert elapsed < 1.0, (path, limit, elapsed)
+    # Within the limits the same shapes work: 300 optional properties.
+    path, body = _schema_request({"type": "object", "properties": dict(list(props.items())[:300])})
+    status, data, elapsed = _timed(server, path, body)
+    assert status == 200, data[:300]
+    if not sanitized():
+        assert rss_bytes(server.proc.pid) - before < 50 << 20
+
+
+# ---- Hardening II: n choices score their prompt once --------------------------------------------
+
+
+
+
+def test_n_choices_share_one_prompt_scoring(server):
+    prompt = "Once upon a time there was a little girl named Lily. " * 6
+    body = {"prompt": prompt, "max_tokens": 2, "n": 8, "prompt_logprobs": 2, "temperature": 1.0, "seed": 3}
+    status, data = server.json("POST", "/v1/completions", body)
+    assert status == 200, data
+    choices = data["choices"]
+    assert len(choices) == 8
+    first = choices[0]["prompt_logprobs"]
+    assert first[0] is None and len(first) > 20
+    assert all(c["prompt_logprobs"] == first for c in choices)
+    # echo + logprobs: every choice's logprobs start with the same scored prompt.
+    body = {"prompt": prompt, "max_tokens": 0, "n": 4, "echo": True, "logprobs": 1}
+    status, data = server.json("POST", "/v1/completions", body)
+    assert status == 200, data
+    lps = [c["logprobs"]["token_logprobs"] for c in data["choices"]]
+    assert all(x == lps[0] for x in lps) and len(lps[0]) > 20
+    # Streamed: each choice still gets its echo and its scores, before its own tokens.
+    status, _, raw = server.request("POST", "/v1/completions", {**body, "stream": True, "max_tokens": 3})
+    assert status == 200
+    events = [json.loads(l[6:]) for l in raw.decode().splitlines() if l.startswith("data: {")]
+    firsts = {}
+    for e in events:
+        for c in e["choices"]:
+            firsts.setdefault(c["index"], c)
+    assert sorted(firsts) == [0, 1, 2, 3]
+    for c in firsts.values():
+        assert c["text"] == prompt
+        assert c["logprobs"]["token_logprobs"] == lps[0]
+    streamed = {"prompt": prompt, "max_tokens": 2, "n": 3, "prompt_logprobs": 1, "stream": True}
+    status, _, raw = server.request("POST", "/v1/completions", streamed)
+    events = [json.loads(l[6:]) for l in raw.decode().splitlines() if l.startswith("data: {")]
+    got = {c["index"]: c["prompt_logprobs"] for e in events for c in e["choices"] if c.get("prompt_logprobs")}
+    assert sorted(got) == [0, 1, 2] and got[0] == got[1] == got[2]
+
+
+def test_stop_and_tools_caps(server):
+    status, data = server.json("POST", "/v1/completions", {"prompt": "x", "n": 64, "stop": ["s" * 400_000] * 2})
+    assert status in (400, 413), data
+    status, data = server.json("POST", "/v1/completions", {"prompt": "x", "stop": ["s" * 3000] * 2})
+    assert status == 400 and data["error"]["param"] == "stop" and "4096" in data["error"]["message"]
+    tools = [{"type": "function", "function": {"name": f"f{i}"}} for i in range(1000)]
+    status, data = server.json("POST", "/v1/chat/completions",
+                               {"messages": [{"role": "user", "content": "hi"}], "tools": tools})
+    assert status == 400 and data["error"]["param"] == "tools" and "at most 128" in data["error"]["message"]
+
+
+# ---- Hardening II: the low findings ---------------------------------------------------------------
+
+
+def test_low_findings(server):
+    status, headers, data = server.request("HEAD", "/health", auth=False)
+    assert status == 200 and data == b""
+    for host in ("[::1]x", "localhost:x", "127.0.0.1:80:80", "[::1"):
+        status, _, data = server.request("GET", "/health", headers={"Host": host})
+        assert status == 400, host
+    assert server.request("GET", "/health", headers={"Host": "[::1]:8080"})[0] == 200
+    status, data = server.json("POST", "/v1/chat/completions", {"messages": [{"role": "wizard", "content": "hi"}]})
+    assert status == 400 and data["error"]["param"] == "messages[0].role" and "wizard" in data["error"]["message"]
+    status, data = server.json("POST", "/v1/chat/completions",
+                               {"messages": [{"role": "assistant", "content": "x", "tool_calls": "bad"}]})
+    assert status == 400 and data["error"]["param"] == "messages[0].tool_calls"
+    status, data = server.json("POST", "/v1/chat/completions",
+                               {"messages": [{"role": "developer", "content": "Be brief."},
+                                             {"role": "user", "content": "hi"}], "max_tokens": 2})
+    assert status == 200, data
+    model = server.json("GET", "/api/tags")[1]["models"][0]["name"]
+    status, data = server.json("POST", "/api/chat", {"model": model, "messages": [{"role": "wizard", "content": "hi"}]})
+    assert status == 400 and "wizard" in data["error"]
+    status, data = server.json("POST", "/api/embed", {"model": model, "input": "hi", "options": {"frobnicate": 1}})
+    assert status == 400 and "options.frobnicate" in data["error"], data

@@ -1,6 +1,7 @@
 // libFuzzer target for the request protocol layer: arbitrary bytes as the body of every endpoint
 // and as the text of an error. Parsing must never crash, hang or recurse without bound (bodies
-// nested deeper than kMaxJsonDepth are refused before parsing); a request that parses must hold
+// nested deeper than kMaxJsonDepth, or with an object wider than kMaxJsonObjectMembers, are
+// refused before parsing); a request that parses must hold
 // what the parser promises (Ollama's requests too) and survive what the server does next with its JSON (dump, copy);
 // every error must print as a JSON body.
 #include <cstddef>
@@ -29,7 +30,9 @@ void check_generation(const GenerationRequest& g) {
   check(g.n >= 1 && g.n <= kMaxChoices);
   check(g.top_logprobs >= -1 && g.top_logprobs <= kMaxTopLogprobs);
   check(g.stop.size() <= kMaxStopStrings);
-  for (const std::string& s : g.stop) check(!s.empty());
+  size_t stop_bytes = 0;
+  for (const std::string& s : g.stop) check(!s.empty()), stop_bytes += s.size();
+  check(stop_bytes <= kMaxStopBytes);
   check(!g.max_tokens || (*g.max_tokens >= 1 && g.min_tokens <= *g.max_tokens));
 }
 
@@ -44,7 +47,8 @@ void walk(const ordered_json& v) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view body(reinterpret_cast<const char*>(data), size);
-  const bool too_deep = json_nesting_depth(body, kMaxJsonDepth + 1) > kMaxJsonDepth;
+  const bool too_deep = json_nesting_depth(body, kMaxJsonDepth + 1) > kMaxJsonDepth ||
+                        json_max_object_members(body, kMaxJsonObjectMembers + 1) > kMaxJsonObjectMembers;
   auto expect = [&](const auto& r) {
     if (!r.ok()) return check_error(r.error());
     check(!too_deep);
@@ -58,10 +62,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const ordered_json& m : chat->messages) {
       check(m.is_object());
       const auto role = m.find("role"), content = m.find("content");
-      check(role != m.end() && role->is_string() && !role->get_ref<const std::string&>().empty());
+      check(role != m.end() && role->is_string());
+      const std::string& r = role->get_ref<const std::string&>();
+      check(r == "system" || r == "user" || r == "assistant" || r == "tool");  // developer is read as system
+      if (auto calls = m.find("tool_calls"); calls != m.end() && !calls->is_null()) check(calls->is_array());
       check(content != m.end() && (content->is_string() || content->is_null()));
     }
-    check(chat->tools.is_null() || (chat->tools.is_array() && !chat->tools.empty()));
+    check(chat->tools.is_null() || (chat->tools.is_array() && !chat->tools.empty() && chat->tools.size() <= kMaxTools));
     check(chat->chat_template_kwargs.is_object());
     walk(chat->messages);
     walk(chat->tools);
@@ -93,6 +100,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     expect(o);
     if (o.ok()) {
       check(!o->gen.model.empty() && o->messages.is_array() && !o->messages.empty());
+      for (const ordered_json& m : o->messages) {
+        const std::string& r = m["role"].get_ref<const std::string&>();
+        check(r == "system" || r == "user" || r == "assistant" || r == "tool");
+      }
       check(!o->gen.max_tokens || *o->gen.max_tokens >= 1);
       for (const std::string& s : o->gen.stop) check(!s.empty());
       walk(o->messages);

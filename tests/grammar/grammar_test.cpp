@@ -4,6 +4,7 @@
 // vocabulary, at every step of many random walks.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <functional>
 #include <random>
 #include <set>
@@ -331,6 +332,87 @@ TEST(JsonSchema, PropertiesComeInSchemaOrder) {
   EXPECT_TRUE(z.can_end());
   Matcher a(cg);
   EXPECT_FALSE(a.accept_bytes("{\"a\": 2"));
+}
+
+TEST(JsonSchema, OptionalPropertiesInOrderEachAtMostOnce) {
+  const std::string gbnf = *json_schema_to_gbnf(json::parse(
+      R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"integer"},"c":{"type":"integer"}}})"));
+  auto cg = compile_text(gbnf, small_vocab());
+  for (const char* yes : {"{}", "{\"b\": 1}", "{\"a\": 1, \"c\": 2}", "{\"a\": 1, \"b\": 2, \"c\": 3}", "{\"c\": 3}"}) {
+    Matcher m(cg);
+    EXPECT_TRUE(m.accept_bytes(yes) && m.can_end()) << yes;
+  }
+  for (const char* no : {"{\"c\": 1, \"a\": 2}", "{\"a\": 1, \"a\": 2}", "{, \"a\": 1}", "{\"a\": 1,}", "{\"d\": 1}"}) {
+    Matcher m(cg);
+    EXPECT_FALSE(m.accept_bytes(no) && m.can_end()) << no;
+  }
+  check_against_reference(gbnf, 20, 24, 7);
+}
+
+// Hardening II: what a hostile schema costs is bounded while it compiles, and the refusal names
+// the limit. N optional properties make a grammar linear in N (it was quadratic: 4,000 took 1.5 GB).
+TEST(JsonSchema, CompilationIsBudgetedAndLinear) {
+  auto optional_props = [](int n) {
+    json props = json::object();
+    for (int i = 0; i < n; ++i) props["property_" + std::to_string(i)] = {{"type", "string"}};
+    return json{{"type", "object"}, {"properties", props}};
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  auto small = json_schema_to_gbnf(optional_props(256));
+  auto big = json_schema_to_gbnf(optional_props(int(kSchemaMaxOptionalProperties)));
+  ASSERT_TRUE(small.ok()) << small.error();
+  ASSERT_TRUE(big.ok()) << big.error();
+  EXPECT_LT(big->size(), 5 * small->size());  // linear: 4x the properties, about 4x the text
+  auto g = parse_gbnf(*big);
+  ASSERT_TRUE(g.ok()) << g.error();
+  auto cg = compile(std::move(*g), std::make_shared<TokenIndex>(small_vocab()));
+  Matcher m(cg);  // the last property may follow the first: no parse was cut
+  EXPECT_TRUE(m.accept_bytes("{\"property_0\": \"a\", \"property_1023\": \"b\"}") && m.can_end());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(500));
+
+  auto refused = [](const json& schema, const std::string& limit) {
+    const auto start = std::chrono::steady_clock::now();
+    auto r = compile_json_schema(schema);
+    const auto took = std::chrono::steady_clock::now() - start;
+    ASSERT_FALSE(r.ok()) << limit;
+    EXPECT_EQ(r.error_code(), kvasir::ErrorCode::invalid_argument);
+    EXPECT_NE(r.error().find(limit), std::string::npos) << r.error();
+    EXPECT_LT(took, std::chrono::milliseconds(500)) << limit;
+  };
+  refused(optional_props(4000), "at most " + std::to_string(kSchemaMaxOptionalProperties));
+  // oneOf is checked pairwise: its branches are capped.
+  json one_of = json::array();
+  for (int i = 0; i < 10000; ++i) one_of.push_back({{"const", i}});
+  refused({{"oneOf", one_of}}, "at most " + std::to_string(kSchemaMaxOneOf));
+  json any_of = json::array();
+  for (int i = 0; i < 5000; ++i) any_of.push_back({{"const", i}});
+  refused({{"anyOf", any_of}}, "at most " + std::to_string(kSchemaMaxBranches));
+  // A chain of $ref aliases: each one is a level.
+  json defs = json::object();
+  for (int i = 0; i < 2000; ++i) defs["a" + std::to_string(i)] = {{"$ref", "#/$defs/a" + std::to_string(i + 1)}};
+  defs["a2000"] = {{"type", "string"}};
+  refused({{"$defs", defs}, {"$ref", "#/$defs/a0"}}, "deeper than 64");
+  // A $ref graph whose unfolding doubles per level (d_i: anyOf [d_{i+1}, d_{i+1}]) under a oneOf,
+  // whose overlap check walks it: the step budget ends it.
+  json dag = json::object();
+  for (int i = 0; i < 60; ++i) {
+    const std::string next = "#/$defs/d" + std::to_string(i + 1);
+    dag["d" + std::to_string(i)] = {{"anyOf", json::array({{{"$ref", next}}, {{"$ref", next}, {"description", "x"}}})}};
+  }
+  dag["d60"] = {{"type", "string"}};
+  refused({{"$defs", dag}, {"oneOf", json::array({{{"$ref", "#/$defs/d0"}}, {{"type", "integer"}}})}},
+          std::to_string(kSchemaMaxSteps) + " steps");
+  // Many distinct rules: objects of required properties each with its own pattern.
+  json wide = json::object();
+  for (int i = 0; i < 8000; ++i)
+    wide["p" + std::to_string(i)] = {{"type", "string"}, {"pattern", "^x{" + std::to_string(i % 97 + 1) + "}" + std::to_string(i) + "$"}};
+  json required = json::array();
+  for (int i = 0; i < 8000; ++i) required.push_back("p" + std::to_string(i));
+  auto r = json_schema_to_gbnf(json{{"type", "object"}, {"properties", wide}, {"required", required}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(r.error().find(std::to_string(kSchemaMaxRules) + " rules") != std::string::npos ||
+              r.error().find(std::to_string(kSchemaMaxGrammarBytes) + " bytes") != std::string::npos)
+      << r.error();
 }
 
 TEST(Regex, PatternsBecomeJsonStringBodies) {

@@ -108,7 +108,13 @@ TEST(Router, UnknownPathIs404AndWrongMethodIs405WithAllow) {
   res = Response{};
   ASSERT_TRUE(router.handle_inline(wrong, res));
   EXPECT_EQ(res.status, 405);
-  EXPECT_EQ(res.headers.get("Allow"), "GET, POST");
+  EXPECT_EQ(res.headers.get("Allow"), "GET, HEAD, POST");
+  // HEAD is answered wherever GET is, without the body.
+  Request head = request("HEAD", "/a");
+  res = Response{};
+  ASSERT_TRUE(router.handle_inline(head, res));
+  EXPECT_EQ(res.status, 200);
+  EXPECT_EQ(res.body, "");
 }
 
 TEST(Router, IoThreadRoutesAnswerInlineAndWorkerRoutesDoNot) {
@@ -147,18 +153,18 @@ TEST(Router, JsonRoutesRefuseOtherMediaTypes) {
   EXPECT_FALSE(router.handle_inline(none, res));
 }
 
-TEST(Router, FilterAnswersFirstAndFinisherSeesEveryResponse) {
+TEST(Router, AdmissionAuthenticatesAndFinisherSeesEveryResponse) {
   Router router;
   int finished = 0;
   router.add("GET", "/x", [](const Request&, Response& res) { res.body = "x"; }, {.run = Run::io_thread});
-  router.set_filter([](Request& req, Response& res) {
+  router.set_admission({.authenticate = [](Request& req, Response& res) {
     if (req.header("Authorization").empty()) {
       res.status = 401;
       return true;
     }
     req.principal = "key1";
     return false;
-  });
+  }});
   router.set_finisher([&](const Request&, Response& res) {
     ++finished;
     res.headers.set("X-Seen", "1");
@@ -175,6 +181,54 @@ TEST(Router, FilterAnswersFirstAndFinisherSeesEveryResponse) {
   EXPECT_EQ(authed.principal, "key1");
   EXPECT_EQ(res.headers.get("x-seen"), "1");
   EXPECT_EQ(finished, 2);
+}
+
+TEST(Router, AdmissionRunsInOrderAndOnlyOpenRoutesSkipAuthentication) {
+  Router router;
+  std::string trace;
+  int handled = 0;
+  router.add("GET", "/open", [&](const Request&, Response&) { ++handled; }, {.run = Run::io_thread, .auth = Auth::open});
+  router.add("POST", "/json", [&](const Request& req, Response&) { ++handled, trace += "handler(" + req.body + ")"; },
+             {.json_body = true});
+  router.add("GET", "/plain", [&](const Request&, Response&) { ++handled, trace += "handler"; });
+  router.set_admission({.screen = [&](Request&, Response&) { return trace += "screen ", false; },
+                        .authenticate = [&](Request&, Response&) { return trace += "auth ", false; },
+                        .body = [&](Request& req, Response& res) {
+                          trace += "body ";
+                          if (req.body != "ok") return res.status = 400, true;
+                          return false;
+                        }});
+  Response res;
+  Request open = request("GET", "/open");
+  ASSERT_TRUE(router.handle_inline(open, res));
+  EXPECT_EQ(trace, "screen ");
+  trace.clear();
+  Request missing = request("GET", "/missing");
+  ASSERT_TRUE(router.handle_inline(missing, res));
+  EXPECT_EQ(trace, "screen auth ");  // unknown paths authenticate before their 404
+  trace.clear();
+  Request good = request("POST", "/json");
+  good.body = "ok";
+  ASSERT_FALSE(router.handle_inline(good, res));
+  router.handle(good, res);
+  EXPECT_EQ(trace, "screen auth body handler(ok)");
+  trace.clear();
+  Request bad = request("POST", "/json");
+  bad.body = "bad";
+  res = Response{};
+  ASSERT_FALSE(router.handle_inline(bad, res));
+  router.handle(bad, res);
+  EXPECT_EQ(trace, "screen auth body ");  // the body check answered; the handler never ran
+  EXPECT_EQ(res.status, 400);
+  trace.clear();
+  Request plain = request("GET", "/plain");
+  ASSERT_FALSE(router.handle_inline(plain, res));
+  router.handle(plain, res);
+  EXPECT_EQ(trace, "screen auth handler");  // no body check without json_body
+  EXPECT_EQ(handled, 3);
+  ASSERT_EQ(router.routes().size(), 3u);
+  EXPECT_EQ(router.routes()[0].path, "/json");
+  EXPECT_EQ(router.routes()[1].options.auth, Auth::open);
 }
 
 }  // namespace

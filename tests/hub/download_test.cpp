@@ -39,6 +39,7 @@ class FileServer {
       {
         std::lock_guard<std::mutex> lock(mu_);
         ranges_.push_back(req.get_header_value("Range"));
+        auths_.push_back(req.get_header_value("Authorization"));
       }
       if (!sha_.empty()) res.set_header("ETag", "\"" + sha_ + "\"");
       res.set_content_provider(blob_.size(), "application/octet-stream",
@@ -76,6 +77,10 @@ class FileServer {
     std::lock_guard<std::mutex> lock(mu_);
     return ranges_;
   }
+  std::vector<std::string> auths() {  // the Authorization header of each /blob request ("" when none)
+    std::lock_guard<std::mutex> lock(mu_);
+    return auths_;
+  }
 
  private:
   std::string blob_, sha_;
@@ -84,7 +89,46 @@ class FileServer {
   std::thread thread_;
   std::atomic<size_t> cut_at_{0};
   std::mutex mu_;
-  std::vector<std::string> ranges_;
+  std::vector<std::string> ranges_, auths_;
+};
+
+// Answers /model.gguf by pointing at `to` (another server: another port of the same host), on
+// HEAD and GET alike or, with `get_only`, only on GET (HEAD says 200, as a server whose GET
+// redirects to a signed URL may). Records the Authorization header of each request.
+class RedirectServer {
+ public:
+  RedirectServer(std::string to, bool get_only, uint64_t announced_size) : to_(std::move(to)) {
+    svr_.Get("/model.gguf", [this, get_only, announced_size](const httplib::Request& req, httplib::Response& res) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        auths_.push_back(req.get_header_value("Authorization"));
+      }
+      res.set_header("X-Linked-Size", std::to_string(announced_size));
+      if (req.method == "HEAD" && get_only) return;  // 200
+      res.status = 302;
+      res.set_header("Location", to_);
+    });
+    port_ = svr_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { svr_.listen_after_bind(); });
+    while (!svr_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ~RedirectServer() {
+    svr_.stop();
+    thread_.join();
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/model.gguf"; }
+  std::vector<std::string> auths() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return auths_;
+  }
+
+ private:
+  std::string to_;
+  httplib::Server svr_;
+  int port_ = 0;
+  std::thread thread_;
+  std::mutex mu_;
+  std::vector<std::string> auths_;
 };
 
 // A server that ignores Range: every request gets 200 and the whole file (raw sockets, since
@@ -251,6 +295,47 @@ TEST(Download, ChecksumMismatchIsRefusedAndRemoved) {
   hub::DownloadOptions o = quick();
   o.expected_sha256 = sha_of(blob, t);
   EXPECT_TRUE(hub::download(srv.url("/org/repo/resolve/main/model.gguf"), dest, o).ok());
+}
+
+// Hardening II: HF_TOKEN went along to a redirect's other host or port (the client followed the
+// redirect itself, headers and all).
+TEST(Download, TheTokenGoesOnlyToTheHostAndPortItWasGivenFor) {
+  TempDir t;
+  const std::string blob = random_blob(40000);
+  FileServer files(blob);  // another port of the same host
+  for (bool get_only : {false, true}) {
+    RedirectServer hub(files.url("/blob"), get_only, blob.size());
+    hub::DownloadOptions o = quick();
+    o.bearer_token = "secret-token";
+    const std::string dest = (t.path / (get_only ? "g2.gguf" : "g1.gguf")).string();
+    auto r = hub::download(hub.url(), dest, o);
+    ASSERT_TRUE(r.ok()) << r.error();
+    EXPECT_EQ(read_all(dest), blob);
+    const auto seen = hub.auths();
+    ASSERT_FALSE(seen.empty());
+    for (const std::string& a : seen) EXPECT_EQ(a, "Bearer secret-token");  // where it was given
+  }
+  const auto at_files = files.auths();
+  ASSERT_GE(at_files.size(), 2u);  // HEADs and GETs
+  for (const std::string& a : at_files) EXPECT_EQ(a, "") << "the token reached another port";
+  // Straight to the file server, the token goes along.
+  hub::DownloadOptions o = quick();
+  o.bearer_token = "secret-token";
+  ASSERT_TRUE(hub::download(files.url("/blob"), (t.path / "g3.gguf").string(), o).ok());
+  EXPECT_EQ(files.auths().back(), "Bearer secret-token");
+}
+
+TEST(Download, MoreBytesThanAnnouncedIsRefusedAndThePartialFileRemoved) {
+  TempDir t;
+  const std::string blob = random_blob(200000);
+  FileServer files(blob);
+  RedirectServer hub(files.url("/blob"), false, 1000);  // announces 1,000 bytes
+  const std::string dest = (t.path / "o.gguf").string();
+  auto r = hub::download(hub.url(), dest, quick());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().find("1000 were announced"), std::string::npos) << r.error();
+  EXPECT_FALSE(fs::exists(dest + ".part"));
+  EXPECT_FALSE(fs::exists(dest));
 }
 
 TEST(Download, MissingFilesAndDeadServersFailClearly) {

@@ -7,9 +7,11 @@
 
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <random>
 
 #include "golden_util.h"
+#include "model/config.h"
 #include "model/forward.h"
 #include "model/session.h"
 #include "kernels/attention.h"
@@ -287,4 +289,36 @@ TEST(KvCache, QuantizedTypesNeedWholeBlocks) {
   EXPECT_EQ(kv->layer(0).type, DType::F16);
   EXPECT_EQ(kv->layer(1).type, DType::Q8_0);
   EXPECT_LT(KvCache::bytes_per_token(c, kv->options()), KvCache::bytes_per_token(c, DType::F16));
+}
+
+// Hardening II: a NaN (or absurd) hyperparameter is refused at load, naming its GGUF key; a NaN
+// norm epsilon used to load and emit only <unk>.
+TEST(Model, NanOrAbsurdHyperparametersAreRefusedByKey) {
+  auto config_with = [](const std::string& key, float v) {
+    gguf::Writer w;
+    w.set("general.architecture", gguf::Value::of_string("llama"));
+    w.set("llama.embedding_length", gguf::Value::of_u32(8));
+    w.set("llama.block_count", gguf::Value::of_u32(1));
+    w.set("llama.attention.head_count", gguf::Value::of_u32(2));
+    w.set("llama.feed_forward_length", gguf::Value::of_u32(16));
+    w.set("llama.vocab_size", gguf::Value::of_u32(32));
+    if (!key.empty()) w.set(key, gguf::Value::of_f32(v));
+    const std::vector<uint8_t> bytes = w.to_bytes();
+    auto file = gguf::parse(bytes);
+    EXPECT_TRUE(file.ok());
+    return config_from_gguf(*file);
+  };
+  ASSERT_TRUE(config_with("", 0).ok()) << config_with("", 0).error();
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const std::pair<const char*, float> bad[] = {
+      {"llama.attention.layer_norm_rms_epsilon", nan}, {"llama.attention.layer_norm_rms_epsilon", 0.f},
+      {"llama.attention.layer_norm_rms_epsilon", -1e-5f}, {"llama.attention.layer_norm_rms_epsilon", inf},
+      {"llama.rope.freq_base", nan}, {"llama.rope.freq_base", inf}, {"llama.rope.scaling.factor", nan},
+      {"llama.attention.scale", nan}, {"llama.attention.scale", -inf}};
+  for (const auto& [key, v] : bad) {
+    auto c = config_with(key, v);
+    ASSERT_FALSE(c.ok()) << key << " = " << v;
+    EXPECT_NE(c.error().find(key), std::string::npos) << c.error();
+  }
+  EXPECT_TRUE(config_with("llama.attention.layer_norm_rms_epsilon", 1e-6f).ok());
 }

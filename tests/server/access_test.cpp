@@ -1,5 +1,5 @@
 // The access checks: API keys (which key matched, constant work whatever the key), Host and
-// Origin rules, the CORS preflight, which paths need a key.
+// Origin rules, the CORS preflight.
 #include <gtest/gtest.h>
 
 #include "server/access.h"
@@ -29,31 +29,28 @@ TEST(ApiKeys, TheMatchingKeyIsFound) {
   EXPECT_FALSE(match_api_key("Bearer beta", {}).has_value());
 }
 
-TEST(Access, KeysGuardTheApiAndMetricsButNotHealth) {
+TEST(Access, AuthenticationNeedsOneOfTheKeysWhenThereAreAny) {
+  // Which routes need it is the route table's to say (route_table_test.cpp); here only the key.
   AccessPolicy p(AccessOptions{.api_keys = {"k1", "k2"}});
-  for (const char* path : {"/v1/models", "/v1/completions", "/tokenize", "/detokenize", "/metrics"}) {
-    http::Request r = request("GET", path);
+  for (const char* auth : {"", "Bearer k3", "Bearer ", "k1"}) {
+    http::Request r = request("GET", "/api/tags", {{"Authorization", auth}});
     http::Response res;
-    EXPECT_TRUE(p.check(r, res)) << path;
-    EXPECT_EQ(res.status, 401) << path;
+    EXPECT_TRUE(p.authenticate(r, res)) << auth;
+    EXPECT_EQ(res.status, 401) << auth;
     EXPECT_EQ(res.headers.get("WWW-Authenticate"), "Bearer");
-  }
-  for (const char* path : {"/health", "/"}) {
-    http::Request r = request("GET", path);
-    http::Response res;
-    EXPECT_FALSE(p.check(r, res)) << path;
+    EXPECT_EQ(r.principal, "");
   }
   http::Request ok = request("GET", "/v1/models", {{"Authorization", "Bearer k2"}});
   http::Response res;
-  EXPECT_FALSE(p.check(ok, res));
+  EXPECT_FALSE(p.authenticate(ok, res));
   EXPECT_EQ(ok.principal, key_label(1));
-  AccessPolicy open_metrics(AccessOptions{.api_keys = {"k1"}, .metrics_public = true});
-  http::Request m = request("GET", "/metrics");
-  EXPECT_FALSE(open_metrics.check(m, res));
+  // The screen (Host, Origin) never asks for a key.
+  http::Request anon = request("GET", "/v1/models");
+  EXPECT_FALSE(p.screen(anon, res));
   AccessPolicy none(AccessOptions{});
-  http::Request anon = request("POST", "/v1/completions");
-  EXPECT_FALSE(none.check(anon, res));
-  EXPECT_EQ(anon.principal, "");
+  http::Request open = request("POST", "/v1/completions");
+  EXPECT_FALSE(none.authenticate(open, res));
+  EXPECT_EQ(open.principal, "");
 }
 
 TEST(Access, LoopbackServersAnswerOnlyToLoopbackHosts) {
@@ -61,38 +58,45 @@ TEST(Access, LoopbackServersAnswerOnlyToLoopbackHosts) {
   for (const char* host : {"127.0.0.1:8080", "localhost", "localhost:1", "[::1]:8080", ""}) {
     http::Request r = request("GET", "/health", {{"Host", host}});
     http::Response res;
-    EXPECT_FALSE(p.check(r, res)) << host;
+    EXPECT_FALSE(p.screen(r, res)) << host;
   }
   for (const char* host : {"evil.example", "evil.example:8080", "localhost.evil.example", "127.0.0.1.nip.io"}) {
     http::Request r = request("GET", "/health", {{"Host", host}});
     http::Response res;
-    EXPECT_TRUE(p.check(r, res)) << host;
+    EXPECT_TRUE(p.screen(r, res)) << host;
+    EXPECT_EQ(res.status, 400) << host;
+  }
+  // What follows the name must be a port: anything else matches no allowed name.
+  for (const char* host : {"[::1]x", "[::1]:", "[::1", "localhost:x", "localhost:80:80", "127.0.0.1:1234567"}) {
+    http::Request r = request("GET", "/health", {{"Host", host}});
+    http::Response res;
+    EXPECT_TRUE(p.screen(r, res)) << host;
     EXPECT_EQ(res.status, 400) << host;
   }
   AccessPolicy any(AccessOptions{.listen_host = "0.0.0.0"});
   http::Request r = request("GET", "/health", {{"Host", "my-server.lan:8080"}});
   http::Response res;
-  EXPECT_FALSE(any.check(r, res));
+  EXPECT_FALSE(any.screen(r, res));
   AccessPolicy listed(AccessOptions{.allowed_hosts = {"api.example"}, .listen_host = "0.0.0.0"});
   http::Request bad = request("GET", "/health", {{"Host", "other.example"}});
-  EXPECT_TRUE(listed.check(bad, res));
+  EXPECT_TRUE(listed.screen(bad, res));
   http::Request good = request("GET", "/health", {{"Host", "API.example:443"}});
-  EXPECT_FALSE(listed.check(good, res));
+  EXPECT_FALSE(listed.screen(good, res));
 }
 
 TEST(Access, OriginsAndThePreflight) {
   AccessPolicy p(AccessOptions{.cors_origins = {"http://app.example"}});
   http::Response res;
   http::Request same = request("POST", "/v1/completions", {{"Host", "127.0.0.1:8080"}, {"Origin", "http://127.0.0.1:8080"}});
-  EXPECT_FALSE(p.check(same, res));  // our own page
+  EXPECT_FALSE(p.screen(same, res));  // our own page
   http::Request foreign = request("POST", "/v1/completions", {{"Host", "127.0.0.1:8080"}, {"Origin", "http://evil.example"}});
-  EXPECT_TRUE(p.check(foreign, res));
+  EXPECT_TRUE(p.screen(foreign, res));
   EXPECT_EQ(res.status, 403);
   http::Request pre = request("OPTIONS", "/v1/completions",
                               {{"Host", "127.0.0.1:8080"}, {"Origin", "http://app.example"},
                                {"Access-Control-Request-Method", "POST"}});
   res = http::Response{};
-  ASSERT_TRUE(p.check(pre, res));
+  ASSERT_TRUE(p.screen(pre, res));
   p.decorate(pre, res);
   EXPECT_EQ(res.status, 204);
   EXPECT_EQ(res.headers.get("Access-Control-Allow-Origin"), "http://app.example");

@@ -1,6 +1,8 @@
 // Request parsing and validation: exact status codes, error fields and defaults.
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include "server/protocol.h"
 
 namespace kvasir::server {
@@ -258,6 +260,36 @@ TEST(Protocol, JsonNestingDepth) {
   EXPECT_EQ(json_nesting_depth(nested(100000)), 100000u);
 }
 
+TEST(Protocol, JsonMaxObjectMembers) {
+  EXPECT_EQ(json_max_object_members("{}"), 0u);
+  EXPECT_EQ(json_max_object_members(R"({"a": 1, "b": 2, "c": {"x": 1, "y": 2, "z": 3, "w": 4}})"), 4u);
+  EXPECT_EQ(json_max_object_members(R"({"a": [1, 2, 3, 4, 5, 6], "b": "x,y,z,\",w"})"), 2u);  // arrays and strings
+  EXPECT_EQ(json_max_object_members(R"({"a": {"x": 1, "y": 2}, "b": 1})"), 2u);  // the inner commas are the inner's
+}
+
+// Hardening II: an object's keys are found by a linear search while it is parsed, so 100,000
+// keys (a $defs chain of aliases) cost the parser tens of seconds. Refused before parsing.
+TEST(Protocol, ObjectsWithTooManyMembersAreRejectedBeforeParsing) {
+  auto object = [](size_t n) {
+    std::string s = "{";
+    for (size_t i = 0; i < n; ++i) s += (i ? "," : "") + std::string("\"k") + std::to_string(i) + "\":1";
+    return s + "}";
+  };
+  const std::string huge = R"({"prompt": "x", "x": )" + object(100000) + "}";
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = parse_completion_request(huge);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(100));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, "json_object_too_large");
+  EXPECT_NE(r.error().message.find(std::to_string(kMaxJsonObjectMembers)), std::string::npos);
+  EXPECT_EQ(parse_json_object(object(kMaxJsonObjectMembers + 1)).error().code, "json_object_too_large");
+  EXPECT_TRUE(parse_json_object(object(kMaxJsonObjectMembers)).ok());
+  // An array of that many items is fine (appending costs nothing).
+  std::string items = "[";
+  for (size_t i = 0; i < 20000; ++i) items += i ? ",1" : "1";
+  EXPECT_TRUE(parse_json_object(R"({"a": )" + items + "]}").ok());
+}
+
 TEST(Protocol, DeepJsonIsRejectedBeforeParsing) {
   // 110,000 levels in ~220 KB: copying, dumping or templating it would overflow the stack.
   const std::string deep = nested(110000);
@@ -314,15 +346,63 @@ TEST(Protocol, BracketsInStringsDoNotCount) {
 }
 
 TEST(Protocol, WideJsonStillParses) {
-  // Wide is fine: 100,000 small objects in one array are only three levels deep.
-  std::string tools = "[";
-  for (int i = 0; i < 100000; ++i)
-    tools += std::string(i ? "," : "") + R"({"type": "function", "function": {"name": "f)" + std::to_string(i) + R"("}})";
-  tools += "]";
-  auto r = parse_chat_request(R"({"messages": [{"role": "user", "content": "x"}], "tools": )" + tools + "}");
+  // Wide is fine: 20,000 small objects in one array are only three levels deep.
+  std::string messages = "[";
+  for (int i = 0; i < 20000; ++i)
+    messages += std::string(i ? "," : "") + R"({"role": "user", "content": "m)" + std::to_string(i) + R"("})";
+  messages += "]";
+  auto r = parse_chat_request(R"({"messages": )" + messages + "}");
   ASSERT_TRUE(r.ok()) << r.error().message;
-  ASSERT_EQ(r->tools.size(), 100000u);
-  EXPECT_EQ(r->tools[99999]["function"]["name"], "f99999");
+  ASSERT_EQ(r->messages.size(), 20000u);
+  EXPECT_EQ(r->messages[19999]["content"], "m19999");
+}
+
+// Hardening II: a role the templates do not know, or tool_calls that are not a list of calls, is
+// a 400 naming the field (both used to pass to the template as given).
+TEST(Protocol, MessageRolesAndToolCallsAreChecked) {
+  auto wizard = parse_chat_request(R"({"messages": [{"role": "user", "content": "a"}, {"role": "wizard", "content": "b"}]})");
+  ASSERT_FALSE(wizard.ok());
+  EXPECT_EQ(wizard.error().param, "messages[1].role");
+  EXPECT_NE(wizard.error().message.find("'wizard'"), std::string::npos);
+  auto bad = parse_chat_request(R"({"messages": [{"role": "assistant", "content": "a", "tool_calls": "bad"}]})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().param, "messages[0].tool_calls");
+  EXPECT_FALSE(parse_chat_request(R"({"messages": [{"role": "assistant", "tool_calls": [1]}]})").ok());
+  auto dev = parse_chat_request(R"({"messages": [{"role": "developer", "content": "a"}, {"role": "user", "content": "b"}]})");
+  ASSERT_TRUE(dev.ok()) << dev.error().message;
+  EXPECT_EQ(dev->messages[0]["role"], "system");
+  for (const char* role : {"system", "user", "assistant", "tool"})
+    EXPECT_TRUE(parse_chat_request(std::string(R"({"messages": [{"role": ")") + role + R"(", "content": "a"}]})").ok()) << role;
+}
+
+// Hardening II: caps that are checked before the work they would multiply.
+TEST(Protocol, StopAndToolsAreCappedInBytesAndCount) {
+  const std::string msg = R"("messages": [{"role": "user", "content": "x"}])";
+  const std::string big(kMaxStopBytes / 2 + 1, 's');
+  auto two = parse_completion_request(R"({"prompt": "x", "stop": [")" + big + R"(", ")" + big + R"("]})");
+  ASSERT_FALSE(two.ok());
+  EXPECT_EQ(two.error().param, "stop");
+  EXPECT_NE(two.error().message.find("at most " + std::to_string(kMaxStopBytes)), std::string::npos);
+  EXPECT_FALSE(parse_completion_request(R"({"prompt": "x", "stop": ")" + std::string(kMaxStopBytes + 1, 's') + R"("})").ok());
+  EXPECT_TRUE(parse_completion_request(R"({"prompt": "x", "stop": [")" + big + R"("]})").ok());
+
+  auto tools = [](size_t n, size_t description_bytes) {
+    std::string t = "[";
+    for (size_t i = 0; i < n; ++i)
+      t += std::string(i ? "," : "") + R"({"type": "function", "function": {"name": "f)" + std::to_string(i) +
+           R"(", "description": ")" + std::string(description_bytes, 'd') + R"("}})";
+    return t + "]";
+  };
+  auto many = parse_chat_request("{" + msg + R"(, "tools": )" + tools(10000, 1) + "}");
+  ASSERT_FALSE(many.ok());
+  EXPECT_EQ(many.error().param, "tools");
+  EXPECT_NE(many.error().message.find("at most " + std::to_string(kMaxTools)), std::string::npos);
+  auto heavy = parse_chat_request("{" + msg + R"(, "tools": )" + tools(8, kMaxToolsBytes / 8) + "}");
+  ASSERT_FALSE(heavy.ok());
+  EXPECT_NE(heavy.error().message.find("at most " + std::to_string(kMaxToolsBytes)), std::string::npos);
+  auto fine = parse_chat_request("{" + msg + R"(, "tools": )" + tools(kMaxTools, 100) + "}");
+  ASSERT_TRUE(fine.ok()) << fine.error().message;
+  EXPECT_EQ(fine->tool_list.size(), kMaxTools);
 }
 
 }  // namespace
