@@ -4,7 +4,13 @@ many threads for a bounded time, with the server's RSS, open file descriptors an
 throughout. Ends with the server idle again and prints a table: RSS growth after warm-up, every
 gauge back to 0, and the answers by status (anything but the intended 4xx counts as an error).
 
-  bench/soak.py [--bin build/bin/kvasir] [-m MODEL] [--seconds 120] [--threads 16] [--json out.json]
+  bench/soak.py [--bin build/bin/kvasir] [-m MODEL] [--seconds 120] [--threads 16] [--json out.json] [--hostile]
+
+--hostile adds the mix of the second outside probe (docs/API.md, "Request limits"): nesting 150,000
+deep on /api/embed and /api/embeddings, Ollama routes without the key, a json_schema with 4,000
+optional properties, a 100,000-alias $ref chain, oneOf with 10,000 branches, deep JSON on
+/api/show, 10,000 tools, 16 stop strings of 400 kB with n=64, and prompt_logprobs with n=8: each
+must be answered as intended (4xx, or 200 for the shared prompt scores) while RSS stays flat.
 
 Python standard library only. The server is started on a free loopback port with a small KV pool.
 """
@@ -43,8 +49,8 @@ def proc_sample(pid):
 
 
 class Soak:
-    def __init__(self, port, seconds, threads, seed):
-        self.port, self.seconds, self.threads = port, seconds, threads
+    def __init__(self, port, seconds, threads, seed, hostile=False):
+        self.port, self.seconds, self.threads, self.hostile = port, seconds, threads, hostile
         self.rng = random.Random(seed)
         self.counts = collections.Counter()  # (kind, status)
         self.errors = collections.Counter()  # unexpected outcomes
@@ -145,14 +151,76 @@ class Soak:
             s.close()
         self.note("idle_connections", 0, {0})
 
+    # -- the hostile mix (--hostile) -------------------------------------------------------------
+    DEEP = b"[" * 150000 + b"]" * 150000
+
+    def deep_embed(self, rng):
+        if rng.random() < 0.5:
+            s, _ = self.post("/api/embed", b'{"model": "m", "input": ' + self.DEEP + b"}")
+        else:
+            s, _ = self.post("/api/embeddings", b'{"model": "m", "prompt": ' + self.DEEP + b"}")
+        self.note("deep_embed", s, {400})
+
+    def ollama_no_key(self, rng):
+        method, path = rng.choice([("POST", "/api/generate"), ("POST", "/api/chat"), ("POST", "/api/embed"),
+                                   ("POST", "/api/embeddings"), ("POST", "/api/show"), ("GET", "/api/tags"),
+                                   ("GET", "/api/ps"), ("GET", "/api/version")])
+        c = self.conn()
+        body = json.dumps({"model": "m", "prompt": "hi", "input": "hi", "messages": []}) if method == "POST" else None
+        c.request(method, path, body=body, headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        r.read()
+        c.close()
+        self.note("ollama_no_key", r.status, {401})
+
+    def schema(self, schema):
+        return {"messages": [{"role": "user", "content": "x"}], "max_tokens": 4,
+                "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}}
+
+    def hostile_schema(self, rng):
+        kind = rng.choice(["optional", "ref_chain", "one_of"])
+        if kind == "optional":
+            schema = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(4000)}}
+        elif kind == "ref_chain":
+            defs = {f"a{i}": {"$ref": f"#/$defs/a{i + 1}"} for i in range(100000)}
+            defs["a100000"] = {"type": "string"}
+            schema = {"$ref": "#/$defs/a0", "$defs": defs}
+        else:
+            schema = {"oneOf": [{"const": i} for i in range(10000)]}
+        s, _ = self.post("/v1/chat/completions", self.schema(schema))
+        self.note(f"schema_{kind}", s, {400})
+
+    def deep_show(self, rng):
+        s, _ = self.post("/api/show", b'{"model": ' + b"[" * 400000 + b"]" * 400000 + b"}")
+        self.note("deep_show", s, {400})
+
+    def many_tools(self, rng):
+        tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+        s, _ = self.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "tools": [tool] * 10000})
+        self.note("many_tools", s, {400})
+
+    def big_stops(self, rng):
+        s, _ = self.post("/v1/completions", {"prompt": "x", "max_tokens": 4, "n": 64, "stop": ["s" * 400000] * 16})
+        self.note("big_stops", s, {400})
+
+    def scored_choices(self, rng):
+        s, data = self.post("/v1/completions", {"prompt": "Once upon a time there was", "max_tokens": 1, "n": 8,
+                                                "prompt_logprobs": 1, "temperature": 0.8})
+        ok = s == 200 and len(json.loads(data)["choices"]) == 8
+        self.note("scored_choices", s if ok else -s, {200})
+
+    HOSTILE = [("deep_embed", 4), ("ollama_no_key", 6), ("hostile_schema", 3), ("deep_show", 2), ("many_tools", 3),
+               ("big_stops", 3), ("scored_choices", 3)]
+
     MIX = [("good_completion", 30), ("good_chat_stream", 15), ("bad_request", 15), ("too_long", 2),
            ("wrong_route", 8), ("wrong_type_or_key", 8), ("abandoned_stream", 8), ("abandoned_whole", 8),
            ("idle_and_partial", 6)]
 
     def worker(self, seed):
         rng = random.Random(seed)
-        names = [n for n, _ in self.MIX]
-        weights = [w for _, w in self.MIX]
+        mix = self.MIX + (self.HOSTILE if self.hostile else [])
+        names = [n for n, _ in mix]
+        weights = [w for _, w in mix]
         while not self.stop.is_set():
             name = rng.choices(names, weights)[0]
             try:
@@ -198,6 +266,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", help="write the figures here")
     ap.add_argument("--extra", default="", help="more flags for kvasir serve")
+    ap.add_argument("--hostile", action="store_true", help="add the hostile mix (see above)")
     a = ap.parse_args()
 
     port = free_port()
@@ -218,7 +287,7 @@ def main():
             time.sleep(0.1)
         start_rss, start_fds = proc_sample(proc.pid)
         samples = []
-        soak = Soak(port, a.seconds, a.threads, a.seed)
+        soak = Soak(port, a.seconds, a.threads, a.seed, a.hostile)
         t0 = time.time()
         sampler_stop = threading.Event()
 
