@@ -552,7 +552,7 @@ def test_sigterm_drains_in_flight_requests():
 
     def stream():
         text, finish = "", None
-        for ch in c.completions.create(model="stories260K", prompt=PROMPT, max_tokens=400, temperature=0,
+        for ch in c.completions.create(model="stories260K", prompt=PROMPT, max_tokens=1900, temperature=0,
                                        stream=True, extra_body={"ignore_eos": True}):
             text += ch.choices[0].text
             finish = ch.choices[0].finish_reason or finish
@@ -564,13 +564,12 @@ def test_sigterm_drains_in_flight_requests():
     assert wait_for(lambda: "first" in got, 30)
     s.proc.send_signal(15)
     # While draining, new work is refused and health says so (until the listener closes). The
-    # signal is handled asynchronously, so first wait until health reports the drain.
-    try:
-        assert wait_for(lambda: s.request("GET", "/health")[0] == 503, 30)
-        status, data = s.json("POST", "/v1/completions", {"prompt": PROMPT, "max_tokens": 2})
-        assert status == 503 and data["error"]["code"] == "shutting_down"
-    except ConnectionError:
-        pass  # already gone: the in-flight request finished first
+    # signal is handled asynchronously, so first wait until health reports the drain. 1,900 tokens
+    # keep the stream going for far longer than that takes: the checks run while it is in flight.
+    assert wait_for(lambda: s.request("GET", "/health")[0] == 503, 30)
+    status, data = s.json("POST", "/v1/completions", {"prompt": PROMPT, "max_tokens": 2})
+    assert status == 503 and data["error"]["code"] == "shutting_down"
+    assert t.is_alive(), "the stream ended before the drain could be checked"
     t.join(60)
     assert got["finish"] == "length" and got["text"].startswith(GREEDY)
     assert s.proc.wait(60) == 0

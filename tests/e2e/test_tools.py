@@ -37,6 +37,16 @@ def family(request):
     assert s.stop() == 0
 
 
+def finished(make, seeds=range(8)):
+    """The first answer, over a few seeds, that ended by itself rather than at max_tokens: the small
+    model can ramble inside a string, but not on every seed. None finishing fails the test."""
+    for seed in seeds:
+        r = make(seed)
+        if r is not None:
+            return r
+    pytest.fail(f"no answer finished within max_tokens on seeds {list(seeds)}")
+
+
 def check_call(call, name=None):
     assert call.type == "function" and call.id
     if name:
@@ -59,28 +69,38 @@ def test_required_and_named(family):
         check_call(choice.message.tool_calls[0])
         done += 1
     assert done >= 2
-    r = client.chat.completions.create(model=model, messages=MESSAGES, tools=TOOLS, max_tokens=160, seed=1,
-                                       tool_choice={"type": "function", "function": {"name": "get_time"}})
-    if r.choices[0].finish_reason != "length":
-        check_call(r.choices[0].message.tool_calls[0], "get_time")
+
+    def named(seed):
+        r = client.chat.completions.create(model=model, messages=MESSAGES, tools=TOOLS, max_tokens=160, seed=seed,
+                                           parallel_tool_calls=False,
+                                           tool_choice={"type": "function", "function": {"name": "get_time"}})
+        return None if r.choices[0].finish_reason == "length" else r
+
+    r = finished(named)
+    assert r.choices[0].finish_reason == "tool_calls"
+    check_call(r.choices[0].message.tool_calls[0], "get_time")
 
 
 def test_streamed_calls_add_up(family):
     _, client, model = family
-    calls, finish = {}, None
-    for chunk in client.chat.completions.create(model=model, messages=MESSAGES, tools=TOOLS, tool_choice="required",
-                                                parallel_tool_calls=False, max_tokens=160, seed=2, stream=True):
-        if not chunk.choices:
-            continue
-        delta = chunk.choices[0].delta
-        for tc in delta.tool_calls or []:
-            c = calls.setdefault(tc.index, {"id": None, "name": None, "arguments": ""})
-            if tc.id:
-                c["id"], c["name"] = tc.id, tc.function.name
-            c["arguments"] += tc.function.arguments or ""
-        finish = chunk.choices[0].finish_reason or finish
-    if finish == "length":
-        pytest.skip("the call did not finish within max_tokens")
+
+    def streamed(seed):
+        calls, finish = {}, None
+        for chunk in client.chat.completions.create(model=model, messages=MESSAGES, tools=TOOLS,
+                                                    tool_choice="required", parallel_tool_calls=False, max_tokens=160,
+                                                    seed=seed, stream=True):
+            if not chunk.choices:
+                continue
+            delta = chunk.choices[0].delta
+            for tc in delta.tool_calls or []:
+                c = calls.setdefault(tc.index, {"id": None, "name": None, "arguments": ""})
+                if tc.id:
+                    c["id"], c["name"] = tc.id, tc.function.name
+                c["arguments"] += tc.function.arguments or ""
+            finish = chunk.choices[0].finish_reason or finish
+        return None if finish == "length" else (calls, finish)
+
+    calls, finish = finished(streamed, seeds=range(2, 10))
     assert finish == "tool_calls" and len(calls) == 1
     c = calls[0]
     assert c["id"] and c["name"] in SCHEMAS
@@ -89,11 +109,14 @@ def test_streamed_calls_add_up(family):
 
 def test_calls_and_results_go_back_through_the_template(family):
     _, client, model = family
-    first = client.chat.completions.create(model=model, messages=MESSAGES, tools=TOOLS, tool_choice="required",
-                                           parallel_tool_calls=False, max_tokens=160, seed=0)
-    msg = first.choices[0].message
-    if not msg.tool_calls:
-        pytest.skip("no call within max_tokens")
+
+    def first(seed):
+        r = client.chat.completions.create(model=model, messages=MESSAGES, tools=TOOLS, tool_choice="required",
+                                           parallel_tool_calls=False, max_tokens=160, seed=seed)
+        return None if r.choices[0].finish_reason == "length" else r
+
+    msg = finished(first).choices[0].message
+    assert msg.tool_calls, "tool_choice required answered without a call"
     call = msg.tool_calls[0]
     history = MESSAGES + [
         {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
