@@ -92,6 +92,13 @@ class CudaRunner final : public runtime::ModelRunner {
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) override {
     pool_.parallel_for(n, 1, [&](int64_t b, int64_t e, int) { fn(b, e); });
   }
+  // A block of a layer: its K for every KV head, then its V ([kv_head][slot][dim] each, F16).
+  size_t kv_block_bytes(int64_t layer) const override {
+    return layer >= 0 && layer < c_.n_layers ? 2 * block_halves() * sizeof(__half) : 0;
+  }
+  std::string kv_format() const override { return info_.identity + "|bs" + std::to_string(o_.block_size) + "|f16"; }
+  Status export_kv(int64_t layer, std::span<const int32_t> blocks, uint8_t* dst) const override;
+  Status import_kv(int64_t layer, std::span<const int32_t> blocks, const uint8_t* src) override;
 
  private:
   struct Job {
@@ -120,6 +127,8 @@ class CudaRunner final : public runtime::ModelRunner {
   void enqueue(const Shape& shape, int max_keys, int max_keys_swa);
   Status run_graph_or_direct(const Shape& shape, int max_keys, int max_keys_swa);
   void clear_graphs();
+  size_t block_halves() const { return size_t(o_.block_size) * size_t(c_.kv_dim()); }
+  Status check_kv_io(int64_t layer, std::span<const int32_t> blocks) const;
   // The activation conversions a group of matrices that share an input reads.
   ActTargets targets_for(std::initializer_list<const DeviceMatrix*> group);
   // y = x · Wᵀ for each job, from activations already converted (targets_for their group).
@@ -416,6 +425,45 @@ Status CudaRunner::run_graph_or_direct(const Shape& shape, int max_keys, int max
 void CudaRunner::clear_graphs() {
   for (auto& [shape, exec] : graphs_) cudaGraphExecDestroy(exec);
   graphs_.clear();
+}
+
+Status CudaRunner::check_kv_io(int64_t layer, std::span<const int32_t> blocks) const {
+  if (layer < 0 || layer >= c_.n_layers)
+    return Error{"KV layer " + std::to_string(layer) + " outside the model's " + std::to_string(c_.n_layers),
+                 ErrorCode::invalid_argument};
+  for (int32_t b : blocks)
+    if (b < 0 || b >= info_.num_kv_blocks)
+      return Error{"KV block " + std::to_string(b) + " outside the pool of " + std::to_string(info_.num_kv_blocks),
+                   ErrorCode::invalid_argument};
+  return {};
+}
+
+Status CudaRunner::export_kv(int64_t layer, std::span<const int32_t> blocks, uint8_t* dst) const {
+  if (auto s = check_kv_io(layer, blocks); !s) return s;
+  KV_CUDA_TRY(cudaSetDevice(o_.device));
+  const size_t n = block_halves() * sizeof(__half);
+  const KvLayerDevice& kv = kv_[size_t(layer)];
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    KV_CUDA_TRY(cudaMemcpyAsync(dst + 2 * i * n, kv.k + size_t(blocks[i]) * block_halves(), n, cudaMemcpyDeviceToHost, stream_));
+    KV_CUDA_TRY(cudaMemcpyAsync(dst + (2 * i + 1) * n, kv.v + size_t(blocks[i]) * block_halves(), n, cudaMemcpyDeviceToHost,
+                                stream_));
+  }
+  KV_CUDA_TRY(cudaStreamSynchronize(stream_));
+  return {};
+}
+
+Status CudaRunner::import_kv(int64_t layer, std::span<const int32_t> blocks, const uint8_t* src) {
+  if (auto s = check_kv_io(layer, blocks); !s) return s;
+  KV_CUDA_TRY(cudaSetDevice(o_.device));
+  const size_t n = block_halves() * sizeof(__half);
+  const KvLayerDevice& kv = kv_[size_t(layer)];
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    KV_CUDA_TRY(cudaMemcpyAsync(kv.k + size_t(blocks[i]) * block_halves(), src + 2 * i * n, n, cudaMemcpyHostToDevice, stream_));
+    KV_CUDA_TRY(cudaMemcpyAsync(kv.v + size_t(blocks[i]) * block_halves(), src + (2 * i + 1) * n, n, cudaMemcpyHostToDevice,
+                                stream_));
+  }
+  KV_CUDA_TRY(cudaStreamSynchronize(stream_));
+  return {};
 }
 
 Result<const float*> CudaRunner::forward(const Batch& b) {

@@ -67,6 +67,10 @@ Result<KvCache> KvCache::create(const ModelConfig& c, const KvCacheOptions& o) {
   return kv;
 }
 
+size_t KvCache::block_bytes(int64_t il) const {
+  return row_bytes(options_.layer_type(il), 2 * options_.block_size * n_kv_heads_ * head_dim_);
+}
+
 kernels::KvLayerView KvCache::layer(int64_t il) const {
   const DType t = options_.layer_type(il);
   uint8_t* k = memory_.data() + pool_offset_[size_t(il)];

@@ -36,6 +36,12 @@ class KvCache {
   int64_t block_size() const { return options_.block_size; }
   DType type() const { return options_.type; }
   const KvCacheOptions& options() const { return options_; }
+  // One block of layer il: its K and V for every KV head, one contiguous run of block_bytes(il)
+  // bytes (what KV block I/O copies).
+  size_t block_bytes(int64_t il) const;
+  uint8_t* block_data(int64_t il, int64_t block) const {
+    return memory_.data() + pool_offset_[size_t(il)] + size_t(block) * block_bytes(il);
+  }
   // Bytes of K+V for one token across all layers.
   static size_t bytes_per_token(const ModelConfig& config, DType type);
   static size_t bytes_per_token(const ModelConfig& config, const KvCacheOptions& options);

@@ -1,6 +1,7 @@
 #include "runtime/cpu_runner.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace kvasir::runtime {
 namespace {
@@ -108,6 +109,55 @@ Result<std::unique_ptr<ModelRunner>> CpuRunner::self_draft(const SelfDraftOption
   info.identity += "#draft";
   return std::unique_ptr<ModelRunner>(
       new SelfDraftRunner(forward_, kv_, o.layers, std::move(head_bytes), head, std::move(info)));
+}
+
+size_t CpuRunner::kv_block_bytes(int64_t layer) const {
+  return layer >= 0 && layer < info_.n_layers ? kv_.block_bytes(layer) : 0;
+}
+
+// Everything that decides what a block's bytes mean: the model, the geometry, each layer's type,
+// the rotation and the calibrated basis (its floats hashed).
+std::string CpuRunner::kv_format() const {
+  const KvCacheOptions& o = kv_.options();
+  std::string f = info_.identity + "|cpu|bs" + std::to_string(o.block_size) + "|rot" + std::to_string(int(o.rotate_k)) + "|";
+  for (int64_t il = 0; il < info_.n_layers; ++il) f += std::string(dtype_name(o.layer_type(il))) + ",";
+  uint64_t h = 1469598103934665603ull;
+  if (o.transform)
+    for (const KvLayerTransform& lt : o.transform->layers)
+      for (const auto* x : {&lt.k_shift, &lt.k_scale, &lt.v_shift, &lt.v_scale})
+        for (float v : *x) {
+          uint32_t bits;
+          std::memcpy(&bits, &v, 4);
+          h = (h ^ bits) * 1099511628211ull;
+        }
+  return f + "|basis" + std::to_string(o.transform ? h : 0);
+}
+
+namespace {
+Status check_blocks(int64_t layer, int64_t n_layers, std::span<const int32_t> blocks, int64_t num_blocks) {
+  if (layer < 0 || layer >= n_layers)
+    return Error{"KV layer " + std::to_string(layer) + " outside the model's " + std::to_string(n_layers),
+                 ErrorCode::invalid_argument};
+  for (int32_t b : blocks)
+    if (b < 0 || b >= num_blocks)
+      return Error{"KV block " + std::to_string(b) + " outside the pool of " + std::to_string(num_blocks),
+                   ErrorCode::invalid_argument};
+  return {};
+}
+}  // namespace
+
+Status CpuRunner::export_kv(int64_t layer, std::span<const int32_t> blocks, uint8_t* dst) const {
+  if (auto s = check_blocks(layer, info_.n_layers, blocks, info_.num_kv_blocks); !s) return s;
+  const size_t n = kv_.block_bytes(layer);
+  for (size_t i = 0; i < blocks.size(); ++i) std::memcpy(dst + i * n, kv_.block_data(layer, blocks[i]), n);
+  return {};
+}
+
+Status CpuRunner::import_kv(int64_t layer, std::span<const int32_t> blocks, const uint8_t* src) {
+  if (auto s = check_blocks(layer, info_.n_layers, blocks, info_.num_kv_blocks); !s) return s;
+  const size_t n = kv_.block_bytes(layer);
+  for (size_t i = 0; i < blocks.size(); ++i) std::memcpy(kv_.block_data(layer, blocks[i]), src + i * n, n);
+  return {};
 }
 
 void CpuRunner::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {

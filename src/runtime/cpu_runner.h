@@ -39,6 +39,10 @@ class CpuRunner : public ModelRunner {
   Result<const float*> forward(const Batch& batch) override { return forward_.forward(batch, kv_); }
   const float* hidden() const override { return forward_.hidden(); }
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) override;
+  size_t kv_block_bytes(int64_t layer) const override;
+  std::string kv_format() const override;
+  Status export_kv(int64_t layer, std::span<const int32_t> blocks, uint8_t* dst) const override;
+  Status import_kv(int64_t layer, std::span<const int32_t> blocks, const uint8_t* src) override;
 
   // A draft runner over this runner's weights, Forward, threads and KV storage (nothing is copied
   // but the head's rows): its forwards read and write the target's K/V of the layers they run, in

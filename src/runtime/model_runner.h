@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 
 #include "core/status.h"
@@ -43,6 +44,20 @@ class ModelRunner {
   virtual const float* hidden() const { return nullptr; }
   // fn(begin, end) over [0, n), split over the runner's threads: the engine samples rows there.
   virtual void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) = 0;
+
+  // KV block I/O: the bytes of named blocks, layer by layer (what a prefill instance ships to a
+  // decode instance, what a disk tier keeps). A block's bytes in one layer are opaque; they are
+  // valid in any runner whose kv_format() is the same string. kv_block_bytes 0: no block I/O.
+  virtual size_t kv_block_bytes(int64_t layer) const { return 0; }
+  virtual std::string kv_format() const { return {}; }
+  // Copies blocks' bytes of `layer` to dst (blocks.size() * kv_block_bytes(layer) bytes), in order.
+  virtual Status export_kv(int64_t layer, std::span<const int32_t> blocks, uint8_t* dst) const {
+    return Error{"this runner has no KV block I/O", ErrorCode::invalid_argument};
+  }
+  // Writes src (as export_kv laid it out) into the blocks of `layer`.
+  virtual Status import_kv(int64_t layer, std::span<const int32_t> blocks, const uint8_t* src) {
+    return Error{"this runner has no KV block I/O", ErrorCode::invalid_argument};
+  }
 };
 
 }  // namespace kvasir::runtime

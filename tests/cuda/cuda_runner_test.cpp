@@ -255,6 +255,54 @@ TEST(CudaRunner, ClearErrors) {
   EXPECT_FALSE(cuda::create_runner(**ok_model, {.device = 99}).ok());
 }
 
+// KV block I/O on the device: a sequence's blocks exported, overwritten and imported back, or
+// imported into a second runner under other ids, give bitwise the same next-token logits.
+TEST(CudaRunner, KvBlocksRoundTrip) {
+  SKIP_WITHOUT_GPU_OR_MODEL("models/fixture-gemma3-q4_k.gguf");
+  auto model = Model::load(shared_path("models/fixture-gemma3-q4_k.gguf"));
+  ASSERT_TRUE(model.ok());
+  auto a = cuda_runner(**model), b = cuda_runner(**model);
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(a->kv_format(), b->kv_format());
+  const int64_t V = a->info().n_vocab, L = a->info().n_layers;
+  const std::vector<int32_t> blocks = {0, 1, 2}, elsewhere = {11, 4, 9};
+  auto prefill = [&](runtime::ModelRunner& r, int32_t base) {
+    Batch bt;
+    for (int i = 0; i < 40; ++i) bt.add((base + 13 * i) % int32_t(V), i, 0, i == 39);
+    bt.block_tables.push_back(&blocks);
+    ASSERT_TRUE(r.forward(bt).ok());
+  };
+  auto decode = [&](runtime::ModelRunner& r, const std::vector<int32_t>& table) {
+    Batch bt;
+    bt.add(5, 40, 0, true);
+    bt.block_tables.push_back(&table);
+    auto l = r.forward(bt);
+    EXPECT_TRUE(l.ok());
+    return l.ok() ? std::vector<float>(*l, *l + V) : std::vector<float>{};
+  };
+  prefill(*a, 7);
+  std::vector<uint8_t> saved;
+  for (int64_t il = 0; il < L; ++il) {
+    const size_t at = saved.size();
+    saved.resize(at + 3 * a->kv_block_bytes(il));
+    ASSERT_TRUE(a->export_kv(il, blocks, saved.data() + at).ok());
+  }
+  const auto expected = decode(*a, blocks);
+  prefill(*a, 3);
+  auto restore = [&](runtime::ModelRunner& r, const std::vector<int32_t>& ids) {
+    size_t at = 0;
+    for (int64_t il = 0; il < L; ++il) {
+      ASSERT_TRUE(r.import_kv(il, ids, saved.data() + at).ok());
+      at += 3 * r.kv_block_bytes(il);
+    }
+  };
+  restore(*a, blocks);
+  EXPECT_EQ(decode(*a, blocks), expected);
+  restore(*b, elsewhere);
+  EXPECT_EQ(decode(*b, elsewhere), expected);
+  EXPECT_FALSE(a->export_kv(L, blocks, saved.data()).ok());
+}
+
 TEST(CudaDevice, ParsesDeviceNames) {
   EXPECT_EQ(*cuda::parse_device("cpu"), -1);
   EXPECT_EQ(*cuda::parse_device("cuda"), 0);
