@@ -162,6 +162,7 @@ class CudaRunner final : public runtime::ModelRunner {
   size_t ints_capacity_ = 0;
   PinnedBuffer<float> logits_host_;
   std::vector<float> hidden_host_;
+  std::vector<int32_t> logit_rows_, hidden_rows_, seq_offset_;  // per step, kept to reuse their memory
   std::unordered_map<Shape, cudaGraphExec_t, ShapeHash> graphs_;
   bool graphs_enabled_ = true;
 };
@@ -474,7 +475,10 @@ Result<const float*> CudaRunner::forward(const Batch& b) {
   KV_CUDA_TRY(cudaSetDevice(o_.device));
   const int64_t T = b.size();
   // The batch's ints in one upload.
-  std::vector<int32_t> logit_rows, hidden_rows;
+  std::vector<int32_t>& logit_rows = logit_rows_;
+  std::vector<int32_t>& hidden_rows = hidden_rows_;
+  logit_rows.clear();
+  hidden_rows.clear();
   for (int64_t t = 0; t < T; ++t) {
     if (b.want_logits[size_t(t)]) logit_rows.push_back(int32_t(t));
     if (b.wants_hidden(t)) hidden_rows.push_back(int32_t(t));
@@ -496,7 +500,8 @@ Result<const float*> CudaRunner::forward(const Batch& b) {
   int32_t* lrows = offsets + T;
   int32_t* hrows = lrows + logit_rows.size();
   int32_t* tables = hrows + hidden_rows.size();
-  std::vector<int32_t> seq_offset(b.block_tables.size());
+  std::vector<int32_t>& seq_offset = seq_offset_;
+  seq_offset.assign(b.block_tables.size(), 0);
   size_t at = 0;
   for (size_t s = 0; s < b.block_tables.size(); ++s) {
     seq_offset[s] = int32_t(at);

@@ -1,5 +1,6 @@
 // The CUDA runner's API in a build without CUDA: every call says so.
 #include "cuda/cuda_runner.h"
+#include "cuda/kernel_check.h"
 
 namespace kvasir::cuda {
 
@@ -21,11 +22,6 @@ Result<std::unique_ptr<runtime::ModelRunner>> create_runner(const Model&, const 
                ErrorCode::unavailable};
 }
 
-}  // namespace kvasir::cuda
-
-#include "cuda/kernel_check.h"
-
-namespace kvasir::cuda {
 
 Result<std::vector<float>> matmul_on_device(DType, const void*, int64_t, int64_t, const float*, int64_t) {
   return Error{"this kvasir was built without CUDA", ErrorCode::unavailable};

@@ -98,15 +98,9 @@ void attention(const float* q, int64_t T, int max_keys, const RowsDevice& rows, 
                const AttentionDeviceParams& p, float* partials, float* out, cudaStream_t s);
 // Raises the span kernel's shared-memory limit where this head layout needs more than 48 KiB.
 Status attention_prepare(int n_heads, int n_kv_heads, int head_dim);
-
-}  // namespace kvasir::cuda
-
-namespace kvasir::cuda {
 // Whether the attention kernel takes this head layout (query heads per KV head, head size).
 bool attention_supports(int n_heads, int n_kv_heads, int head_dim);
-}  // namespace kvasir::cuda
-
-namespace kvasir::cuda {
 // The spans a row attending n_keys keys is split into (the span kernel's grid depth).
 int attention_spans_for(int n_keys);
+
 }  // namespace kvasir::cuda
