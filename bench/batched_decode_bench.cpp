@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
   const Model& m = **model;
   const int64_t vocab = m.config().n_vocab, bs = 16;
   const int64_t blocks_per_seq = (a.prompt + a.gen + bs - 1) / bs;
-  auto kv = KvCache::create(m.config(), {.num_blocks = a.seqs * blocks_per_seq, .block_size = bs});
+  auto kv = KvCache::create(m.config(), {.n_blocks = a.seqs * blocks_per_seq, .block_size = bs});
   if (!kv) {
     std::fprintf(stderr, "error: %s\n", kv.error().c_str());
     return 1;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/engine_factory.h"
 #include "engine/engine.h"
 #include "engine/structured.h"
 #include "model/model.h"
@@ -30,9 +31,9 @@ struct Run {
 
 Run run_one(const Model& model, const Tokenizer& tok, std::shared_ptr<const grammar::CompiledGrammar> g, int tokens,
             int threads, uint64_t seed) {
-  engine::EngineOptions o{.max_batch_tokens = 256, .max_seqs = 1, .kv_blocks = 64};
-  o.num_threads = threads;
-  auto core = engine::EngineCore::create(model, tok, o);
+  backends::ServingOptions o{.engine = {.max_batch_tokens = 256, .max_seqs = 1, .num_threads = threads},
+                             .kv = {.n_blocks = 64}};
+  auto core = backends::create_engine_core(model, tok, o);
   engine::GenerationParams p;
   p.prompt = tok.encode("Write a JSON record describing a famous novel, with a long summary:\n");
   p.sampling = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .seed = seed};

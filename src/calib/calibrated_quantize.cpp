@@ -71,7 +71,7 @@ Result<CalibratedModel> calibrated_quantize(Model& model, std::span<const int32_
   const ModelConfig& c = model.config();
   Forward fwd(model, {.max_batch_tokens = o.n_ctx, .num_threads = o.num_threads});
   constexpr int64_t kBlock = 16;
-  auto kv = KvCache::create(c, {(o.n_ctx + kBlock - 1) / kBlock, kBlock, DType::F16});
+  auto kv = KvCache::create(c, {.n_blocks = (o.n_ctx + kBlock - 1) / kBlock, .block_size = kBlock, .type = DType::F16});
   if (!kv) return Error{kv.error()};
   std::vector<int32_t> table(size_t(kv->num_blocks()));
   for (size_t i = 0; i < table.size(); ++i) table[i] = int32_t(i);

@@ -8,7 +8,8 @@
 #include "format/gguf.h"
 #include "format/mapped_file.h"
 #include "calib/tensor_index.h"
-#include "model/session.h"
+#include "runtime/cpu_runner.h"
+#include "runtime/session.h"
 
 namespace kvasir::calib {
 
@@ -139,10 +140,14 @@ Result<Imatrix> collect_imatrix(const Model& model, std::span<const int32_t> tok
                  ErrorCode::invalid_argument};
   int64_t chunks = int64_t(tokens.size()) / o.n_ctx;
   if (o.max_chunks >= 0) chunks = std::min(chunks, o.max_chunks);
-  auto session = Session::create(model, {.n_ctx = o.n_ctx, .max_batch_tokens = o.n_ctx, .num_threads = o.num_threads});
+  const runtime::SessionOptions so{.n_ctx = o.n_ctx, .max_batch_tokens = o.n_ctx, .n_threads = o.num_threads};
+  auto runner = runtime::CpuRunner::create(model, so.runner_options());  // the CPU's Forward takes the hook
+  if (!runner) return Error{runner.error(), runner.error_code()};
+  Forward& fwd = (*runner)->forward_pass();
+  auto session = runtime::Session::create(std::move(*runner), o.n_ctx);
   if (!session) return Error{session.error()};
   Collector c(model, o.process_output);
-  (*session)->forward().set_activation_hook(
+  fwd.set_activation_hook(
       [&c](std::span<const Matrix* const> w, const float* x, int64_t rows) { c.observe(w, x, rows); });
   std::vector<int32_t> chunk(size_t(o.n_ctx));
   for (int64_t i = 0; i < chunks; ++i) {
@@ -153,7 +158,7 @@ Result<Imatrix> collect_imatrix(const Model& model, std::span<const int32_t> tok
     if (auto s = (*session)->eval(chunk, o.process_output, [](int64_t, const float*) {}); !s) return Error{s.error()};
     if (o.on_chunk) o.on_chunk(i + 1, chunks);
   }
-  (*session)->forward().set_activation_hook({});
+  fwd.set_activation_hook({});
   Imatrix m = c.finish();
   for (const auto& [name, e] : m.entries)
     for (float v : e.sums)

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/common.h"
+#include "backends/engine_factory.h"
 #include "cli/commands.h"
 #include "engine/engine.h"
 
@@ -76,8 +77,8 @@ int run_batch(BatchArgs a) {
   auto options = a.engine.to_options();
   if (!options) return fail(options.error());
   if (auto s = a.engine.kv.apply(**model, *tok, a.engine.threads, *options); !s) return fail(s.error());
-  if (auto s = a.engine.spec.prepare(**model, *tok, a.engine.threads, options->spec); !s) return fail(s.error());
-  auto core = engine::EngineCore::create(**model, *tok, *options);
+  if (auto s = a.engine.spec.prepare(**model, *tok, a.engine.threads, options->engine.spec); !s) return fail(s.error());
+  auto core = backends::create_engine_core(**model, *tok, *options);
   if (!core) return fail(core.error());
 
   std::ifstream in(a.input);

@@ -20,7 +20,7 @@
 #include "cli/commands.h"
 #include "cuda/cuda_runner.h"
 #include "kernels/quant/quant.h"
-#include "model/session.h"
+#include "backends/runner_factory.h"
 
 namespace kvasir::cli {
 namespace {
@@ -35,57 +35,6 @@ struct BenchArgs {
   std::string kv_type = "f16";
   bool kv_no_calibrate = false;
   std::string device = "cpu";
-};
-
-// What a bench run drives: one sequence's context, evaluated in chunks.
-class BenchTarget {
- public:
-  virtual ~BenchTarget() = default;
-  virtual Status eval(std::span<const int32_t> tokens, const Session::LogitsSink& on_last) = 0;
-  virtual void truncate(int64_t n) = 0;
-  virtual void reset() = 0;
-};
-
-class SessionTarget : public BenchTarget {
- public:
-  explicit SessionTarget(std::unique_ptr<Session> s) : s_(std::move(s)) {}
-  Status eval(std::span<const int32_t> t, const Session::LogitsSink& sink) override { return s_->eval(t, false, sink); }
-  void truncate(int64_t n) override { s_->truncate(n); }
-  void reset() override { s_->reset(); }
-
- private:
-  std::unique_ptr<Session> s_;
-};
-
-// A runner (the CUDA one) behind the same calls: blocks 0.. hold the sequence, prefill in chunks
-// of the runner's batch, logits of each chunk's last row.
-class RunnerTarget : public BenchTarget {
- public:
-  explicit RunnerTarget(std::unique_ptr<runtime::ModelRunner> r) : r_(std::move(r)) {
-    for (int64_t b = 0; b < r_->info().num_kv_blocks; ++b) table_.push_back(int32_t(b));
-  }
-  Status eval(std::span<const int32_t> tokens, const Session::LogitsSink& sink) override {
-    const int64_t chunk = r_->info().max_batch_tokens;
-    for (size_t at = 0; at < tokens.size(); at += size_t(chunk)) {
-      const size_t end = std::min(tokens.size(), at + size_t(chunk));
-      batch_.clear();
-      for (size_t i = at; i < end; ++i) batch_.add(tokens[i], int32_t(n_past_ + int64_t(i - at)), 0, i + 1 == end);
-      batch_.block_tables.push_back(&table_);
-      auto l = r_->forward(batch_);
-      if (!l) return Error{l.error(), l.error_code()};
-      n_past_ += int64_t(end - at);
-      if (end == tokens.size()) sink(int64_t(tokens.size()) - 1, *l);
-    }
-    return {};
-  }
-  void truncate(int64_t n) override { n_past_ = std::min(n_past_, std::max<int64_t>(n, 0)); }
-  void reset() override { n_past_ = 0; }
-
- private:
-  std::unique_ptr<runtime::ModelRunner> r_;
-  std::vector<int32_t> table_;
-  Batch batch_;
-  int64_t n_past_ = 0;
 };
 
 struct Stats {
@@ -248,20 +197,13 @@ int run_bench(const BenchArgs& a) {
   for (int64_t t : *ts) {
     // One session per KV type: each test's runs alternate between them, so that a machine whose
     // load changes shifts every type alike.
-    std::vector<std::unique_ptr<BenchTarget>> sessions;
+    std::vector<std::unique_ptr<runtime::Session>> sessions;
     for (size_t k = 0; k < kv_types.size(); ++k) {
-      if (*device >= 0) {
-        const int64_t blocks = (max_ctx + 15) / 16 + 1;
-        auto r = cuda::create_runner(m, {.device = *device, .max_batch_tokens = a.batch, .num_threads = int(t),
-                                         .kv_blocks = std::max<int64_t>(blocks, 2)});
-        if (!r) return fail(r.error());
-        sessions.push_back(std::make_unique<RunnerTarget>(std::move(*r)));
-        continue;
-      }
-      auto session = Session::create(m, {.n_ctx = max_ctx, .max_batch_tokens = a.batch, .num_threads = int(t),
-                                         .kv_type = kv_types[k], .kv_transform = kv_transforms[k]});
+      auto session = backends::create_session(
+          m, {.n_ctx = max_ctx, .max_batch_tokens = a.batch, .n_threads = int(t), .device = *device,
+              .kv = {.type = kv_types[k], .transform = kv_transforms[k]}});
       if (!session) return fail(session.error());
-      sessions.push_back(std::make_unique<SessionTarget>(std::move(*session)));
+      sessions.push_back(std::move(*session));
     }
     uint64_t hash = 0;
     auto keep_hash = [&](int64_t, const float* l) { hash = fnv1a(l, size_t(c.n_vocab)); };
@@ -277,12 +219,12 @@ int run_bench(const BenchArgs& a) {
         if (d > 0) {
           if (isatty(STDERR_FILENO))
             std::fprintf(stderr, "\r\033[Kbench: computing %lld tokens of context", (long long)d);
-          if (auto st = s->eval(depth_tokens, ignore); !st) return fail(st.error());
+          if (auto st = s->eval(depth_tokens, false, ignore); !st) return fail(st.error());
         }
       }
       // A test's runs, kv types alternating within each; run(session) returns tokens per second.
       std::vector<uint64_t> hashes(sessions.size());  // each session's last logits
-      auto measure = [&](const std::string& test, const std::function<Result<double>(BenchTarget&)>& run)
+      auto measure = [&](const std::string& test, const std::function<Result<double>(runtime::Session&)>& run)
           -> Result<std::vector<std::vector<double>>> {
         std::vector<std::vector<double>> tps(sessions.size());
         for (int r = a.no_warmup ? 0 : -1; r < a.reps; ++r) {  // r = -1: warm-up
@@ -301,9 +243,9 @@ int run_bench(const BenchArgs& a) {
         if (p == 0) continue;
         const auto prompt = random_tokens(p);
         const std::string test = "pp" + std::to_string(p) + (d ? "@d" + std::to_string(d) : "");
-        auto tps = measure(test, [&](BenchTarget& s) -> Result<double> {
+        auto tps = measure(test, [&](runtime::Session& s) -> Result<double> {
           const auto t0 = Clock::now();
-          if (auto st = s.eval(prompt, keep_hash); !st) return Error{st.error()};
+          if (auto st = s.eval(prompt, false, keep_hash); !st) return Error{st.error()};
           return double(p) / std::chrono::duration<double>(Clock::now() - t0).count();
         });
         if (!tps) return fail(tps.error());
@@ -317,12 +259,12 @@ int run_bench(const BenchArgs& a) {
       for (int64_t n : *ns) {
         if (n == 0) continue;
         const std::string test = "tg" + std::to_string(n) + (d ? "@d" + std::to_string(d) : "");
-        auto tps = measure(test, [&](BenchTarget& s) -> Result<double> {
+        auto tps = measure(test, [&](runtime::Session& s) -> Result<double> {
           int32_t tok[1] = {int32_t(c.n_vocab > 1 ? 1 : 0)};
           const auto t0 = Clock::now();
           for (int64_t i = 0; i < n; ++i) {
-            const Session::LogitsSink sink = i + 1 == n ? Session::LogitsSink(keep_hash) : Session::LogitsSink(ignore);
-            if (auto st = s.eval(tok, sink); !st) return Error{st.error()};
+            const runtime::Session::LogitsSink sink = i + 1 == n ? runtime::Session::LogitsSink(keep_hash) : runtime::Session::LogitsSink(ignore);
+            if (auto st = s.eval(tok, false, sink); !st) return Error{st.error()};
             tok[0] = int32_t((uint32_t(tok[0]) * 2654435761u + 7u) % uint32_t(c.n_vocab));
           }
           return double(n) / std::chrono::duration<double>(Clock::now() - t0).count();

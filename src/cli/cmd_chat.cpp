@@ -23,6 +23,7 @@
 #include "cuda/cuda_runner.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "backends/engine_factory.h"
 #include "engine/engine.h"
 #include "model/model.h"
 #include "server/chat_format.h"
@@ -211,19 +212,17 @@ int run_chat(ChatArgs a) {
   auto kv_type = parse_kv_type(a.kv_type);
   if (!kv_type) return fail(kv_type.error());
   block_sigint(SIG_BLOCK);  // before the engine's threads exist
-  engine::EngineOptions o;
-  o.max_seqs = 1;
-  o.max_model_len = a.n_ctx;
-  o.kv_blocks = (a.n_ctx + 15) / 16 + 1;
-  o.kv_type = *kv_type;
+  backends::ServingOptions o;
+  o.engine.max_seqs = 1;
+  o.engine.max_model_len = a.n_ctx;
+  o.engine.num_threads = a.threads;
   auto kv_transform = calibrate_kv_cache(**model, *tok, *kv_type, a.n_ctx, "", a.threads, !a.kv_no_calibrate);
   if (!kv_transform) return fail(kv_transform.error());
-  o.kv_transform = *kv_transform;
-  o.num_threads = a.threads;
+  o.kv = {.n_blocks = (a.n_ctx + 15) / 16 + 1, .type = *kv_type, .transform = *kv_transform};
   auto device = cuda::parse_device(a.device);
   if (!device) return fail(device.error());
   o.device = *device;
-  auto core = engine::EngineCore::create(**model, *tok, o);
+  auto core = backends::create_engine_core(**model, *tok, o);
   if (!core) return fail(core.error());
 
   const bool tty = isatty(STDIN_FILENO);

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/common.h"
+#include "backends/engine_factory.h"
 #include "cli/commands.h"
 #include "engine/engine.h"
 #include "engine/pooling.h"
@@ -48,7 +49,7 @@ int run_embed(EmbedArgs a) {
   if (pooling->pooling == engine::Pooling::none) return fail(a.model + " serves no embeddings: " + pooling->origin + " (use --pooling)");
   auto options = a.engine.to_options();
   if (!options) return fail(options.error());
-  auto core = engine::EngineCore::create(**model, *tok, *options);
+  auto core = backends::create_engine_core(**model, *tok, *options);
   if (!core) return fail(core.error());
 
   std::unordered_map<engine::RequestId, size_t> index;

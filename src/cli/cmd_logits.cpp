@@ -8,7 +8,7 @@
 
 #include "cli/common.h"
 #include "cli/commands.h"
-#include "model/session.h"
+#include "backends/runner_factory.h"
 #include "sample/sampler.h"
 
 namespace kvasir::cli {
@@ -35,7 +35,7 @@ int run_logits(const LogitsArgs& a) {
   if (!kv_type) return fail(kv_type.error());
   const int64_t n_vocab = (*model)->config().n_vocab;
   const int64_t n_ctx = int64_t(ids->size()) + a.greedy;
-  auto session = Session::create(**model, {.n_ctx = n_ctx, .num_threads = a.threads, .kv_type = *kv_type});
+  auto session = backends::create_session(**model, {.n_ctx = n_ctx, .n_threads = a.threads, .kv = {.type = *kv_type}});
   if (!session) return fail(session.error());
 
   nlohmann::json positions = nlohmann::json::array();

@@ -9,10 +9,11 @@
 
 #include "cuda/cuda_runner.h"
 #include "cli/common.h"
+#include "backends/engine_factory.h"
 #include "cli/commands.h"
 #include "engine/engine.h"
 #include "engine/structured.h"
-#include "model/session.h"
+#include "backends/runner_factory.h"
 #include "sample/sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -58,19 +59,17 @@ Result<std::shared_ptr<const grammar::CompiledGrammar>> cli_grammar(const RunArg
 int run_engine(const RunArgs& a, const Model& model, const Tokenizer& tokenizer, std::vector<int32_t> prompt,
                DType kv_type, std::shared_ptr<const KvTransform> kv_transform, const engine::SpecOptions& spec,
                std::shared_ptr<const grammar::CompiledGrammar> grammar) {
-  engine::EngineOptions o;
-  o.max_batch_tokens = int32_t(a.batch);
-  o.max_seqs = 1;
-  o.kv_blocks = (a.n_ctx + 15) / 16 + 1;
-  o.kv_type = kv_type;
-  o.kv_transform = std::move(kv_transform);
-  o.max_model_len = int32_t(a.n_ctx);
-  o.num_threads = a.threads;
+  backends::ServingOptions o;
+  o.engine.max_batch_tokens = int32_t(a.batch);
+  o.engine.max_seqs = 1;
+  o.engine.max_model_len = int32_t(a.n_ctx);
+  o.engine.num_threads = a.threads;
+  o.engine.spec = spec;
+  o.kv = {.n_blocks = (a.n_ctx + 15) / 16 + 1, .type = kv_type, .transform = std::move(kv_transform)};
   auto device = cuda::parse_device(a.device);
   if (!device) return fail(device.error());
   o.device = *device;
-  o.spec = spec;
-  auto core = engine::EngineCore::create(model, tokenizer, o);
+  auto core = backends::create_engine_core(model, tokenizer, o);
   if (!core) return fail(core.error());
   engine::GenerationParams p;
   const size_t n_prompt = prompt.size();
@@ -135,10 +134,12 @@ int run_generate(RunArgs a) {
   if (auto st = a.spec.prepare(**model, *tokenizer, a.threads, *spec); !st) return fail(st.error());
   auto kv_transform = calibrate_kv_cache(**model, *tokenizer, *kv_type, a.n_ctx, "", a.threads, !a.kv_no_calibrate);
   if (!kv_transform) return fail(kv_transform.error());
-  if (spec->method != engine::SpecMethod::none || *grammar || a.device != "cpu")
+  if (spec->method != engine::SpecMethod::none || *grammar)
     return run_engine(a, **model, *tokenizer, std::move(tokens), *kv_type, *kv_transform, *spec, *grammar);
-  auto session = Session::create(**model, {.n_ctx = a.n_ctx, .max_batch_tokens = a.batch, .num_threads = a.threads,
-                                           .kv_type = *kv_type, .kv_transform = *kv_transform});
+  auto device = cuda::parse_device(a.device);
+  if (!device) return fail(device.error());
+  auto session = backends::create_session(**model, {.n_ctx = a.n_ctx, .max_batch_tokens = a.batch, .n_threads = a.threads,
+                                                    .device = *device, .kv = {.type = *kv_type, .transform = *kv_transform}});
   if (!session) return fail(session.error());
 
   const int64_t n_vocab = (*model)->config().n_vocab;

@@ -22,6 +22,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "backends/engine_factory.h"
 #include "cuda/cuda_runner.h"
 #include "server/backend.h"
 #include "server/server.h"
@@ -200,24 +201,24 @@ int run_serve(ServeArgs a) {
                a.model.c_str());
 
   server::BackendOptions bo{.model_path = a.model, .chat_template_path = a.chat_template, .pooling = a.pooling};
-  bo.engine.max_seqs = a.max_seqs;
-  bo.engine.max_batch_tokens = a.max_batch_tokens;
-  bo.engine.kv_blocks = a.kv_blocks;
-  bo.engine.kv_mem_bytes = kv_mem;
-  bo.engine.kv_type = *kv_type;
-  bo.prepare_engine = [a](const Model& m, const Tokenizer& t, engine::EngineOptions& o) -> Status {
+  bo.serving.engine.max_seqs = a.max_seqs;
+  bo.serving.engine.max_batch_tokens = a.max_batch_tokens;
+  bo.serving.kv.n_blocks = a.kv_blocks;
+  bo.serving.kv.mem_bytes = kv_mem;
+  bo.serving.kv.type = *kv_type;
+  bo.prepare_engine = [a](const Model& m, const Tokenizer& t, backends::ServingOptions& o) -> Status {
     if (auto s = a.kv.apply(m, t, a.threads, o); !s) return s;
-    return a.spec.prepare(m, t, a.threads, o.spec);
+    return a.spec.prepare(m, t, a.threads, o.engine.spec);
   };
-  bo.engine.max_model_len = a.max_model_len;
-  bo.engine.num_threads = a.threads;
+  bo.serving.engine.max_model_len = a.max_model_len;
+  bo.serving.engine.num_threads = a.threads;
   auto device = cuda::parse_device(a.device);
   if (!device) return fail(device.error());
-  bo.engine.device = *device;
+  bo.serving.device = *device;
   if (!a.quantize.empty()) bo.load_model = [a] { return load_model(a.model, a.quantize, a.threads); };
-  bo.engine.prefix_cache = !a.no_prefix_cache;
-  bo.engine.tpot_target_ms = a.tpot_target_ms;
-  bo.engine.spec = *spec;
+  bo.serving.engine.prefix_cache = !a.no_prefix_cache;
+  bo.serving.engine.tpot_target_ms = a.tpot_target_ms;
+  bo.serving.engine.spec = *spec;
   const auto t0 = std::chrono::steady_clock::now();
   auto backend = server::load_backend(bo);
   if (!backend) {

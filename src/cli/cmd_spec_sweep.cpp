@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "cli/common.h"
+#include "backends/engine_factory.h"
 #include "cli/commands.h"
 #include "engine/engine.h"
 #include "spec/draft_head.h"
@@ -32,9 +33,8 @@ struct Outcome {
 
 Result<Outcome> generate(const Model& model, const Tokenizer& tok, const std::vector<int32_t>& prompt, int32_t n,
                          const engine::SpecOptions& spec, int threads) {
-  engine::EngineOptions o{.max_batch_tokens = 512, .max_seqs = 1, .num_threads = threads};
-  o.spec = spec;
-  auto core = engine::EngineCore::create(model, tok, o);
+  backends::ServingOptions o{.engine = {.max_batch_tokens = 512, .max_seqs = 1, .num_threads = threads, .spec = spec}};
+  auto core = backends::create_engine_core(model, tok, o);
   if (!core) return Error{core.error()};
   engine::GenerationParams p;
   p.prompt = prompt;

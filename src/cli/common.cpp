@@ -278,15 +278,15 @@ Result<std::shared_ptr<const KvTransform>> calibrate_kv_cache(const Model& model
   return transform;
 }
 
-Status KvFlags::apply(const Model& model, const Tokenizer& tokenizer, int threads, engine::EngineOptions& o) const {
+Status KvFlags::apply(const Model& model, const Tokenizer& tokenizer, int threads, backends::ServingOptions& o) const {
   auto t = parse_kv_type(type);
   if (!t) return Error{t.error(), ErrorCode::invalid_argument};
-  o.kv_type = *t;
-  o.kv_rotate_k = !no_rotate;
-  const int64_t context = o.max_model_len > 0 ? o.max_model_len : model.config().n_ctx_train;
+  o.kv.type = *t;
+  o.kv.rotate_k = !no_rotate;
+  const int64_t context = o.engine.max_model_len > 0 ? o.engine.max_model_len : model.config().n_ctx_train;
   auto transform = calibrate_kv_cache(model, tokenizer, *t, context, guard_text, threads, !no_calibrate);
   if (!transform) return Error{transform.error(), transform.error_code()};
-  o.kv_transform = *transform;
+  o.kv.transform = *transform;
   if (guard < 0) return {};
   if (dtype_info(*t).block_size == 1) return Error{"--kv-guard prices a quantized --kv-type (q8_0 or q4_0)", ErrorCode::invalid_argument};
   auto text = text_or_builtin(guard_text, "--kv-guard-text");
@@ -294,10 +294,10 @@ Status KvFlags::apply(const Model& model, const Tokenizer& tokenizer, int thread
   const auto tokens = tokenizer.encode(*text);
   const auto t0 = std::chrono::steady_clock::now();
   auto g = eval::kv_guard(model, tokens,
-                          {.type = *t, .max_kld = guard, .rotate_k = !no_rotate, .transform = o.kv_transform, .n_ctx = std::min<int64_t>(256, int64_t(tokens.size())),
+                          {.type = *t, .max_kld = guard, .rotate_k = !no_rotate, .transform = o.kv.transform, .n_ctx = std::min<int64_t>(256, int64_t(tokens.size())),
                            .num_threads = threads, .bos = tokenizer.add_bos() ? tokenizer.bos() : -1});
   if (!g) return Error{g.error(), g.error_code()};
-  o.kv_layer_types = g->layer_types;
+  o.kv.layer_types = g->layer_types;
   o.kv_guard_kld = g->kld;
   std::string kept;
   for (size_t il = 0; il < g->layer_types.size(); ++il)
@@ -309,30 +309,30 @@ Status KvFlags::apply(const Model& model, const Tokenizer& tokenizer, int thread
   return {};
 }
 
-Result<engine::EngineOptions> EngineFlags::to_options() const {
-  engine::EngineOptions o;
-  o.max_batch_tokens = max_batch_tokens;
-  o.max_seqs = std::min(max_seqs, max_batch_tokens);
-  o.kv_blocks = kv_blocks;
+Result<backends::ServingOptions> EngineFlags::to_options() const {
+  backends::ServingOptions o;
+  o.engine.max_batch_tokens = max_batch_tokens;
+  o.engine.max_seqs = std::min(max_seqs, max_batch_tokens);
+  o.kv.n_blocks = kv_blocks;
   if (!kv_mem.empty()) {
     auto bytes = parse_size(kv_mem);
     if (!bytes) return Error{bytes.error()};
-    o.kv_mem_bytes = *bytes;
+    o.kv.mem_bytes = *bytes;
   }
   auto type = parse_kv_type(kv.type);
   if (!type) return Error{type.error()};
-  o.kv_type = *type;
-  o.kv_rotate_k = !kv.no_rotate;
-  o.max_model_len = max_model_len;
-  o.num_threads = threads;
+  o.kv.type = *type;
+  o.kv.rotate_k = !kv.no_rotate;
+  o.engine.max_model_len = max_model_len;
+  o.engine.num_threads = threads;
   auto dev = cuda::parse_device(device);
   if (!dev) return Error{dev.error(), dev.error_code()};
   o.device = *dev;
-  o.prefix_cache = !no_prefix_cache;
-  o.tpot_target_ms = tpot_target_ms;
+  o.engine.prefix_cache = !no_prefix_cache;
+  o.engine.tpot_target_ms = tpot_target_ms;
   auto sp = spec.to_options();
   if (!sp) return Error{sp.error()};
-  o.spec = *sp;
+  o.engine.spec = *sp;
   return o;
 }
 

@@ -31,6 +31,7 @@ Result<std::unique_ptr<Model>> load_model(const std::string& path, const std::st
 
 #include <CLI/CLI.hpp>
 
+#include "backends/engine_factory.h"
 #include "engine/engine.h"
 #include "tokenizer/tokenizer.h"
 
@@ -92,7 +93,7 @@ struct KvFlags {
 
   void add_to(CLI::App* cmd);
   // Sets the options' KV fields; with --kv-guard, measures the model first (printing the choice).
-  Status apply(const Model& model, const Tokenizer& tokenizer, int threads, engine::EngineOptions& o) const;
+  Status apply(const Model& model, const Tokenizer& tokenizer, int threads, backends::ServingOptions& o) const;
 };
 
 // The engine flags shared by `batch` and `serve`.
@@ -111,7 +112,7 @@ struct EngineFlags {
   SpecFlags spec;
 
   void add_to(CLI::App* cmd);
-  Result<engine::EngineOptions> to_options() const;
+  Result<backends::ServingOptions> to_options() const;
 };
 
 }  // namespace kvasir::cli

@@ -78,8 +78,7 @@ bool embed_supported(DType t) {
 
 class CudaRunner final : public runtime::ModelRunner {
  public:
-  CudaRunner(const Model& model, const CudaRunnerOptions& o)
-      : model_(model), c_(model.config()), o_(o), pool_(o.num_threads > 0 ? o.num_threads : ThreadPool::default_threads()) {}
+  CudaRunner(const Model& model, const runtime::RunnerOptions& o) : model_(model), c_(model.config()), o_(o) {}
   ~CudaRunner() override {
     clear_graphs();
     if (stream_) cudaStreamDestroy(stream_);
@@ -89,14 +88,11 @@ class CudaRunner final : public runtime::ModelRunner {
   const runtime::RunnerInfo& info() const override { return info_; }
   Result<const float*> forward(const Batch& batch) override;
   const float* hidden() const override { return hidden_host_.empty() ? nullptr : hidden_host_.data(); }
-  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) override {
-    pool_.parallel_for(n, 1, [&](int64_t b, int64_t e, int) { fn(b, e); });
-  }
   // A block of a layer: its K for every KV head, then its V ([kv_head][slot][dim] each, F16).
   size_t kv_block_bytes(int64_t layer) const override {
     return layer >= 0 && layer < c_.n_layers ? 2 * block_halves() * sizeof(__half) : 0;
   }
-  std::string kv_format() const override { return info_.identity + "|bs" + std::to_string(o_.block_size) + "|f16"; }
+  std::string kv_format() const override { return info_.identity + "|bs" + std::to_string(o_.kv.block_size) + "|f16"; }
   Status export_kv(int64_t layer, std::span<const int32_t> blocks, uint8_t* dst) const override;
   Status import_kv(int64_t layer, std::span<const int32_t> blocks, const uint8_t* src) override;
 
@@ -127,7 +123,7 @@ class CudaRunner final : public runtime::ModelRunner {
   void enqueue(const Shape& shape, int max_keys, int max_keys_swa);
   Status run_graph_or_direct(const Shape& shape, int max_keys, int max_keys_swa);
   void clear_graphs();
-  size_t block_halves() const { return size_t(o_.block_size) * size_t(c_.kv_dim()); }
+  size_t block_halves() const { return size_t(o_.kv.block_size) * size_t(c_.kv_dim()); }
   Status check_kv_io(int64_t layer, std::span<const int32_t> blocks) const;
   // The activation conversions a group of matrices that share an input reads.
   ActTargets targets_for(std::initializer_list<const DeviceMatrix*> group);
@@ -139,8 +135,7 @@ class CudaRunner final : public runtime::ModelRunner {
 
   const Model& model_;
   const ModelConfig& c_;
-  CudaRunnerOptions o_;
-  ThreadPool pool_;
+  runtime::RunnerOptions o_;
   runtime::RunnerInfo info_;
   cudaStream_t stream_ = nullptr;
   DeviceArena arena_;
@@ -198,8 +193,13 @@ Status CudaRunner::check_supported() const {
                      std::to_string(c_.head_dim) + ")",
                  ErrorCode::invalid_argument};
   if (c_.rope_dims > c_.head_dim || c_.rope_dims % 2) return Error{"rope dimensions must be even and fit a head"};
-  if (o_.block_size < 1 || o_.block_size > 256) return Error{"the KV block size must be in [1, 256]", ErrorCode::invalid_argument};
+  if (o_.kv.block_size < 1 || o_.kv.block_size > 256) return Error{"the KV block size must be in [1, 256]", ErrorCode::invalid_argument};
   if (o_.max_batch_tokens < 1) return Error{"max_batch_tokens must be >= 1", ErrorCode::invalid_argument};
+  if (!o_.kv.layer_types.empty() && int64_t(o_.kv.layer_types.size()) != c_.n_layers)
+    return Error{"the KV layer types do not name every layer", ErrorCode::invalid_argument};
+  for (int64_t il = 0; il < c_.n_layers; ++il)
+    if (o_.kv.layer_type(il) != DType::F16)
+      return Error{"the CUDA runner keeps K and V in F16 (--kv-type f16)", ErrorCode::invalid_argument};
   return {};
 }
 
@@ -288,20 +288,20 @@ Status CudaRunner::init() {
   // The paged KV storage.
   const uint64_t per_token = uint64_t(c_.n_layers) * uint64_t(c_.kv_dim()) * 2 * sizeof(__half);
   int64_t blocks = 0;
-  KV_TRY_ASSIGN(blocks, runtime::kv_blocks_for(per_token, o_.block_size, o_.kv_blocks, o_.kv_mem_bytes,
+  KV_TRY_ASSIGN(blocks, runtime::kv_blocks_for(per_token, o_.kv.block_size, o_.kv.n_blocks, o_.kv.mem_bytes,
                                                o_.default_kv_tokens, 4ull << 30));
-  const size_t layer_halves = size_t(blocks) * size_t(o_.block_size) * size_t(c_.kv_dim());
+  const size_t layer_halves = size_t(blocks) * size_t(o_.kv.block_size) * size_t(c_.kv_dim());
   __half* kv = nullptr;
   KV_TRY_ASSIGN(kv, arena_.alloc_n<__half>(layer_halves * 2 * size_t(c_.n_layers)));
   for (int64_t il = 0; il < c_.n_layers; ++il)
-    kv_.push_back({kv + size_t(2 * il) * layer_halves, kv + size_t(2 * il + 1) * layer_halves, int(o_.block_size),
+    kv_.push_back({kv + size_t(2 * il) * layer_halves, kv + size_t(2 * il + 1) * layer_halves, int(o_.kv.block_size),
                    int(c_.n_kv_heads), int(c_.head_dim)});
   info_ = {.n_vocab = c_.n_vocab,
            .n_embd = c_.n_embd,
            .n_ctx_train = c_.n_ctx_train,
            .max_batch_tokens = o_.max_batch_tokens,
-           .num_kv_blocks = blocks,
-           .block_size = o_.block_size,
+           .n_kv_blocks = blocks,
+           .block_size = o_.kv.block_size,
            .n_layers = c_.n_layers,
            .identity = model_.path() + "#" + c_.arch_name + "#cuda"};
   KV_CUDA_TRY(cudaDeviceSynchronize());
@@ -433,8 +433,8 @@ Status CudaRunner::check_kv_io(int64_t layer, std::span<const int32_t> blocks) c
     return Error{"KV layer " + std::to_string(layer) + " outside the model's " + std::to_string(c_.n_layers),
                  ErrorCode::invalid_argument};
   for (int32_t b : blocks)
-    if (b < 0 || b >= info_.num_kv_blocks)
-      return Error{"KV block " + std::to_string(b) + " outside the pool of " + std::to_string(info_.num_kv_blocks),
+    if (b < 0 || b >= info_.n_kv_blocks)
+      return Error{"KV block " + std::to_string(b) + " outside the pool of " + std::to_string(info_.n_kv_blocks),
                    ErrorCode::invalid_argument};
   return {};
 }
@@ -469,7 +469,7 @@ Status CudaRunner::import_kv(int64_t layer, std::span<const int32_t> blocks, con
 
 Result<const float*> CudaRunner::forward(const Batch& b) {
   if (auto s = validate_batch(b, {.max_tokens = o_.max_batch_tokens, .n_vocab = c_.n_vocab,
-                                  .block_size = o_.block_size, .num_blocks = info_.num_kv_blocks});
+                                  .block_size = o_.kv.block_size, .num_blocks = info_.n_kv_blocks});
       !s)
     return Error{s.error()};
   KV_CUDA_TRY(cudaSetDevice(o_.device));
@@ -605,7 +605,7 @@ Result<double> copy_bandwidth_gbps(int device) {
   return 2.0 * double(bytes) / (double(ms[2]) * 1e-3) / 1e9;  // read + write, the median run
 }
 
-Result<std::unique_ptr<runtime::ModelRunner>> create_runner(const Model& model, const CudaRunnerOptions& o) {
+Result<std::unique_ptr<runtime::ModelRunner>> create_runner(const Model& model, const runtime::RunnerOptions& o) {
   std::string why;
   const int n = device_count(&why);
   if (n == 0) return Error{why, ErrorCode::unavailable};

@@ -12,15 +12,6 @@
 
 namespace kvasir::cuda {
 
-struct CudaRunnerOptions {
-  int device = 0;                   // CUDA device ordinal
-  int64_t max_batch_tokens = 512;
-  int num_threads = 0;              // host threads for the engine's sampling; 0: physical cores
-  int64_t kv_blocks = 0;            // exact number of KV blocks; 0: from kv_mem_bytes
-  uint64_t kv_mem_bytes = 0;        // KV budget; 0 with kv_blocks 0: default_kv_tokens tokens, capped at 4 GiB
-  int64_t default_kv_tokens = 64 * 2048;
-  int64_t block_size = 16;
-};
 
 // True when this build has the CUDA backend.
 bool built_with_cuda();
@@ -36,7 +27,8 @@ Result<double> copy_bandwidth_gbps(int device);
 
 // Uploads the model and allocates the KV storage. Errors name what the backend does not take
 // (a weight type, a head layout, mixture-of-experts layers).
-Result<std::unique_ptr<runtime::ModelRunner>> create_runner(const Model& model, const CudaRunnerOptions& options);
+// options.device names the device; the KV is F16 (options.kv's type, no per-layer types).
+Result<std::unique_ptr<runtime::ModelRunner>> create_runner(const Model& model, const runtime::RunnerOptions& options);
 
 // Parses "cpu", "cuda" or "cuda:N": the CUDA device ordinal, or -1 for the CPU.
 Result<int> parse_device(const std::string& text);

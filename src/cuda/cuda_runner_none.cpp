@@ -17,7 +17,7 @@ Result<std::string> describe_device(int) {
 
 Result<double> copy_bandwidth_gbps(int) { return Error{"this kvasir was built without CUDA", ErrorCode::unavailable}; }
 
-Result<std::unique_ptr<runtime::ModelRunner>> create_runner(const Model&, const CudaRunnerOptions&) {
+Result<std::unique_ptr<runtime::ModelRunner>> create_runner(const Model&, const runtime::RunnerOptions&) {
   return Error{"this kvasir was built without CUDA (configure with -DKVASIR_CUDA=ON where nvcc is installed)",
                ErrorCode::unavailable};
 }

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "core/status.h"
+#include "core/thread_pool.h"
 #include "grammar/matcher.h"
-#include "model/kv_transform.h"
 #include "model/model.h"
 #include "runtime/model_runner.h"
 #include "sample/sampler.h"
@@ -123,20 +123,17 @@ struct Delta {
   Timings timings = {};
 };
 
+// The engine's own settings: its step budget, scheduling and speculation. Where the model runs and
+// how its KV is stored are the runner's (runtime::RunnerOptions); backends/engine_factory.h builds
+// both from one set of flags.
 struct EngineOptions {
   int32_t max_batch_tokens = 512;
   int32_t max_seqs = 64;
-  int64_t kv_blocks = 0;       // exact number of KV blocks; 0: from kv_mem_bytes
-  uint64_t kv_mem_bytes = 0;   // KV budget; 0 with kv_blocks 0: enough for max_seqs * 2048 tokens, capped at 1 GiB
-  DType kv_type = DType::F16;
-  std::vector<DType> kv_layer_types = {};  // per layer (the KV guard's choice); empty: kv_type everywhere
-  bool kv_rotate_k = true;                 // Q4_0 layers store K and V Hadamard-rotated
-  std::shared_ptr<const KvTransform> kv_transform = nullptr;  // quantized KV's basis (KV calibration)
-  double kv_guard_kld = -1;                // what the KV guard measured for these types (-1: no guard); for /metrics
-  int32_t block_size = 16;
   int32_t max_model_len = 0;   // prompt + generated; 0: min(n_ctx_train, what the pool holds)
-  int num_threads = 0;
-  int device = -1;             // CUDA device ordinal (the CUDA runner); -1: the CPU runner
+  int num_threads = 0;         // the sampling pool's threads when `pool` is null; 0: physical cores
+  // The threads rows are sampled and scored on: share the CPU runner's (they never run at once);
+  // null: a pool of the engine's own.
+  std::shared_ptr<ThreadPool> pool = nullptr;
   bool prefix_cache = true;
   double tpot_target_ms = 0;   // decode latency target per output token (sched::SchedulerConfig); 0: off
   SpecOptions spec;
@@ -156,17 +153,13 @@ struct EngineStats {
   int64_t draft_kv_blocks_total = 0, draft_kv_blocks_used = 0;  // a draft model's own KV pool
   int32_t max_model_len = 0;
   int64_t kv_layers = 0, kv_quantized_layers = 0;  // layers, and those whose KV is Q8_0 / Q4_0
-  double kv_guard_kld = -1;                       // the KV guard's measured mean KLD (-1: no guard)
 };
 
 class EngineCore {
  public:
-  // On the CPU runner over `model` (sized by the options' KV fields and threads), or the CUDA
-  // runner when options.device >= 0.
-  static Result<std::unique_ptr<EngineCore>> create(const Model& model, const Tokenizer& tokenizer,
-                                                    const EngineOptions& options);
-  // On any runner (a fake one in tests, another backend); its block size must be the options'.
-  // A model-drafting method (draft, early_exit, layer_skip) takes its draft runner here.
+  // Over a runner (the CPU or CUDA one from backends/, a fake one in tests); the KV block size is
+  // the runner's. A model-drafting method (draft, early_exit, layer_skip) takes its draft runner
+  // here, with the token of each of its logits when its head covers part of the vocabulary.
   static Result<std::unique_ptr<EngineCore>> create(std::unique_ptr<runtime::ModelRunner> runner,
                                                     const Tokenizer& tokenizer, const EngineOptions& options,
                                                     std::unique_ptr<runtime::ModelRunner> draft_runner = nullptr,
@@ -189,8 +182,6 @@ class EngineCore {
   const Tokenizer& tokenizer() const;
 
  private:
-  static Result<std::unique_ptr<EngineCore>> create_on_cuda(const Model& model, const Tokenizer& tokenizer,
-                                                            const EngineOptions& options);
   struct Impl;
   explicit EngineCore(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

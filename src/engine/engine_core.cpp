@@ -8,8 +8,6 @@
 #include <unordered_map>
 
 #include "engine/engine_core_impl.h"
-#include "cuda/cuda_runner.h"
-#include "runtime/cpu_runner.h"
 #include "sched/scheduler.h"
 #include "spec/controller.h"
 #include "spec/model_drafter.h"
@@ -56,95 +54,6 @@ TokenLogprob logprobs_of(std::span<const float> logits, int32_t id, int32_t n_to
 
 }  // namespace
 
-Result<std::unique_ptr<EngineCore>> EngineCore::create(const Model& model, const Tokenizer& tokenizer,
-                                                       const EngineOptions& o) {
-  if (o.max_batch_tokens < 1 || o.max_seqs < 1 || o.max_seqs > o.max_batch_tokens)
-    return Error{"need 1 <= max_seqs <= max_batch_tokens", ErrorCode::invalid_argument};
-  if (o.device >= 0) return create_on_cuda(model, tokenizer, o);
-  auto runner = runtime::CpuRunner::create(model, {.max_batch_tokens = o.max_batch_tokens,
-                                                   .num_threads = o.num_threads,
-                                                   .kv_blocks = o.kv_blocks,
-                                                   .kv_mem_bytes = o.kv_mem_bytes,
-                                                   .default_kv_tokens = int64_t(o.max_seqs) * 2048,
-                                                   .kv_type = o.kv_type,
-                                                   .kv_layer_types = o.kv_layer_types,
-                                                   .kv_rotate_k = o.kv_rotate_k,
-                                                   .kv_transform = o.kv_transform,
-                                                   .block_size = o.block_size});
-  if (!runner) return Error{runner.error(), runner.error_code()};
-  const runtime::RunnerInfo& info = (*runner)->info();
-  const SpecOptions& spec = o.spec;
-  // The draft model's KV holds as many tokens as the target's.
-  auto draft_blocks = [&](uint64_t per_token) {
-    const uint64_t cap = spec.draft_kv_mem_bytes > 0 ? spec.draft_kv_mem_bytes : 512ull << 20;
-    const uint64_t tokens = std::min<uint64_t>(uint64_t(info.num_kv_blocks * info.block_size), cap / std::max<uint64_t>(per_token, 1));
-    return std::max<int64_t>(2, int64_t(tokens / uint64_t(info.block_size)));
-  };
-  std::unique_ptr<runtime::ModelRunner> draft;
-  if (spec.method == SpecMethod::draft) {
-    if (!spec.draft_model) return Error{"speculation with a draft model needs the draft model", ErrorCode::invalid_argument};
-    const ModelConfig& dc = spec.draft_model->config();
-    auto d = runtime::CpuRunner::create(*spec.draft_model, {.max_batch_tokens = o.max_batch_tokens,
-                                                            .num_threads = o.num_threads,
-                                                            .kv_blocks = draft_blocks(KvCache::bytes_per_token(dc, DType::F16)),
-                                                            .block_size = o.block_size});
-    if (!d) return Error{"draft model: " + d.error(), d.error_code()};
-    draft = std::move(*d);
-  } else if (spec.method == SpecMethod::early_exit || spec.method == SpecMethod::layer_skip) {
-    const ModelConfig& c = model.config();
-    std::vector<int32_t> layers;
-    for (int32_t il = 0; il < int32_t(c.n_layers); ++il) {
-      const bool skip = spec.method == SpecMethod::early_exit
-                            ? il >= spec.exit_layer
-                            : std::find(spec.skip_layers.begin(), spec.skip_layers.end(), il) != spec.skip_layers.end();
-      if (!skip) layers.push_back(il);
-    }
-    if (spec.method == SpecMethod::early_exit && (spec.exit_layer < 1 || spec.exit_layer >= c.n_layers))
-      return Error{"the exit layer must be in [1, " + std::to_string(c.n_layers - 1) + "]", ErrorCode::invalid_argument};
-    for (int32_t il : spec.skip_layers)
-      if (il < 0 || il >= c.n_layers)
-        return Error{"skipped layer " + std::to_string(il) + " is outside the model's " + std::to_string(c.n_layers) + " layers",
-                     ErrorCode::invalid_argument};
-    if (spec.method == SpecMethod::layer_skip && (spec.skip_layers.empty() || layers.empty()))
-      return Error{"layer skipping needs a non-empty set of layers to skip that leaves at least one", ErrorCode::invalid_argument};
-    auto d = (*runner)->self_draft({.layers = layers, .head_tokens = spec.head_tokens});
-    if (!d) return Error{d.error(), d.error_code()};
-    draft = std::move(*d);
-  }
-  return create(std::move(*runner), tokenizer, o, std::move(draft), spec.head_tokens);
-}
-
-// The CUDA runner in place of the CPU one: F16 KV in device memory; a draft model (speculation)
-// runs on the same device. Self-speculation drafts share the CPU runner's Forward and are CPU-only.
-Result<std::unique_ptr<EngineCore>> EngineCore::create_on_cuda(const Model& model, const Tokenizer& tokenizer,
-                                                               const EngineOptions& o) {
-  if (o.kv_type != DType::F16 || !o.kv_layer_types.empty())
-    return Error{"the CUDA runner keeps K and V in F16 (--kv-type f16)", ErrorCode::invalid_argument};
-  const SpecOptions& spec = o.spec;
-  if (spec.method == SpecMethod::early_exit || spec.method == SpecMethod::layer_skip)
-    return Error{"self-speculation (early exit, layer skipping) runs on the CPU runner only", ErrorCode::invalid_argument};
-  auto runner = cuda::create_runner(model, {.device = o.device,
-                                            .max_batch_tokens = o.max_batch_tokens,
-                                            .num_threads = o.num_threads,
-                                            .kv_blocks = o.kv_blocks,
-                                            .kv_mem_bytes = o.kv_mem_bytes,
-                                            .default_kv_tokens = int64_t(o.max_seqs) * 2048,
-                                            .block_size = o.block_size});
-  if (!runner) return Error{runner.error(), runner.error_code()};
-  std::unique_ptr<runtime::ModelRunner> draft;
-  if (spec.method == SpecMethod::draft) {
-    if (!spec.draft_model) return Error{"speculation with a draft model needs the draft model", ErrorCode::invalid_argument};
-    auto d = cuda::create_runner(*spec.draft_model, {.device = o.device,
-                                                     .max_batch_tokens = o.max_batch_tokens,
-                                                     .num_threads = o.num_threads,
-                                                     .kv_blocks = (*runner)->info().num_kv_blocks,
-                                                     .block_size = o.block_size});
-    if (!d) return Error{"draft model: " + d.error(), d.error_code()};
-    draft = std::move(*d);
-  }
-  return create(std::move(*runner), tokenizer, o, std::move(draft), spec.head_tokens);
-}
-
 Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<runtime::ModelRunner> runner,
                                                        const Tokenizer& tokenizer, const EngineOptions& o,
                                                        std::unique_ptr<runtime::ModelRunner> draft_runner,
@@ -154,15 +63,16 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<runtime::
   if (o.max_batch_tokens < 1 || o.max_seqs < 1 || o.max_seqs > o.max_batch_tokens)
     return Error{"need 1 <= max_seqs <= max_batch_tokens"};
   if (o.max_batch_tokens > info.max_batch_tokens) return Error{"max_batch_tokens exceeds what the runner takes"};
-  if (o.block_size != info.block_size) return Error{"the runner's KV block size differs from the engine's"};
+  const int32_t block_size = int32_t(info.block_size);
+  if (block_size < 1) return Error{"the runner's KV block size must be >= 1"};
   if (tokenizer.n_vocab() > info.n_vocab) return Error{"the tokenizer has more tokens than the model's vocabulary"};
-  const int64_t blocks = info.num_kv_blocks;
+  const int64_t blocks = info.n_kv_blocks;
   if (blocks < 2 || blocks > (int64_t(1) << 30)) return Error{"the runner's KV storage must hold 2 to 2^30 blocks"};
   int32_t len = o.max_model_len > 0 ? o.max_model_len : int32_t(std::min<int64_t>(info.n_ctx_train, 1 << 30));
-  len = int32_t(std::min<int64_t>(len, blocks * o.block_size));
+  len = int32_t(std::min<int64_t>(len, blocks * block_size));
   auto sched = sched::Scheduler::create({.max_batch_tokens = o.max_batch_tokens,
                                          .max_seqs = o.max_seqs,
-                                         .block_size = o.block_size,
+                                         .block_size = block_size,
                                          .num_blocks = int32_t(blocks),
                                          .max_model_len = len,
                                          .enable_prefix_cache = o.prefix_cache,
@@ -177,7 +87,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<runtime::
                  ErrorCode::invalid_argument};
   std::unique_ptr<spec::ModelDrafter> drafter;
   if (draft_runner) {
-    if (draft_runner->info().block_size != o.block_size) return Error{"the draft runner's KV block size differs from the engine's"};
+    if (draft_runner->info().block_size != block_size) return Error{"the draft runner's KV block size differs from the target's"};
     const spec::KvMode kv_mode = o.spec.method == SpecMethod::draft ? spec::KvMode::own : spec::KvMode::target;
     auto d = spec::ModelDrafter::create(std::move(draft_runner), kv_mode, std::move(draft_token_of_logit), tokenizer.n_vocab(),
                                         o.clock ? o.clock : sched::Clock(sched::steady_now_ns));
@@ -186,6 +96,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<runtime::
   }
   auto impl = std::make_unique<Impl>(std::move(runner), tokenizer, o, std::move(*sched), len);
   impl->drafter = std::move(drafter);
+  impl->pool = o.pool ? o.pool : std::make_shared<ThreadPool>(o.num_threads > 0 ? o.num_threads : ThreadPool::default_threads());
   impl->clock = o.clock ? o.clock : sched::Clock(sched::steady_now_ns);
   return std::unique_ptr<EngineCore>(new EngineCore(std::move(impl)));
 }
@@ -505,7 +416,7 @@ Status EngineCore::step(std::vector<Delta>& out) {
     // Sampling is per request (its own RNG) and scoring writes its own slot, so the rows are
     // picked and scored in parallel, then committed in batch order.
     const int64_t n_sample = int64_t(m.to_sample.size());
-    m.runner->parallel_for(n_sample + int64_t(m.to_score.size()), [&](int64_t b, int64_t e) {
+    m.pool->parallel_for(n_sample + int64_t(m.to_score.size()), 1, [&](int64_t b, int64_t e, int) {
       for (int64_t i = b; i < e; ++i) {
         if (i < n_sample) m.pick_token(*m.to_sample[size_t(i)].first, m.to_sample[size_t(i)].second);
         else m.score_prompt_row(m.to_score[size_t(i - n_sample)]);
@@ -556,7 +467,7 @@ EngineStats EngineCore::stats() const {
   s.num_running = m.scheduler.num_running();
   s.num_waiting = m.scheduler.num_waiting();
   const auto& kv = m.scheduler.kv();
-  s.kv_blocks_total = m.runner->info().num_kv_blocks;
+  s.kv_blocks_total = m.runner->info().n_kv_blocks;
   s.kv_blocks_used = kv.num_blocks() - kv.num_free_blocks();  // cached-but-unreferenced blocks count as free
   const auto& pc = kv.cache().counters();
   s.prefix_queries = pc.num_queries;
@@ -568,11 +479,7 @@ EngineStats EngineCore::stats() const {
   s.num_prefill_held = m.scheduler.counters().num_prefill_held;
   s.num_steps = m.scheduler.counters().num_steps;
   s.kv_layers = m.runner->info().n_layers;
-  for (int64_t il = 0; il < s.kv_layers; ++il) {
-    const DType t = m.options.kv_layer_types.empty() ? m.options.kv_type : m.options.kv_layer_types[size_t(il)];
-    s.kv_quantized_layers += dtype_info(t).block_size > 1;
-  }
-  s.kv_guard_kld = m.options.kv_guard_kld;
+  s.kv_quantized_layers = m.runner->info().n_quantized_kv_layers;
   s.spec_drafts = m.scheduler.counters().num_drafts;
   s.spec_draft_tokens = m.scheduler.counters().num_draft_tokens;
   s.spec_accepted_tokens = m.scheduler.counters().num_accepted_tokens;

@@ -95,6 +95,7 @@ struct Live {
 struct EngineCore::Impl {
   using Live = detail::Live;
   std::unique_ptr<runtime::ModelRunner> runner;
+  std::shared_ptr<ThreadPool> pool;  // where rows are sampled and scored
   const Tokenizer& tokenizer;
   EngineOptions options;
   int64_t n_vocab = 0;

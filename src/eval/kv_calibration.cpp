@@ -4,7 +4,8 @@
 #include <cmath>
 #include <vector>
 
-#include "model/session.h"
+#include "runtime/cpu_runner.h"
+#include "runtime/session.h"
 
 namespace kvasir::eval {
 namespace {
@@ -62,10 +63,13 @@ Result<std::shared_ptr<const KvTransform>> calibrate_kv(const Model& model, std:
     for (auto* x : {&s.k, &s.k2, &s.q2, &s.v, &s.v2}) x->assign(size_t(kv_dim), 0.0);
   // One sequence through an F32 cache of its own, in chunks of 128 rows (a Forward holds logits
   // for all its rows: Gemma 3, 1 MiB per row).
-  auto session = Session::create(model, {.n_ctx = n, .max_batch_tokens = std::min<int64_t>(n, 128),
-                                         .num_threads = o.num_threads, .kv_type = DType::F32});
+  const runtime::SessionOptions so{.n_ctx = n, .max_batch_tokens = std::min<int64_t>(n, 128), .n_threads = o.num_threads,
+                                   .kv = {.type = DType::F32}};
+  auto runner = runtime::CpuRunner::create(model, so.runner_options());  // the CPU's Forward takes the hook
+  if (!runner) return Error{"KV calibration: " + runner.error(), runner.error_code()};
+  Forward& fwd = (*runner)->forward_pass();
+  auto session = runtime::Session::create(std::move(*runner), n);
   if (!session) return Error{"KV calibration: " + session.error(), session.error_code()};
-  Forward& fwd = (*session)->forward();
   std::vector<float> cs(static_cast<size_t>(2 * half)), k_pre(static_cast<size_t>(kv_dim));
   fwd.set_attention_hook([&](int64_t il, const float* q, const float* k, const float* v, const int32_t* pos,
                              int64_t rows) {

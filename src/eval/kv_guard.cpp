@@ -54,7 +54,7 @@ Result<KvGuardResult> kv_guard(const Model& model, std::span<const int32_t> toke
   for (int64_t t = 0; t < n; ++t) batch.add(t == 0 && o.bos >= 0 ? o.bos : tokens[size_t(t)], int32_t(t), 0, t >= first && t + 1 < n);
   const int64_t V = c.n_vocab, rows = n - 1 - first;
   auto run = [&](const std::vector<DType>& types) -> Result<const float*> {
-    auto kv = KvCache::create(c, {.num_blocks = int64_t(table.size()), .block_size = kBlock, .type = o.type,
+    auto kv = KvCache::create(c, {.n_blocks = int64_t(table.size()), .block_size = kBlock, .type = o.type,
                                   .layer_types = types, .rotate_k = o.rotate_k, .transform = o.transform});
     if (!kv) return Error{"KV guard: " + kv.error(), kv.error_code()};
     return fwd.forward(batch, *kv);

@@ -3,7 +3,7 @@
 // against an F16 KV cache; over the
 // budget, layers fall back to F16, the most sensitive first (each layer's own cost measured with
 // it alone quantized), as few as keep the whole under the budget (found by bisection over how
-// many). The choice is the per-layer type list KvCacheOptions::layer_types takes.
+// many). The choice is the per-layer type list KvOptions::layer_types takes.
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "model/session.h"
+#include "backends/runner_factory.h"
 
 namespace kvasir::eval {
 namespace {
@@ -94,20 +94,17 @@ Result<EvalResult> evaluate(const Model& model, const Model* base, std::span<con
     return Error{"the base model's vocabulary differs", ErrorCode::invalid_argument};
   for (int32_t t : tokens)
     if (t < 0 || t >= n_vocab) return Error{"token id outside the vocabulary", ErrorCode::invalid_argument};
-  const SessionOptions so{.n_ctx = o.n_ctx, .max_batch_tokens = o.n_ctx, .num_threads = o.num_threads,
-                          .kv_type = DType::F16};
-  SessionOptions model_so = so;
-  model_so.kv_type = o.kv_type;
-  model_so.kv_layer_types = o.kv_layer_types;
-  model_so.kv_rotate_k = o.kv_rotate_k;
-  model_so.kv_transform = o.kv_transform;
-  auto session = Session::create(model, model_so);
-  if (!session) return Error{session.error()};
-  std::unique_ptr<Session> base_session;
+  const runtime::SessionOptions so{.n_ctx = o.n_ctx, .max_batch_tokens = o.n_ctx, .n_threads = o.num_threads,
+                                   .device = o.device};
+  runtime::SessionOptions model_so = so;
+  model_so.kv = {.type = o.kv_type, .layer_types = o.kv_layer_types, .rotate_k = o.kv_rotate_k, .transform = o.kv_transform};
+  auto session = backends::create_session(model, model_so);
+  if (!session) return Error{session.error(), session.error_code()};
+  std::unique_ptr<runtime::Session> base_session;
   if (base) {
-    SessionOptions base_so = so;
-    base_so.kv_type = o.base_kv_type;
-    auto bs = Session::create(*base, base_so);
+    runtime::SessionOptions base_so = so;
+    base_so.kv.type = o.base_kv_type;
+    auto bs = backends::create_session(*base, base_so);
     if (!bs) return Error{bs.error()};
     base_session = std::move(*bs);
     r.kl.emplace();

@@ -65,6 +65,7 @@ struct EvalOptions {
   int64_t n_ctx = 512;
   int num_threads = 0;
   int32_t bos = -1;  // replaces each chunk's first token when >= 0
+  int device = -1;   // CUDA device ordinal for both models; -1: the CPU
   // The model's KV cache and the base's: with one file as both, what a KV type costs.
   DType kv_type = DType::F16, base_kv_type = DType::F16;
   std::vector<DType> kv_layer_types = {};

@@ -60,7 +60,8 @@ Forward::Forward(const Model& model, const ForwardOptions& o)
     : model_(model),
       c_(model.config()),
       max_tokens_(std::max<int64_t>(1, o.max_batch_tokens)),
-      pool_(o.num_threads > 0 ? o.num_threads : ThreadPool::default_threads()) {
+      pool_owner_(o.pool ? o.pool : std::make_shared<ThreadPool>(o.num_threads > 0 ? o.num_threads : ThreadPool::default_threads())),
+      pool_(*pool_owner_) {
   const size_t T = size_t(max_tokens_);
   x_.resize(T * c_.n_embd);
   xn_.resize(T * c_.n_embd);

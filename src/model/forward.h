@@ -31,7 +31,8 @@ int linear_chunks_per_thread(int64_t weight_bytes, int threads, int64_t min_chun
 
 struct ForwardOptions {
   int64_t max_batch_tokens = 512;
-  int num_threads = 0;  // 0 = physical cores
+  int num_threads = 0;  // 0 = physical cores (when `pool` is null)
+  std::shared_ptr<ThreadPool> pool = nullptr;  // threads shared with others (the engine's sampling); null: its own
 };
 
 // A forward hook (calibration: importance matrices, GPTQ/AWQ statistics): called with the F32
@@ -148,7 +149,8 @@ class Forward {
   const Model& model_;
   const ModelConfig& c_;
   int64_t max_tokens_;
-  ThreadPool pool_;
+  std::shared_ptr<ThreadPool> pool_owner_;
+  ThreadPool& pool_;
 
   // Activations, one row per batch token.
   AlignedVector<float> x_;        // [T][n_embd] residual stream

@@ -8,15 +8,15 @@ size_t KvCache::bytes_per_token(const ModelConfig& c, DType type) {
   return row_bytes(type, 2 * c.n_layers * c.kv_dim());
 }
 
-size_t KvCache::bytes_per_token(const ModelConfig& c, const KvCacheOptions& o) {
+size_t KvCache::bytes_per_token(const ModelConfig& c, const KvOptions& o) {
   size_t bytes = 0;
   for (int64_t il = 0; il < c.n_layers; ++il)
     bytes += row_bytes(o.layer_type(il), 2 * c.kv_dim());
   return bytes;
 }
 
-Result<KvCache> KvCache::create(const ModelConfig& c, const KvCacheOptions& o) {
-  if (o.block_size <= 0 || o.num_blocks <= 0) return Error{"KV cache needs a positive block size and block count"};
+Result<KvCache> KvCache::create(const ModelConfig& c, const KvOptions& o) {
+  if (o.block_size <= 0 || o.n_blocks <= 0) return Error{"KV cache needs a positive block size and block count"};
   if (!o.layer_types.empty() && int64_t(o.layer_types.size()) != c.n_layers)
     return Error{"KV cache: " + std::to_string(o.layer_types.size()) + " layer types for " + std::to_string(c.n_layers) +
                  " layers", ErrorCode::invalid_argument};
@@ -57,7 +57,7 @@ Result<KvCache> KvCache::create(const ModelConfig& c, const KvCacheOptions& o) {
   size_t total = 0;
   for (int64_t il = 0; il < c.n_layers; ++il) {
     kv.pool_offset_.push_back(total);
-    const size_t bytes = row_bytes(o.layer_type(il), 2 * o.num_blocks * o.block_size * c.kv_dim());
+    const size_t bytes = row_bytes(o.layer_type(il), 2 * o.n_blocks * o.block_size * c.kv_dim());
     total += (bytes + 63) & ~size_t(63);
   }
   kv.memory_ = HugeBuffer(total);

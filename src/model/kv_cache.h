@@ -15,9 +15,12 @@
 
 namespace kvasir {
 
-struct KvCacheOptions {
-  int64_t num_blocks = 0;
-  int64_t block_size = 16;
+// How K and V are stored, and how much of them: the one set of KV settings, from the command
+// line through the runner to the KvCache.
+struct KvOptions {
+  int64_t n_blocks = 0;     // exact number of blocks (KvCache::create needs it); 0: from mem_bytes
+  uint64_t mem_bytes = 0;   // budget when n_blocks is 0; 0 as well: the runner's default size
+  int64_t block_size = 16;  // token positions per block
   // F16, F32, Q8_0 or Q4_0 (the quantized types need a head_dim of whole 32-element blocks).
   DType type = DType::F16;
   std::vector<DType> layer_types = {};  // one per layer (empty: `type` in every layer)
@@ -29,13 +32,13 @@ struct KvCacheOptions {
 
 class KvCache {
  public:
-  static Result<KvCache> create(const ModelConfig& config, const KvCacheOptions& options);
+  static Result<KvCache> create(const ModelConfig& config, const KvOptions& options);
 
   kernels::KvLayerView layer(int64_t il) const;  // a stored layer's
-  int64_t num_blocks() const { return options_.num_blocks; }
+  int64_t num_blocks() const { return options_.n_blocks; }
   int64_t block_size() const { return options_.block_size; }
   DType type() const { return options_.type; }
-  const KvCacheOptions& options() const { return options_; }
+  const KvOptions& options() const { return options_; }
   // One block of layer il: its K and V for every KV head, one contiguous run of block_bytes(il)
   // bytes (what KV block I/O copies).
   size_t block_bytes(int64_t il) const;
@@ -44,10 +47,10 @@ class KvCache {
   }
   // Bytes of K+V for one token across all layers.
   static size_t bytes_per_token(const ModelConfig& config, DType type);
-  static size_t bytes_per_token(const ModelConfig& config, const KvCacheOptions& options);
+  static size_t bytes_per_token(const ModelConfig& config, const KvOptions& options);
 
  private:
-  KvCacheOptions options_;
+  KvOptions options_;
   HugeBuffer memory_;  // every layer's pool (K and V interleaved per block and head), one mapping
   std::vector<size_t> pool_offset_;  // per layer
   int64_t n_kv_heads_ = 0, head_dim_ = 0;

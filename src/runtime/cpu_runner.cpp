@@ -22,9 +22,6 @@ class SelfDraftRunner : public ModelRunner {
   Result<const float*> forward(const Batch& batch) override {
     return forward_.forward(batch, kv_, {.layers = layers_, .head = head_bytes_.empty() ? nullptr : &head_});
   }
-  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) override {
-    forward_.pool().parallel_for(n, 1, [&](int64_t b, int64_t e, int) { fn(b, e); });
-  }
 
  private:
   Forward& forward_;
@@ -52,34 +49,38 @@ Result<int64_t> kv_blocks_for(uint64_t per_token, int64_t block_size, int64_t ex
   return blocks;
 }
 
-Result<std::unique_ptr<CpuRunner>> CpuRunner::create(const Model& model, const CpuRunnerOptions& o) {
+Result<std::unique_ptr<CpuRunner>> CpuRunner::create(const Model& model, const RunnerOptions& o) {
   const ModelConfig& c = model.config();
-  if (o.block_size < 1) return Error{"the KV block size must be >= 1", ErrorCode::invalid_argument};
-  const KvCacheOptions kv_format{
-      .type = o.kv_type, .layer_types = o.kv_layer_types, .rotate_k = o.kv_rotate_k, .transform = o.kv_transform};
-  const uint64_t per_token = KvCache::bytes_per_token(c, kv_format);
-  auto blocks = kv_blocks_for(per_token, o.block_size, o.kv_blocks, o.kv_mem_bytes, o.default_kv_tokens, 1ull << 30);
+  if (o.device >= 0) return Error{"the CPU runner cannot run on a CUDA device", ErrorCode::invalid_argument};
+  if (o.kv.block_size < 1) return Error{"the KV block size must be >= 1", ErrorCode::invalid_argument};
+  if (o.max_batch_tokens < 1) return Error{"max_batch_tokens must be >= 1", ErrorCode::invalid_argument};
+  if (!o.kv.layer_types.empty() && int64_t(o.kv.layer_types.size()) != c.n_layers)
+    return Error{"the KV layer types name " + std::to_string(o.kv.layer_types.size()) + " layers; the model has " +
+                     std::to_string(c.n_layers),
+                 ErrorCode::invalid_argument};
+  KvOptions kvo = o.kv;
+  auto blocks = kv_blocks_for(KvCache::bytes_per_token(c, kvo), kvo.block_size, kvo.n_blocks, kvo.mem_bytes,
+                              o.default_kv_tokens, 1ull << 30);
   if (!blocks) return Error{blocks.error(), blocks.error_code()};
-  KvCacheOptions kvo = kv_format;
-  kvo.num_blocks = *blocks;
-  kvo.block_size = o.block_size;
+  kvo.n_blocks = *blocks;
   auto kv = KvCache::create(c, kvo);
   if (!kv) return Error{kv.error()};
   RunnerInfo info{.n_vocab = c.n_vocab,
                   .n_embd = c.n_embd,
                   .n_ctx_train = c.n_ctx_train,
                   .max_batch_tokens = o.max_batch_tokens,
-                  .num_kv_blocks = *blocks,
-                  .block_size = o.block_size,
+                  .n_kv_blocks = *blocks,
+                  .block_size = kvo.block_size,
                   .n_layers = c.n_layers,
                   .identity = model.path() + "#" + c.arch_name};
+  for (int64_t il = 0; il < c.n_layers; ++il) info.n_quantized_kv_layers += dtype_info(kvo.layer_type(il)).block_size > 1;
   return std::unique_ptr<CpuRunner>(new CpuRunner(model, o, std::move(*kv), std::move(info)));
 }
 
-CpuRunner::CpuRunner(const Model& model, const CpuRunnerOptions& o, KvCache kv, RunnerInfo info)
+CpuRunner::CpuRunner(const Model& model, const RunnerOptions& o, KvCache kv, RunnerInfo info)
     : model_(model),
       kv_(std::move(kv)),
-      forward_(model, {.max_batch_tokens = o.max_batch_tokens, .num_threads = o.num_threads}),
+      forward_(model, {.max_batch_tokens = o.max_batch_tokens, .num_threads = o.n_threads, .pool = o.pool}),
       info_(std::move(info)) {}
 
 Result<std::unique_ptr<ModelRunner>> CpuRunner::self_draft(const SelfDraftOptions& o) {
@@ -118,7 +119,7 @@ size_t CpuRunner::kv_block_bytes(int64_t layer) const {
 // Everything that decides what a block's bytes mean: the model, the geometry, each layer's type,
 // the rotation and the calibrated basis (its floats hashed).
 std::string CpuRunner::kv_format() const {
-  const KvCacheOptions& o = kv_.options();
+  const KvOptions& o = kv_.options();
   std::string f = info_.identity + "|cpu|bs" + std::to_string(o.block_size) + "|rot" + std::to_string(int(o.rotate_k)) + "|";
   for (int64_t il = 0; il < info_.n_layers; ++il) f += std::string(dtype_name(o.layer_type(il))) + ",";
   uint64_t h = 1469598103934665603ull;
@@ -147,21 +148,17 @@ Status check_blocks(int64_t layer, int64_t n_layers, std::span<const int32_t> bl
 }  // namespace
 
 Status CpuRunner::export_kv(int64_t layer, std::span<const int32_t> blocks, uint8_t* dst) const {
-  if (auto s = check_blocks(layer, info_.n_layers, blocks, info_.num_kv_blocks); !s) return s;
+  if (auto s = check_blocks(layer, info_.n_layers, blocks, info_.n_kv_blocks); !s) return s;
   const size_t n = kv_.block_bytes(layer);
   for (size_t i = 0; i < blocks.size(); ++i) std::memcpy(dst + i * n, kv_.block_data(layer, blocks[i]), n);
   return {};
 }
 
 Status CpuRunner::import_kv(int64_t layer, std::span<const int32_t> blocks, const uint8_t* src) {
-  if (auto s = check_blocks(layer, info_.n_layers, blocks, info_.num_kv_blocks); !s) return s;
+  if (auto s = check_blocks(layer, info_.n_layers, blocks, info_.n_kv_blocks); !s) return s;
   const size_t n = kv_.block_bytes(layer);
   for (size_t i = 0; i < blocks.size(); ++i) std::memcpy(kv_.block_data(layer, blocks[i]), src + i * n, n);
   return {};
-}
-
-void CpuRunner::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
-  forward_.pool().parallel_for(n, 1, [&](int64_t b, int64_t e, int) { fn(b, e); });
 }
 
 }  // namespace kvasir::runtime

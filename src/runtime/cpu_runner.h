@@ -11,19 +11,6 @@
 
 namespace kvasir::runtime {
 
-struct CpuRunnerOptions {
-  int64_t max_batch_tokens = 512;
-  int num_threads = 0;         // 0: physical cores
-  int64_t kv_blocks = 0;       // exact number of KV blocks; 0: from kv_mem_bytes
-  uint64_t kv_mem_bytes = 0;   // KV budget; 0 with kv_blocks 0: default_kv_tokens tokens, capped at 1 GiB
-  int64_t default_kv_tokens = 64 * 2048;
-  DType kv_type = DType::F16;
-  std::vector<DType> kv_layer_types = {};  // per layer; empty: kv_type everywhere
-  bool kv_rotate_k = true;
-  std::shared_ptr<const KvTransform> kv_transform = nullptr;  // quantized KV's basis (KV calibration)
-  int64_t block_size = 16;
-};
-
 // A self-speculative draft: the target's own weights through a subset of its layers (early exit:
 // the first L; layer skipping: all but a chosen set), then its output norm and head.
 struct SelfDraftOptions {
@@ -33,12 +20,11 @@ struct SelfDraftOptions {
 
 class CpuRunner : public ModelRunner {
  public:
-  static Result<std::unique_ptr<CpuRunner>> create(const Model& model, const CpuRunnerOptions& options);
+  static Result<std::unique_ptr<CpuRunner>> create(const Model& model, const RunnerOptions& options);
 
   const RunnerInfo& info() const override { return info_; }
   Result<const float*> forward(const Batch& batch) override { return forward_.forward(batch, kv_); }
   const float* hidden() const override { return forward_.hidden(); }
-  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) override;
   size_t kv_block_bytes(int64_t layer) const override;
   std::string kv_format() const override;
   Status export_kv(int64_t layer, std::span<const int32_t> blocks, uint8_t* dst) const override;
@@ -50,9 +36,11 @@ class CpuRunner : public ModelRunner {
   // wide when a head is chosen (logit i is token head_tokens[i]). Valid while this runner lives;
   // the two run one after the other, never at once.
   Result<std::unique_ptr<ModelRunner>> self_draft(const SelfDraftOptions& options);
+  // The forward pass itself: what calibration hooks its activations into.
+  Forward& forward_pass() { return forward_; }
 
  private:
-  CpuRunner(const Model& model, const CpuRunnerOptions& options, KvCache kv, RunnerInfo info);
+  CpuRunner(const Model& model, const RunnerOptions& options, KvCache kv, RunnerInfo info);
 
   const Model& model_;
   KvCache kv_;

@@ -6,11 +6,14 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 
 #include "core/status.h"
+#include "core/thread_pool.h"
 #include "model/batch.h"
+#include "model/kv_cache.h"
 
 namespace kvasir::runtime {
 
@@ -19,11 +22,24 @@ struct RunnerInfo {
   int64_t n_embd = 0;            // hidden state width (embeddings); 0: the runner returns none
   int64_t n_ctx_train = 0;       // the longest context the model was trained for
   int64_t max_batch_tokens = 0;  // rows per forward at most
-  int64_t num_kv_blocks = 0;     // physical blocks of the KV storage (ids 0..num_kv_blocks-1)
+  int64_t n_kv_blocks = 0;       // physical blocks of the KV storage (ids 0..n_kv_blocks-1)
   int64_t block_size = 16;       // token positions per block
   int64_t n_layers = 0;          // transformer layers (0: not said)
+  int64_t n_quantized_kv_layers = 0;  // layers whose K/V are stored in an 8- or 4-bit type
   // Same identity and same tokens give the same KV: what the prefix cache keys blocks on.
   std::string identity;
+};
+
+// What a runner is built with: where it runs, its rows per forward, its threads and its KV.
+struct RunnerOptions {
+  int device = -1;                 // CUDA device ordinal; -1: the CPU
+  int64_t max_batch_tokens = 512;  // rows per forward at most
+  int n_threads = 0;               // the CPU runner's threads; 0: physical cores
+  // Neither kv.n_blocks nor kv.mem_bytes: default_kv_tokens' worth, capped (CPU 1 GiB, CUDA 4 GiB).
+  KvOptions kv = {};
+  int64_t default_kv_tokens = 64 * 2048;
+  // The CPU runner computes on this pool (the engine samples on it too); null: its own of n_threads.
+  std::shared_ptr<ThreadPool> pool = nullptr;
 };
 
 // How many KV blocks a runner allocates: `exact` when positive, else what `mem_bytes` holds, else
@@ -42,8 +58,6 @@ class ModelRunner {
   // The last forward's final hidden states (after the output norm) of the rows with want_hidden,
   // in row order: [n][info().n_embd], valid until the next call; null where n_embd is 0.
   virtual const float* hidden() const { return nullptr; }
-  // fn(begin, end) over [0, n), split over the runner's threads: the engine samples rows there.
-  virtual void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) = 0;
 
   // KV block I/O: the bytes of named blocks, layer by layer (what a prefill instance ships to a
   // decode instance, what a disk tier keeps). A block's bytes in one layer are opaque; they are

@@ -22,10 +22,11 @@ Result<std::unique_ptr<Backend>> load_backend(const BackendOptions& options) {
   auto pooling = engine::choose_pooling(b->model->config(), options.pooling);
   if (!pooling) return Error{pooling.error()};
   b->pooling = std::move(*pooling);
-  engine::EngineOptions engine_options = options.engine;
+  backends::ServingOptions serving = options.serving;
   if (options.prepare_engine)
-    if (auto s = options.prepare_engine(*b->model, *b->tokenizer, engine_options); !s) return Error{s.error(), s.error_code()};
-  auto core = engine::EngineCore::create(*b->model, *b->tokenizer, engine_options);
+    if (auto s = options.prepare_engine(*b->model, *b->tokenizer, serving); !s) return Error{s.error(), s.error_code()};
+  b->kv_guard_kld = serving.kv_guard_kld;
+  auto core = backends::create_engine_core(*b->model, *b->tokenizer, serving);
   if (!core) return Error{core.error()};
   b->max_model_len = (*core)->stats().max_model_len;  // the Engine's copy fills in after its first step
   b->engine = std::make_unique<engine::Engine>(std::move(*core));

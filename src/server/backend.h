@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "backends/engine_factory.h"
 #include "engine/engine.h"
 #include "server/state.h"
 
@@ -14,12 +15,12 @@ struct BackendOptions {
   std::string model_path = {};
   std::string chat_template_path = {};  // a file or a built-in's name; empty: the model's own (else its family's built-in)
   std::string pooling = {};  // embeddings: mean, cls or last; empty: the file's (mean when it declares none)
-  engine::EngineOptions engine = {};
+  backends::ServingOptions serving = {};
   // How the model is loaded (the CLI's --quantize quantizes in memory); empty: Model::load(model_path).
   std::function<Result<std::unique_ptr<Model>>()> load_model = {};
   // Called once the model and tokenizer are loaded, before the engine is built: what needs the
   // model to decide engine options (the KV guard's per-layer types).
-  std::function<Status(const Model&, const Tokenizer&, engine::EngineOptions&)> prepare_engine = {};
+  std::function<Status(const Model&, const Tokenizer&, backends::ServingOptions&)> prepare_engine = {};
 };
 
 Result<std::unique_ptr<Backend>> load_backend(const BackendOptions& options);

@@ -35,7 +35,7 @@ std::optional<ApiError> check_model(const std::string& model, const ServerState&
 
 namespace {
 
-EngineGauges gauges_of(const engine::EngineStats& s) {
+EngineGauges gauges_of(const engine::EngineStats& s, double kv_guard_kld) {
   return EngineGauges{.num_running = s.num_running,
                       .num_waiting = s.num_waiting,
                       .kv_blocks_total = s.kv_blocks_total,
@@ -53,7 +53,7 @@ EngineGauges gauges_of(const engine::EngineStats& s) {
                       .spec_accepted_tokens_at = s.spec_accepted_tokens_at,
                       .kv_layers = s.kv_layers,
                       .kv_quantized_layers = s.kv_quantized_layers,
-                      .kv_guard_kld = s.kv_guard_kld};
+                      .kv_guard_kld = kv_guard_kld};
 }
 
 void handle_health(ServerState& st, http::Response& res) {
@@ -66,7 +66,7 @@ void handle_metrics(ServerState& st, http::Response& res) {
   const HttpGauges http = st.http_gauges ? st.http_gauges() : HttpGauges{};
   std::string text;
   if (b && b->engine) {
-    const EngineGauges g = gauges_of(b->engine->stats());
+    const EngineGauges g = gauges_of(b->engine->stats(), b->kv_guard_kld);
     text = st.metrics.render(&g, &http);
   } else {
     text = st.metrics.render(nullptr, &http);

@@ -15,9 +15,9 @@ Result<std::unique_ptr<ModelDrafter>> ModelDrafter::create(std::unique_ptr<runti
   if (info.max_batch_tokens < 1) return Error{"the draft runner needs a batch size", ErrorCode::invalid_argument};
   std::optional<kv::KvManager> kv;
   if (kv_mode == KvMode::own) {
-    if (info.num_kv_blocks < 2 || info.num_kv_blocks > (int64_t(1) << 30))
+    if (info.n_kv_blocks < 2 || info.n_kv_blocks > (int64_t(1) << 30))
       return Error{"the draft runner needs at least 2 KV blocks", ErrorCode::invalid_argument};
-    auto m = kv::KvManager::create({.num_blocks = int32_t(info.num_kv_blocks),
+    auto m = kv::KvManager::create({.num_blocks = int32_t(info.n_kv_blocks),
                                     .block_size = int32_t(info.block_size),
                                     .enable_prefix_cache = false,
                                     .model_id = info.identity});

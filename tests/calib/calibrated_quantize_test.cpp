@@ -13,7 +13,7 @@
 #include "calib/calibrated_quantize.h"
 #include "eval/perplexity.h"
 #include "quant/quantize_file.h"
-#include "model/session.h"
+#include "backends/runner_factory.h"
 #include "tokenizer/tokenizer.h"
 
 using namespace kvasir;
@@ -128,7 +128,7 @@ struct Stories {
 };
 
 std::vector<float> all_logits(const Model& m, std::span<const int32_t> tokens) {
-  auto s = Session::create(m, {.n_ctx = 256, .max_batch_tokens = 64, .num_threads = 2, .kv_type = DType::F32});
+  auto s = backends::create_session(m, {.n_ctx = 256, .max_batch_tokens = 64, .n_threads = 2, .kv = {.type = DType::F32}});
   std::vector<float> out;
   const int64_t V = m.config().n_vocab;
   EXPECT_TRUE((*s)->eval(tokens, true, [&](int64_t, const float* l) { out.insert(out.end(), l, l + V); }).ok());

@@ -47,12 +47,12 @@ struct Tables {
 };
 
 std::unique_ptr<runtime::ModelRunner> cpu_runner(const Model& m) {
-  auto r = runtime::CpuRunner::create(m, {.max_batch_tokens = 64, .num_threads = 2, .kv_blocks = 256});
+  auto r = runtime::CpuRunner::create(m, {.max_batch_tokens = 64, .n_threads = 2, .kv = {.n_blocks = 256}});
   EXPECT_TRUE(r.ok()) << r.error();
   return std::move(*r);
 }
 std::unique_ptr<runtime::ModelRunner> cuda_runner(const Model& m) {
-  auto r = cuda::create_runner(m, {.max_batch_tokens = 64, .num_threads = 2, .kv_blocks = 256});
+  auto r = cuda::create_runner(m, {.device = 0, .max_batch_tokens = 64, .kv = {.n_blocks = 256}});
   EXPECT_TRUE(r.ok()) << r.error();
   return r.ok() ? std::move(*r) : nullptr;
 }

@@ -7,6 +7,7 @@
 #include <random>
 #include <thread>
 
+#include "backends/engine_factory.h"
 #include "engine/engine.h"
 #include "engine/stop_matcher.h"
 
@@ -30,9 +31,10 @@ Loaded load(const std::string& name) {
   return {std::move(*m), std::make_unique<Tokenizer>(std::move(*t))};
 }
 
-std::unique_ptr<EngineCore> core(const Loaded& l, EngineOptions o) {
+// An engine on the CPU runner with a KV pool of kv_blocks blocks (0: the default size).
+std::unique_ptr<EngineCore> core(const Loaded& l, EngineOptions o, int64_t kv_blocks = 0) {
   o.num_threads = 2;
-  auto c = EngineCore::create(*l.model, *l.tok, o);
+  auto c = backends::create_engine_core(*l.model, *l.tok, {.engine = o, .kv = {.n_blocks = kv_blocks}});
   EXPECT_TRUE(c.ok()) << c.error();
   return std::move(*c);
 }
@@ -97,12 +99,12 @@ TEST_P(EngineInvariance, SixteenConcurrentEqualAlone) {
   Loaded l = load(GetParam());
   for (bool sampled : {false, true}) {
     const auto reqs = random_requests(16, int32_t(l.model->config().n_vocab), sampled ? 11 : 12, sampled);
-    auto together = core(l, {.max_batch_tokens = 64, .max_seqs = 16, .kv_blocks = 256});
+    auto together = core(l, {.max_batch_tokens = 64, .max_seqs = 16}, 256);
     const auto all = run_all(*together, reqs);
     ASSERT_EQ(all.size(), 16u);
     int i = 0;
     for (const auto& [id, r] : all) {
-      auto alone_core = core(l, {.max_batch_tokens = 64, .max_seqs = 16, .kv_blocks = 256, .prefix_cache = false});
+      auto alone_core = core(l, {.max_batch_tokens = 64, .max_seqs = 16, .prefix_cache = false}, 256);
       const auto alone = run_all(*alone_core, {reqs[size_t(i)]});
       EXPECT_EQ(r.tokens, alone.begin()->second.tokens) << "request " << i << (sampled ? " sampled" : " greedy");
       EXPECT_EQ(r.finish, FinishReason::Length);
@@ -119,7 +121,7 @@ TEST_P(EngineInvariance, PrefixHitEqualsColdPrefill) {
   for (int k = 0; k < 70; ++k) p.prompt.push_back(int32_t(rng() % uint32_t(l.model->config().n_vocab)));
   p.stop = {.max_tokens = 12, .ignore_eos = true};
   p.sampling = {.temperature = 0.7f, .seed = 99};
-  auto c = core(l, {.max_batch_tokens = 32, .max_seqs = 4, .kv_blocks = 64});
+  auto c = core(l, {.max_batch_tokens = 32, .max_seqs = 4}, 64);
   const auto cold = run_all(*c, {p});
   const auto warm = run_all(*c, {p});  // same engine: the prompt's full blocks are cached now
   EXPECT_EQ(cold.begin()->second.usage.cached_tokens, 0);
@@ -131,10 +133,10 @@ TEST_P(EngineInvariance, PrefixHitEqualsColdPrefill) {
 TEST_P(EngineInvariance, PreemptedEqualsUninterrupted) {
   Loaded l = load(GetParam());
   const auto reqs = random_requests(6, int32_t(l.model->config().n_vocab), 21, true);
-  auto roomy = core(l, {.max_batch_tokens = 32, .max_seqs = 6, .kv_blocks = 128, .prefix_cache = false});
+  auto roomy = core(l, {.max_batch_tokens = 32, .max_seqs = 6, .prefix_cache = false}, 128);
   const auto ref = run_all(*roomy, reqs);
   // 8 blocks of 16 tokens for 6 sequences of up to 60 tokens: preemption is certain.
-  auto tight = core(l, {.max_batch_tokens = 32, .max_seqs = 6, .kv_blocks = 8, .prefix_cache = false});
+  auto tight = core(l, {.max_batch_tokens = 32, .max_seqs = 6, .prefix_cache = false}, 8);
   const auto got = run_all(*tight, reqs);
   EXPECT_GT(tight->stats().num_preemptions, 0);
   ASSERT_EQ(got.size(), ref.size());
@@ -164,12 +166,12 @@ std::vector<GenerationParams> copy_heavy_requests(int n, int32_t vocab, uint32_t
 TEST_P(EngineInvariance, SpeculationKeepsGreedyTokens) {
   Loaded l = load(GetParam());
   const auto reqs = copy_heavy_requests(8, int32_t(l.model->config().n_vocab), 31);
-  auto plain = core(l, {.max_batch_tokens = 64, .max_seqs = 8, .kv_blocks = 128});
+  auto plain = core(l, {.max_batch_tokens = 64, .max_seqs = 8}, 128);
   const auto ref = run_all(*plain, reqs);
   for (bool adaptive : {true, false}) {
-    EngineOptions o{.max_batch_tokens = 16, .max_seqs = 8, .kv_blocks = 10};
+    EngineOptions o{.max_batch_tokens = 16, .max_seqs = 8};
     o.spec = {.method = SpecMethod::ngram, .max_k = 4, .adaptive = adaptive};
-    auto spec = core(l, o);
+    auto spec = core(l, o, 10);
     const auto got = run_all(*spec, reqs);
     ASSERT_EQ(got.size(), ref.size());
     for (auto a = ref.begin(), b = got.begin(); a != ref.end(); ++a, ++b)
@@ -205,7 +207,7 @@ INSTANTIATE_TEST_SUITE_P(Models, EngineInvariance,
 
 TEST(Engine, StopStringsMaxTokensAndLogprobs) {
   Loaded l = load("stories260K");
-  auto c = core(l, {.max_batch_tokens = 64, .max_seqs = 4, .kv_blocks = 64});
+  auto c = core(l, {.max_batch_tokens = 64, .max_seqs = 4}, 64);
   GenerationParams p;
   p.prompt = l.tok->encode("Once upon a time");
   p.sampling = {.temperature = 0.f};
@@ -235,7 +237,7 @@ TEST(Engine, StopStringsMaxTokensAndLogprobs) {
 
 TEST(Engine, StopTokensAndMinTokens) {
   Loaded l = load("stories260K");
-  auto c = core(l, {.max_batch_tokens = 64, .max_seqs = 4, .kv_blocks = 64});
+  auto c = core(l, {.max_batch_tokens = 64, .max_seqs = 4}, 64);
   GenerationParams p;
   p.prompt = l.tok->encode("Once upon a time");
   p.stop.max_tokens = 300;
@@ -263,7 +265,7 @@ TEST(Engine, StopTokensAndMinTokens) {
 
 TEST(Engine, RejectsBadRequests) {
   Loaded l = load("stories260K");
-  auto c = core(l, {.max_batch_tokens = 64, .max_seqs = 4, .kv_blocks = 8});  // 128-token context
+  auto c = core(l, {.max_batch_tokens = 64, .max_seqs = 4}, 8);  // 128-token context
   GenerationParams p;
   EXPECT_FALSE(c->add_request(p).ok());  // empty
   p.prompt = {1, 100000};
@@ -280,7 +282,7 @@ TEST(Engine, RejectsBadRequests) {
 
 TEST(Engine, ThreadedSubmitStreamAndAbortFreeEveryBlock) {
   Loaded l = load("stories260K");
-  auto c = core(l, {.max_batch_tokens = 64, .max_seqs = 16, .kv_blocks = 128});
+  auto c = core(l, {.max_batch_tokens = 64, .max_seqs = 16}, 128);
   Engine engine(std::move(c));
   std::vector<std::thread> clients;
   std::atomic<int> finished{0}, aborted{0};
@@ -339,11 +341,11 @@ TEST(Engine, SpeculationKeepsGreedyTokensOnTheDefaultModel) {
       "Again: apples, pears,");
   p.stop = {.max_tokens = 24};
   p.sampling = {.temperature = 0.f};
-  auto plain = core(l, {.max_batch_tokens = 128, .max_seqs = 2, .kv_blocks = 64});
+  auto plain = core(l, {.max_batch_tokens = 128, .max_seqs = 2}, 64);
   const auto ref = run_all(*plain, {p}).begin()->second;
-  EngineOptions o{.max_batch_tokens = 128, .max_seqs = 2, .kv_blocks = 64};
+  EngineOptions o{.max_batch_tokens = 128, .max_seqs = 2};
   o.spec = {.method = SpecMethod::ngram, .max_k = 4, .adaptive = false};
-  auto spec = core(l, o);
+  auto spec = core(l, o, 64);
   const auto got = run_all(*spec, {p}).begin()->second;
   EXPECT_EQ(got.tokens, ref.tokens) << ref.text << " | " << got.text;
   EXPECT_GT(spec->stats().spec_accepted_tokens, 0);

@@ -34,7 +34,7 @@ class FakeRunner : public runtime::ModelRunner {
         info_{.n_vocab = n_vocab,
               .n_ctx_train = 1 << 16,
               .max_batch_tokens = max_batch_tokens,
-              .num_kv_blocks = num_blocks,
+              .n_kv_blocks = num_blocks,
               .block_size = block_size,
               .identity = "fake"},
         kv_(size_t(num_blocks * block_size), -1) {}
@@ -49,7 +49,7 @@ class FakeRunner : public runtime::ModelRunner {
       const int32_t pos = batch.positions[size_t(r)];
       if (size_t(pos / bs) >= table->size()) return Error{"block table too short"};
       const int32_t block = (*table)[size_t(pos / bs)];
-      if (block < 0 || block >= info_.num_kv_blocks) return Error{"block id out of range"};
+      if (block < 0 || block >= info_.n_kv_blocks) return Error{"block id out of range"};
       kv_[size_t(block * bs + pos % bs)] = batch.tokens[size_t(r)];
     }
     logits_.clear();
@@ -69,10 +69,6 @@ class FakeRunner : public runtime::ModelRunner {
     *clock_ns += int64_t(cost_scale * double(1'000'000 + 20'000 * batch.size() +
                                              100'000 * int64_t(logits_.size() / size_t(info_.n_vocab))));
     return logits_.data();
-  }
-
-  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) override {
-    if (n > 0) fn(0, n);
   }
 
   // One clear favourite (logit 6) chosen by a hash of the context, the rest spread in [-2, 2]:

@@ -54,7 +54,6 @@ std::unique_ptr<EngineCore> fake_core(int64_t blocks, int32_t max_batch_tokens, 
   EngineOptions o;
   o.clock = [c = runner->clock_ns] { return *c; };  // the runner lives as long as the engine
   o.spec = spec;
-  o.block_size = int32_t(kBlock);
   o.max_batch_tokens = max_batch_tokens;
   o.max_seqs = max_seqs;
   std::unique_ptr<FakeRunner> draft_runner;
@@ -153,10 +152,14 @@ TEST(FakeRunnerEngine, SeededSamplingIsTheSameAloneAndInACrowd) {
 
 TEST(FakeRunnerEngine, TheRunnerMustMatchTheEngine) {
   EngineOptions o;
-  o.block_size = 16;
-  auto wrong_block = EngineCore::create(std::make_unique<FakeRunner>(tokenizer().n_vocab(), 64, 4), tokenizer(), o);
-  EXPECT_FALSE(wrong_block.ok());
-  o.block_size = 4;
+  o.spec = {.method = SpecMethod::draft};
+  auto wrong_block = EngineCore::create(std::make_unique<FakeRunner>(tokenizer().n_vocab(), 64, 4), tokenizer(), o,
+                                        std::make_unique<FakeRunner>(tokenizer().n_vocab(), 64, 16));
+  EXPECT_FALSE(wrong_block.ok());  // the draft's blocks must be the target's size
+  auto same_block = EngineCore::create(std::make_unique<FakeRunner>(tokenizer().n_vocab(), 64, 4), tokenizer(), o,
+                                       std::make_unique<FakeRunner>(tokenizer().n_vocab(), 64, 4));
+  EXPECT_TRUE(same_block.ok()) << same_block.error();
+  o.spec = {};
   auto small_vocab = EngineCore::create(std::make_unique<FakeRunner>(8, 64, 4), tokenizer(), o);
   EXPECT_FALSE(small_vocab.ok());
   o.max_batch_tokens = 1024;

@@ -10,6 +10,7 @@
 #include <map>
 #include <random>
 
+#include "backends/engine_factory.h"
 #include "engine/engine.h"
 #include "runtime/cpu_runner.h"
 #include "spec/draft_head.h"
@@ -46,9 +47,10 @@ std::map<RequestId, std::vector<int32_t>> run_all(EngineCore& c, const std::vect
   return out;
 }
 
-std::unique_ptr<EngineCore> core(const Model& m, const Tokenizer& t, EngineOptions o) {
+// An engine on the CPU runner with a KV pool of kv_blocks blocks (0: the default size).
+std::unique_ptr<EngineCore> core(const Model& m, const Tokenizer& t, EngineOptions o, int64_t kv_blocks = 0) {
   o.num_threads = 2;
-  auto c = EngineCore::create(m, t, o);
+  auto c = backends::create_engine_core(m, t, {.engine = o, .kv = {.n_blocks = kv_blocks}});
   EXPECT_TRUE(c.ok()) << c.error();
   return c.ok() ? std::move(*c) : nullptr;
 }
@@ -97,13 +99,13 @@ TEST_P(ModelDrafting, TokensEqualThePlainEngineInACrowd) {
     if (sampled)
       for (size_t i = 0; i < reqs.size(); ++i)
         reqs[i].sampling = {.temperature = 0.9f, .top_k = 40, .top_p = 0.95f, .min_p = 0.f, .seed = 1000 + i};
-    auto plain = core(*target, *tok, {.max_batch_tokens = 64, .max_seqs = 8, .kv_blocks = 128});
+    auto plain = core(*target, *tok, {.max_batch_tokens = 64, .max_seqs = 8}, 128);
     const auto ref = run_all(*plain, reqs);
     for (bool adaptive : {true, false}) {
-      EngineOptions o{.max_batch_tokens = 16, .max_seqs = 8, .kv_blocks = 7};
+      EngineOptions o{.max_batch_tokens = 16, .max_seqs = 8};
       o.spec = spec;
       o.spec.adaptive = adaptive;
-      auto s = core(*target, *tok, o);
+      auto s = core(*target, *tok, o, 7);
       ASSERT_TRUE(s);
       const auto got = run_all(*s, reqs);
       ASSERT_EQ(got.size(), ref.size());
@@ -143,10 +145,10 @@ TEST(ModelDrafting, SelfDraftThroughEveryLayerIsAlwaysAccepted) {
     if (!target) GTEST_SKIP() << name << " is not available";
     auto tok = Tokenizer::from_gguf(target->gguf());
     ASSERT_TRUE(tok.ok()) << tok.error();
-    EngineOptions o{.max_batch_tokens = 16, .max_seqs = 8, .kv_blocks = 9};
+    EngineOptions o{.max_batch_tokens = 16, .max_seqs = 8};
     o.num_threads = 2;
     o.spec = {.method = SpecMethod::early_exit, .max_k = 3, .adaptive = false};
-    auto runner = runtime::CpuRunner::create(*target, {.max_batch_tokens = 16, .num_threads = 2, .kv_blocks = 9});
+    auto runner = runtime::CpuRunner::create(*target, {.max_batch_tokens = 16, .n_threads = 2, .kv = {.n_blocks = 9}});
     ASSERT_TRUE(runner.ok()) << runner.error();
     std::vector<int32_t> every;
     for (int32_t il = 0; il < int32_t(target->config().n_layers); ++il) every.push_back(il);
@@ -183,7 +185,7 @@ TEST(ModelDrafting, SampledDistributionIsThePlainEngines) {
   ASSERT_EQ(prompt.size(), 17u);
   constexpr int kSamples = 20000;
   auto histogram = [&](SpecOptions spec, float temperature) {
-    auto c = core(*target, *tok, {.max_batch_tokens = 1024, .max_seqs = 250, .kv_blocks = 1024, .spec = spec});
+    auto c = core(*target, *tok, {.max_batch_tokens = 1024, .max_seqs = 250, .spec = spec}, 1024);
     std::map<std::vector<int32_t>, int> h;
     std::vector<GenerationParams> reqs;
     for (int i = 0; i < kSamples; ++i) {

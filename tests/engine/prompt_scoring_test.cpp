@@ -11,8 +11,10 @@
 #include <map>
 #include <random>
 
+#include "backends/engine_factory.h"
 #include "engine/engine.h"
-#include "model/session.h"
+#include "backends/runner_factory.h"
+#include "model/forward.h"
 
 using namespace kvasir;
 using namespace kvasir::engine;
@@ -35,9 +37,10 @@ std::optional<Loaded> load(const std::string& name) {
   return Loaded{std::move(*m), std::make_unique<Tokenizer>(std::move(*t))};
 }
 
-std::unique_ptr<EngineCore> core(const Loaded& l, EngineOptions o) {
+// An engine on the CPU runner with a KV pool of kv_blocks blocks (0: the default size).
+std::unique_ptr<EngineCore> core(const Loaded& l, EngineOptions o, int64_t kv_blocks = 0) {
   o.num_threads = 2;
-  auto c = EngineCore::create(*l.model, *l.tok, o);
+  auto c = backends::create_engine_core(*l.model, *l.tok, {.engine = o, .kv = {.n_blocks = kv_blocks}});
   EXPECT_TRUE(c.ok()) << c.error();
   return std::move(*c);
 }
@@ -106,11 +109,11 @@ struct Reference {
 };
 
 Reference reference(const Loaded& l, const std::vector<int32_t>& prompt) {
-  auto s = Session::create(*l.model, {.n_ctx = 512, .max_batch_tokens = 64, .num_threads = 2});
+  auto s = backends::create_session(*l.model, {.n_ctx = 512, .max_batch_tokens = 64, .n_threads = 2});
   EXPECT_TRUE(s.ok());
   Reference r;
   const int64_t V = l.model->config().n_vocab;
-  Session& sess = **s;
+  runtime::Session& sess = **s;
   for (size_t i = 0; i < prompt.size(); ++i) {
     auto st = sess.eval(std::span<const int32_t>(&prompt[i], 1), false, [&](int64_t, const float* logits) {
       const double mx = *std::max_element(logits, logits + V);
@@ -152,8 +155,8 @@ TEST_P(PromptScoring, LogprobsEqualTheSequenceAloneInAnyBatchAndAfterPreemption)
   }
   // Tiny chunks, a crowd, and (second run) a pool too small for everyone: preemption.
   const auto crowd = pressure(rng, vocab);
-  auto roomy = core(*l, {.max_batch_tokens = 16, .max_seqs = 9, .kv_blocks = 128});
-  auto tight = core(*l, {.max_batch_tokens = 16, .max_seqs = 9, .kv_blocks = 6, .prefix_cache = false});
+  auto roomy = core(*l, {.max_batch_tokens = 16, .max_seqs = 9}, 128);
+  auto tight = core(*l, {.max_batch_tokens = 16, .max_seqs = 9, .prefix_cache = false}, 6);
   for (auto* c : {roomy.get(), tight.get()}) {
     const auto got = run_all(*c, reqs, crowd);
     ASSERT_EQ(got.size(), reqs.size());
@@ -207,7 +210,7 @@ TEST_P(PromptScoring, EmbeddingsArePooledFinalHiddenStates) {
   // Reference hidden states: a batch of all the prompt's rows, one sequence, want_hidden on every
   // row, through a bare Forward (the engine's are scheduled in chunks among other sequences).
   auto hidden_of = [&](const std::vector<int32_t>& prompt) {
-    auto kv = KvCache::create(l->model->config(), {.num_blocks = 8, .block_size = 16, .type = DType::F16});
+    auto kv = KvCache::create(l->model->config(), {.n_blocks = 8, .block_size = 16, .type = DType::F16});
     EXPECT_TRUE(kv.ok());
     Forward f(*l->model, {.max_batch_tokens = 64, .num_threads = 2});
     std::vector<int32_t> table{0, 1, 2, 3};
@@ -219,8 +222,8 @@ TEST_P(PromptScoring, EmbeddingsArePooledFinalHiddenStates) {
   };
   const auto crowd = pressure(rng, vocab);
   for (bool tight : {false, true}) {
-    auto c = tight ? core(*l, {.max_batch_tokens = 16, .max_seqs = 8, .kv_blocks = 6, .prefix_cache = false})
-                   : core(*l, {.max_batch_tokens = 16, .max_seqs = 8, .kv_blocks = 64});
+    auto c = tight ? core(*l, {.max_batch_tokens = 16, .max_seqs = 8, .prefix_cache = false}, 6)
+                   : core(*l, {.max_batch_tokens = 16, .max_seqs = 8}, 64);
     const auto got = run_all(*c, reqs, crowd);
     ASSERT_EQ(got.size(), reqs.size());
     for (size_t i = 0; i < got.size(); ++i) {
@@ -264,7 +267,7 @@ INSTANTIATE_TEST_SUITE_P(Models, PromptScoring,
 TEST(PromptScoring, RejectsWhatCannotBeServed) {
   auto l = load("stories260K");
   if (!l) GTEST_SKIP() << "model not available";
-  auto c = core(*l, {.max_batch_tokens = 16, .max_seqs = 2, .kv_blocks = 16});
+  auto c = core(*l, {.max_batch_tokens = 16, .max_seqs = 2}, 16);
   GenerationParams p;
   p.prompt = {1, 2, 3};
   p.pooling = Pooling::mean;

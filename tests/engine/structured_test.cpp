@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backends/engine_factory.h"
 #include "engine/engine.h"
 #include "engine/structured.h"
 #include "model/model.h"
@@ -65,9 +66,10 @@ std::vector<Out> run_all(EngineCore& c, const std::vector<GenerationParams>& req
   return v;
 }
 
-std::unique_ptr<EngineCore> core(const Loaded& l, EngineOptions o) {
+// An engine on the CPU runner with a KV pool of kv_blocks blocks (0: the default size).
+std::unique_ptr<EngineCore> core(const Loaded& l, EngineOptions o, int64_t kv_blocks = 0) {
   o.num_threads = 2;
-  auto c = EngineCore::create(*l.model, *l.tok, o);
+  auto c = backends::create_engine_core(*l.model, *l.tok, {.engine = o, .kv = {.n_blocks = kv_blocks}});
   EXPECT_TRUE(c.ok()) << c.error();
   return std::move(*c);
 }
@@ -116,7 +118,7 @@ TEST_P(Structured, SampledOutputIsAlwaysAValidDocument) {
     p.grammar = i % 3 == 2 ? *any : *person;
     reqs.push_back(p);
   }
-  auto c = core(l, {.max_batch_tokens = 128, .max_seqs = 8, .kv_blocks = 512});
+  auto c = core(l, {.max_batch_tokens = 128, .max_seqs = 8}, 512);
   const auto outs = run_all(*c, reqs);
   int complete = 0;
   for (size_t i = 0; i < outs.size(); ++i) {
@@ -151,11 +153,11 @@ TEST_P(Structured, SpeculationKeepsConstrainedGreedyOutput) {
     p.grammar = *g;
     reqs.push_back(p);
   }
-  auto plain = core(l, {.max_batch_tokens = 64, .max_seqs = 6, .kv_blocks = 256});
+  auto plain = core(l, {.max_batch_tokens = 64, .max_seqs = 6}, 256);
   const auto ref = run_all(*plain, reqs);
-  EngineOptions o{.max_batch_tokens = 32, .max_seqs = 6, .kv_blocks = 256};
+  EngineOptions o{.max_batch_tokens = 32, .max_seqs = 6};
   o.spec = {.method = SpecMethod::ngram, .max_k = 4, .adaptive = false};
-  auto spec = core(l, o);
+  auto spec = core(l, o, 256);
   const auto got = run_all(*spec, reqs);
   for (size_t i = 0; i < ref.size(); ++i) {
     EXPECT_EQ(got[i].tokens, ref[i].tokens) << ref[i].text << " | " << got[i].text;
@@ -188,7 +190,7 @@ TEST(Structured, EndsWhenTheDocumentIsCompleteAndRejectsBadGrammars) {
     p.grammar = *g;
     reqs.push_back(p);
   }
-  auto c = core(l, {.max_batch_tokens = 64, .max_seqs = 4, .kv_blocks = 64});
+  auto c = core(l, {.max_batch_tokens = 64, .max_seqs = 4}, 64);
   for (const Out& o : run_all(*c, reqs)) {
     EXPECT_TRUE(o.text == "yes" || o.text == "no") << o.text;
     EXPECT_EQ(o.finish, FinishReason::Stop);
@@ -223,7 +225,7 @@ TEST(Structured, LazyGrammarStartsAtItsTrigger) {
     if (i % 2 == 0) p.logit_bias = {{q, 100.f}};  // the trigger comes first
     reqs.push_back(p);
   }
-  auto c = core(l, {.max_batch_tokens = 64, .max_seqs = 6, .kv_blocks = 64});
+  auto c = core(l, {.max_batch_tokens = 64, .max_seqs = 6}, 64);
   const auto outs = run_all(*c, reqs);
   for (size_t i = 0; i < outs.size(); ++i) {
     const std::string& t = outs[i].text;

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <fstream>
 
-#include "model/session.h"
+#include "backends/runner_factory.h"
 #include "sample/sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -43,7 +43,7 @@ TEST_P(TextGolden, GreedyTextMatchesLlamaCpp) {
     const auto ids = tok->encode(prompt, {.add_special = true, .parse_special = false});
     ASSERT_EQ(ids, c["prompt_ids"].get<std::vector<int32_t>>());
     const auto greedy = c["greedy_ids"].get<std::vector<int32_t>>();
-    auto session = Session::create(**model, {.n_ctx = 512, .num_threads = 2});
+    auto session = backends::create_session(**model, {.n_ctx = 512, .n_threads = 2});
     ASSERT_TRUE(session.ok());
     std::vector<float> last;
     auto keep = [&](int64_t, const float* l) { last.assign(l, l + V); };

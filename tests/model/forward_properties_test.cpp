@@ -13,7 +13,7 @@
 #include "golden_util.h"
 #include "model/config.h"
 #include "model/forward.h"
-#include "model/session.h"
+#include "backends/runner_factory.h"
 #include "kernels/attention.h"
 #include "kernels/ops.h"
 
@@ -30,7 +30,7 @@ std::vector<int32_t> random_tokens(std::mt19937& rng, size_t n, int32_t vocab) {
 // Logits of every position of `tokens` run alone through a Session (chunks of `chunk`).
 std::vector<std::vector<float>> run_alone(const Model& m, const std::vector<int32_t>& tokens, int64_t chunk,
                                           DType kv_type = DType::F16) {
-  auto s = Session::create(m, {.n_ctx = 512, .max_batch_tokens = chunk, .num_threads = 2, .kv_type = kv_type});
+  auto s = backends::create_session(m, {.n_ctx = 512, .max_batch_tokens = chunk, .n_threads = 2, .kv = {.type = kv_type}});
   EXPECT_TRUE(s.ok());
   std::vector<std::vector<float>> out;
   const int64_t V = m.config().n_vocab;
@@ -64,7 +64,7 @@ TEST_P(ForwardProperties, BatchedEqualsAloneBitwise) {
   // All of them at once in ragged steps: prefill chunks of different sizes interleaved with
   // other sequences' rows, over a shared KV pool with scattered blocks.
   const int64_t block = 16;
-  auto kv = KvCache::create(m.config(), {.num_blocks = 64, .block_size = block, .type = kv_type});
+  auto kv = KvCache::create(m.config(), {.n_blocks = 64, .block_size = block, .type = kv_type});
   ASSERT_TRUE(kv.ok());
   std::vector<std::vector<int32_t>> tables(seqs.size());
   int32_t next_block = 63;
@@ -117,7 +117,7 @@ TEST_P(ForwardProperties, LongDecodeSplitByKeySpanEqualsCrowded) {
 
   // Logits of the long sequence's last two positions, decoded with or without the crowd.
   auto run = [&](bool crowd) {
-    auto kv = KvCache::create(m.config(), {.num_blocks = blocks, .block_size = block, .type = DType::F16});
+    auto kv = KvCache::create(m.config(), {.n_blocks = blocks, .block_size = block, .type = DType::F16});
     EXPECT_TRUE(kv.ok());
     Forward fwd(m, {.max_batch_tokens = 64, .num_threads = 2});
     for (int64_t done = 0; done < n_long;) {  // the same prefill chunks either way
@@ -180,7 +180,7 @@ TEST_P(ForwardProperties, LayerRangesCompose) {
   const auto& c = m.config();
   std::mt19937 rng(9);
   const auto tokens = random_tokens(rng, 37, int32_t(c.n_vocab));
-  auto kv = KvCache::create(c, {.num_blocks = 8, .block_size = 16, .type = DType::F16});
+  auto kv = KvCache::create(c, {.n_blocks = 8, .block_size = 16, .type = DType::F16});
   ASSERT_TRUE(kv.ok());
   std::vector<int32_t> table = {3, 1, 6};
   Batch b;
@@ -221,7 +221,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ForwardProperties,
 TEST(Forward, RejectsBadBatches) {
   auto model = Model::load(shared_path("models/stories260K.gguf"));
   ASSERT_TRUE(model.ok());
-  auto kv = KvCache::create((*model)->config(), {.num_blocks = 2, .block_size = 16});
+  auto kv = KvCache::create((*model)->config(), {.n_blocks = 2, .block_size = 16});
   ASSERT_TRUE(kv.ok());
   Forward fwd(**model, {.max_batch_tokens = 8, .num_threads = 1});
   std::vector<int32_t> table = {0, 1};
@@ -243,7 +243,7 @@ TEST(Forward, RejectsBadBatches) {
 TEST(Session, ContextOverflowIsAnError) {
   auto model = Model::load(shared_path("models/stories260K.gguf"));
   ASSERT_TRUE(model.ok());
-  auto s = Session::create(**model, {.n_ctx = 16, .num_threads = 1});
+  auto s = backends::create_session(**model, {.n_ctx = 16, .n_threads = 1});
   ASSERT_TRUE(s.ok());
   std::vector<int32_t> tokens(17, 5);
   auto st = (*s)->eval(tokens, false, [](int64_t, const float*) {});
@@ -268,23 +268,23 @@ TEST(KvCache, QuantizedTypesNeedWholeBlocks) {
   if (!std::ifstream(shared_path("models/fixture-gemma3-f32.gguf"))) GTEST_SKIP() << "../shared is not available";
   auto stories = Model::load(shared_path("models/stories260K.gguf"));  // head size 8
   ASSERT_TRUE(stories.ok());
-  auto bad = KvCache::create((*stories)->config(), {.num_blocks = 4, .block_size = 16, .type = DType::Q8_0});
+  auto bad = KvCache::create((*stories)->config(), {.n_blocks = 4, .block_size = 16, .type = DType::Q8_0});
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.error().find("head size"), std::string::npos) << bad.error();
   auto gemma = Model::load(shared_path("models/fixture-gemma3-f32.gguf"));
   ASSERT_TRUE(gemma.ok());
   const auto& c = (*gemma)->config();
-  EXPECT_TRUE(KvCache::create(c, {.num_blocks = 4, .block_size = 16, .type = DType::Q4_0}).ok());
-  EXPECT_FALSE(KvCache::create(c, {.num_blocks = 4, .block_size = 16, .type = DType::Q5_0}).ok());
+  EXPECT_TRUE(KvCache::create(c, {.n_blocks = 4, .block_size = 16, .type = DType::Q4_0}).ok());
+  EXPECT_FALSE(KvCache::create(c, {.n_blocks = 4, .block_size = 16, .type = DType::Q5_0}).ok());
   // Q8_0 pages interleave keys eight at a time.
-  auto odd = KvCache::create(c, {.num_blocks = 4, .block_size = 12, .type = DType::Q8_0});
+  auto odd = KvCache::create(c, {.n_blocks = 4, .block_size = 12, .type = DType::Q8_0});
   ASSERT_FALSE(odd.ok());
   EXPECT_NE(odd.error().find("multiple of 8"), std::string::npos) << odd.error();
-  EXPECT_TRUE(KvCache::create(c, {.num_blocks = 4, .block_size = 8, .type = DType::Q8_0}).ok());
-  EXPECT_FALSE(KvCache::create(c, {.num_blocks = 4, .block_size = 16, .type = DType::Q8_0, .layer_types = {DType::F16}}).ok());
+  EXPECT_TRUE(KvCache::create(c, {.n_blocks = 4, .block_size = 8, .type = DType::Q8_0}).ok());
+  EXPECT_FALSE(KvCache::create(c, {.n_blocks = 4, .block_size = 16, .type = DType::Q8_0, .layer_types = {DType::F16}}).ok());
   std::vector<DType> mixed(size_t(c.n_layers), DType::Q8_0);
   mixed[0] = DType::F16;
-  auto kv = KvCache::create(c, {.num_blocks = 4, .block_size = 16, .type = DType::Q8_0, .layer_types = mixed});
+  auto kv = KvCache::create(c, {.n_blocks = 4, .block_size = 16, .type = DType::Q8_0, .layer_types = mixed});
   ASSERT_TRUE(kv.ok()) << kv.error();
   EXPECT_EQ(kv->layer(0).type, DType::F16);
   EXPECT_EQ(kv->layer(1).type, DType::Q8_0);

@@ -14,7 +14,7 @@
 #include <filesystem>
 
 #include "golden_util.h"
-#include "model/session.h"
+#include "backends/runner_factory.h"
 
 using namespace kvasir;
 
@@ -66,7 +66,7 @@ void check_model(const std::string& name) {
   for (const auto& c : golden["cases"]) {
     const auto prompt = c["prompt_ids"].get<std::vector<int32_t>>();
     const auto greedy = c["greedy_ids"].get<std::vector<int32_t>>();
-    auto session = Session::create(**model, {.n_ctx = int64_t(prompt.size() + greedy.size() + 1), .num_threads = 2});
+    auto session = backends::create_session(**model, {.n_ctx = int64_t(prompt.size() + greedy.size() + 1), .n_threads = 2});
     ASSERT_TRUE(session.ok()) << session.error();
     std::vector<std::vector<float>> ours;
     auto st = (*session)->eval(prompt, true, [&](int64_t, const float* l) { ours.emplace_back(l, l + n_vocab); });
@@ -156,7 +156,7 @@ TEST(GoldenGreedy, Stories260KFreeRunning) {
     for (const auto& c : golden["cases"]) {
       const auto prompt = c["prompt_ids"].get<std::vector<int32_t>>();
       const auto greedy = c["greedy_ids"].get<std::vector<int32_t>>();
-      auto session = Session::create(**model, {.n_ctx = 256, .num_threads = 2});
+      auto session = backends::create_session(**model, {.n_ctx = 256, .n_threads = 2});
       ASSERT_TRUE(session.ok());
       std::vector<float> last;
       auto keep = [&](int64_t, const float* l) { last.assign(l, l + n_vocab); };

@@ -22,7 +22,7 @@ struct Case {
 class KvBlockIo : public ::testing::TestWithParam<Case> {};
 
 std::unique_ptr<runtime::CpuRunner> make_runner(const Model& m, DType kv_type) {
-  auto r = runtime::CpuRunner::create(m, {.max_batch_tokens = 64, .num_threads = 2, .kv_blocks = 16, .kv_type = kv_type});
+  auto r = runtime::CpuRunner::create(m, {.max_batch_tokens = 64, .n_threads = 2, .kv = {.n_blocks = 16, .type = kv_type}});
   EXPECT_TRUE(r.ok()) << r.error();
   return std::move(*r);
 }
