@@ -10,7 +10,6 @@
 #include "engine/engine_core_impl.h"
 #include "sched/scheduler.h"
 #include "spec/controller.h"
-#include "spec/model_drafter.h"
 
 namespace kvasir::engine {
 namespace {
@@ -26,30 +25,6 @@ Timings timings_of(const sched::Request& r) {
   t.tpot_ms = ns_to_ms(r.timings.tpot_ns());
   t.e2e_ms = r.timings.finished_ns < 0 ? -1 : ns_to_ms(r.timings.finished_ns - r.timings.arrival_ns);
   return t;
-}
-
-// log-softmax value of `id`, its rank, and the n most likely (token, logprob) pairs.
-TokenLogprob logprobs_of(std::span<const float> logits, int32_t id, int32_t n_top, std::vector<int32_t>& scratch) {
-  const float mx = *std::max_element(logits.begin(), logits.end());
-  const float mine = logits[size_t(id)];
-  double sum = 0;
-  int32_t above = 0;
-  for (float x : logits) {
-    sum += std::exp(double(x - mx));
-    above += x > mine;
-  }
-  const float log_z = mx + float(std::log(sum));
-  TokenLogprob lp{id, mine - log_z, above + 1, {}};
-  if (n_top > 0) {
-    scratch.resize(logits.size());
-    for (size_t i = 0; i < scratch.size(); ++i) scratch[i] = int32_t(i);
-    const size_t k = std::min(size_t(n_top), scratch.size());
-    std::partial_sort(scratch.begin(), scratch.begin() + ptrdiff_t(k), scratch.end(), [&](int32_t a, int32_t b) {
-      return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
-    });
-    for (size_t i = 0; i < k; ++i) lp.top.push_back({scratch[i], logits[size_t(scratch[i])] - log_z});
-  }
-  return lp;
 }
 
 }  // namespace
@@ -85,19 +60,21 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<runtime::
   if (model_drafts != bool(draft_runner))
     return Error{model_drafts ? "this speculation method needs a draft runner" : "a draft runner without a method that uses it",
                  ErrorCode::invalid_argument};
-  std::unique_ptr<spec::ModelDrafter> drafter;
+  const sched::Clock clock = o.clock ? o.clock : sched::Clock(sched::steady_now_ns);
+  std::unique_ptr<spec::Proposer> proposer;
   if (draft_runner) {
     if (draft_runner->info().block_size != block_size) return Error{"the draft runner's KV block size differs from the target's"};
     const spec::KvMode kv_mode = o.spec.method == SpecMethod::draft ? spec::KvMode::own : spec::KvMode::target;
-    auto d = spec::ModelDrafter::create(std::move(draft_runner), kv_mode, std::move(draft_token_of_logit), tokenizer.n_vocab(),
-                                        o.clock ? o.clock : sched::Clock(sched::steady_now_ns));
-    if (!d) return Error{d.error(), d.error_code()};
-    drafter = std::move(*d);
+    auto p = spec::model_proposer(std::move(draft_runner), kv_mode, std::move(draft_token_of_logit), tokenizer.n_vocab(), clock);
+    if (!p) return Error{p.error(), p.error_code()};
+    proposer = std::move(*p);
+  } else if (o.spec.method == SpecMethod::ngram) {
+    proposer = spec::ngram_proposer();
   }
   auto impl = std::make_unique<Impl>(std::move(runner), tokenizer, o, std::move(*sched), len);
-  impl->drafter = std::move(drafter);
+  impl->proposer = std::move(proposer);
   impl->pool = o.pool ? o.pool : std::make_shared<ThreadPool>(o.num_threads > 0 ? o.num_threads : ThreadPool::default_threads());
-  impl->clock = o.clock ? o.clock : sched::Clock(sched::steady_now_ns);
+  impl->clock = clock;
   return std::unique_ptr<EngineCore>(new EngineCore(std::move(impl)));
 }
 
@@ -184,23 +161,17 @@ void EngineCore::Impl::pick_token(const sched::ScheduledSeq& seq, const float* l
   l.trigger_at = -1;
   for (int32_t j = 0; j <= seq.num_draft; ++j) {
     std::span<const float> row(logits + int64_t(j) * n_vocab, size_t(n_vocab));
-    const bool mask_stops = req->num_generated() + j < l.params.stop.min_tokens;  // too early to stop
-    if (!l.params.logit_bias.empty() || mask_stops || l.matcher) {
-      thread_local std::vector<float> biased;
-      biased.assign(row.begin(), row.end());
-      for (const auto& [id, bias] : l.params.logit_bias) biased[size_t(id)] += bias;
-      if (l.matcher) {
-        if (!apply_grammar(*l.matcher, mask_stops, l.params.stop.stop_token_ids, biased)) {
-          l.picked.push_back(tokenizer.eog_ids().empty() ? 0 : tokenizer.eog_ids()[0]);
-          l.picked_logprobs.push_back({});
-          l.forced_stop = true;
-          return;
-        }
-      } else if (mask_stops) {
-        for (int32_t t : tokenizer.eog_ids()) biased[size_t(t)] = -std::numeric_limits<float>::infinity();
-        for (int32_t t : l.params.stop.stop_token_ids) biased[size_t(t)] = -std::numeric_limits<float>::infinity();
+    RowContext ctx{.n_generated = req->num_generated() + j};
+    if (l.processors.active(ctx)) {  // the request's processors edit a copy of the row
+      thread_local std::vector<float> edited;
+      edited.assign(row.begin(), row.end());
+      if (!l.processors.apply(edited, ctx)) {  // nothing may follow: the request ends here
+        l.picked.push_back(tokenizer.eog_ids().empty() ? 0 : tokenizer.eog_ids()[0]);
+        l.picked_logprobs.push_back({});
+        l.forced_stop = true;
+        return;
       }
-      row = biased;
+      row = edited;
     }
     Distribution d = l.sampler.distribution(row, history);
     // Every row draws its position's token as a plain step would (Sampler::draw_at): a draft token
@@ -209,20 +180,17 @@ void EngineCore::Impl::pick_token(const sched::ScheduledSeq& seq, const float* l
     const int32_t token = l.sampler.draw_at(d, int64_t(history.size()));
     const bool accepted = j < seq.num_draft && token == draft[size_t(j)];
     l.picked.push_back(token);
-    if (l.params.top_logprobs >= 0) {
-      thread_local std::vector<int32_t> order;
-      l.picked_logprobs.push_back(logprobs_of(row, token, l.params.top_logprobs, order));
-    }
-    if (!l.matcher && l.params.grammar && !l.trigger_failed && !is_stop_token(l, token)) {
-      watch_trigger(l, token);
-      if (l.done_at >= 0) return;
-    } else if (l.matcher && !is_stop_token(l, token)) {
-      if (!l.matcher->accept(token)) {  // cannot happen: the mask allowed it; end rather than break the format
+    if (l.params.top_logprobs >= 0) l.picked_logprobs.push_back(logprobs_of(row, token, l.params.top_logprobs));
+    if (l.grammar && !is_stop_token(l, token)) {
+      const GrammarConstraint::Step g = l.grammar->observe(token);
+      const int32_t at = int32_t(l.picked.size() - 1);
+      if (g.triggered) l.trigger_at = at;
+      if (g.refused) {
         l.forced_stop = true;
         return;
       }
-      if (l.matcher->done()) {
-        l.done_at = int32_t(l.picked.size() - 1);
+      if (g.done) {
+        l.done_at = at;
         return;
       }
     }
@@ -231,55 +199,6 @@ void EngineCore::Impl::pick_token(const sched::ScheduledSeq& seq, const float* l
     with_drafts.push_back(token);
     history = with_drafts;
   }
-}
-
-// The grammar's mask on a logits row: tokens it does not allow get -inf; the end-of-generation
-// tokens keep their logits where the document may end (min_tokens holds them back only while
-// something else may still follow). False when nothing at all is allowed.
-bool EngineCore::Impl::apply_grammar(grammar::Matcher& m, bool mask_stops, std::span<const int32_t> stop_ids,
-                                     std::vector<float>& row) const {
-  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  const bool end = m.can_end() && (!mask_stops || m.done());
-  thread_local std::vector<std::pair<int32_t, float>> ends;
-  ends.clear();
-  if (end) {
-    for (int32_t t : tokenizer.eog_ids()) ends.push_back({t, row[size_t(t)]});
-    for (int32_t t : stop_ids) ends.push_back({t, row[size_t(t)]});
-  }
-  const std::span<const uint64_t> mask = m.mask();
-  bool any = false;
-  for (size_t w = 0, n = row.size(); w * 64 < n; ++w) {
-    const uint64_t bits = w < mask.size() ? mask[w] : 0;
-    any |= bits != 0;
-    if (bits == ~uint64_t(0)) continue;
-    for (size_t i = w * 64, e = std::min(n, i + 64); i < e; ++i)
-      if (!((bits >> (i - w * 64)) & 1)) row[i] = kNegInf;
-  }
-  for (const auto& [t, v] : ends) row[size_t(t)] = v;
-  return any || !ends.empty();
-}
-
-// Before a lazy grammar starts: looks for its trigger in the output's last bytes. Once found, the
-// grammar starts there and takes the trigger and whatever followed it in the same token; should it
-// refuse them (it cannot, when the grammar begins with the trigger), the output stays free.
-void EngineCore::Impl::watch_trigger(Live& l, int32_t token) const {
-  const std::string& trigger = l.params.grammar_trigger;
-  const size_t before = l.trigger_tail.size();
-  l.trigger_tail += tokenizer.piece(token);
-  const size_t from = before >= trigger.size() ? before - trigger.size() + 1 : 0;
-  const size_t at = l.trigger_tail.find(trigger, from);
-  if (at == std::string::npos) {
-    if (l.trigger_tail.size() > trigger.size()) l.trigger_tail.erase(0, l.trigger_tail.size() - trigger.size());
-    return;
-  }
-  l.matcher.emplace(l.params.grammar);
-  if (!l.matcher->accept_bytes(std::string_view(l.trigger_tail).substr(at))) {
-    l.matcher.reset();
-    l.trigger_failed = true;
-    return;
-  }
-  l.trigger_at = int32_t(l.picked.size() - 1);
-  if (l.matcher->done()) l.done_at = l.trigger_at;
 }
 
 // Stop rules, detokenization and the scheduler's output for the tokens pick_token chose, in
@@ -323,27 +242,8 @@ void EngineCore::Impl::commit_token(const sched::ScheduledSeq& seq) {
 // Prompt token k's logprob (rank, alternatives) from the row before it.
 void EngineCore::Impl::score_prompt_row(const ScoreJob& job) const {
   Live& l = *job.live;
-  thread_local std::vector<int32_t> order;
   const size_t k = size_t(job.token_index);
-  l.prompt_lps[k] = logprobs_of(std::span<const float>(job.logits, size_t(n_vocab)), l.params.prompt[k],
-                                l.params.prompt_logprobs, order);
-}
-
-void EngineCore::Impl::pool_rows(Live& l, const float* rows, int32_t n, int64_t n_embd) {
-  if (l.pool_sum.empty()) l.pool_sum.assign(size_t(n_embd), 0.0);
-  for (int32_t r = 0; r < n; ++r)
-    for (int64_t j = 0; j < n_embd; ++j) l.pool_sum[size_t(j)] += double(rows[r * n_embd + j]);
-  l.pooled += n;
-}
-
-// The pooled rows' mean, scaled to unit length (a zero vector stays zero).
-std::vector<float> EngineCore::Impl::pooled_embedding(const Live& l) {
-  double norm = 0;
-  for (double v : l.pool_sum) norm += v * v;
-  norm = std::sqrt(norm);
-  std::vector<float> out(l.pool_sum.size());
-  for (size_t j = 0; j < out.size(); ++j) out[j] = norm > 0 ? float(l.pool_sum[j] / norm) : 0.f;
-  return out;
+  l.prompt_lps[k] = logprobs_of(std::span<const float>(job.logits, size_t(n_vocab)), l.params.prompt[k], l.params.prompt_logprobs);
 }
 
 Delta& EngineCore::Impl::delta_for(std::vector<Delta>& out, std::unordered_map<RequestId, size_t>& index, RequestId id) {
@@ -354,6 +254,7 @@ Delta& EngineCore::Impl::delta_for(std::vector<Delta>& out, std::unordered_map<R
   return out.back();
 }
 
+// One step: schedule -> batch -> forward -> pick -> commit -> update, then the deltas.
 Status EngineCore::step(std::vector<Delta>& out) {
   Impl& m = *impl_;
   for (RequestId id : m.aborted) (void)m.scheduler.abort(id);
@@ -361,30 +262,10 @@ Status EngineCore::step(std::vector<Delta>& out) {
 
   m.propose_drafts();
   const sched::SchedulerOutput& so = m.scheduler.step();
-  if (m.drafter) m.draft_scheduled(so);
+  if (m.proposer && m.proposer->drafts_after_scheduling()) m.draft_scheduled(so);
   m.outputs.clear();
   if (!so.empty()) {
-    m.batch.clear();
-    m.plans.assign(so.seqs.size(), {});
-    for (size_t s = 0; s < so.seqs.size(); ++s) {
-      const auto& seq = so.seqs[s];
-      Impl::RowPlan& plan = m.plans[s];
-      plan.live = m.live.at(seq.id).get();
-      const Live& l = *plan.live;
-      plan.num_prompt = int32_t(l.params.prompt.size());
-      plan.samples = seq.want_logits && l.params.stop.max_tokens > 0;
-      plan.score_from = l.next_scored;
-      m.batch.block_tables.push_back(seq.block_table);
-      // With a draft every row is verified, so every row wants logits.
-      for (int32_t i = seq.start; i < seq.end; ++i) {
-        const bool sample_row = plan.samples && (i + 1 == seq.end || seq.num_draft > 0);
-        const bool score_row = l.scores_row(i, plan.num_prompt);
-        const bool pool_row = l.pools_row(i, plan.num_prompt);
-        plan.num_score += score_row;
-        plan.num_hidden += pool_row;
-        m.batch.add(seq.tokens[size_t(i - seq.start)], i, int32_t(s), sample_row || score_row, pool_row);
-      }
-    }
+    m.build_batch(so);
     auto logits = m.runner->forward(m.batch);
     if (!logits) {
       // A failed forward leaves these requests' KV undefined: end them rather than serve garbage.
@@ -392,48 +273,87 @@ Status EngineCore::step(std::vector<Delta>& out) {
       (void)m.scheduler.update({});
       return Error{"forward failed: " + logits.error()};
     }
-    m.to_sample.clear();
-    m.to_score.clear();
-    int64_t logit_row = 0, hidden_row = 0;
-    for (size_t s = 0; s < so.seqs.size(); ++s) {
-      const auto& seq = so.seqs[s];
-      Impl::RowPlan& plan = m.plans[s];
-      Live& l = *plan.live;
-      m.totals.prompt_tokens_total += std::max<int64_t>(0, std::min(seq.end, m.scheduler.find(seq.id)->num_prompt_tokens) - seq.start);
-      for (int32_t k = 0; k < plan.num_score; ++k)
-        m.to_score.push_back({&l, plan.score_from + k, *logits + (logit_row++) * m.n_vocab});
-      l.next_scored += plan.num_score;
-      if (plan.num_hidden > 0) {
-        Impl::pool_rows(l, m.runner->hidden() + hidden_row * m.runner->info().n_embd, plan.num_hidden,
-                        m.runner->info().n_embd);
-        hidden_row += plan.num_hidden;
-      }
-      if (seq.want_logits) l.prompt_done = true;
-      if (!plan.samples) continue;
-      m.to_sample.push_back({&seq, *logits + logit_row * m.n_vocab});
-      logit_row += 1 + seq.num_draft;
-    }
-    // Sampling is per request (its own RNG) and scoring writes its own slot, so the rows are
-    // picked and scored in parallel, then committed in batch order.
-    const int64_t n_sample = int64_t(m.to_sample.size());
-    m.pool->parallel_for(n_sample + int64_t(m.to_score.size()), 1, [&](int64_t b, int64_t e, int) {
-      for (int64_t i = b; i < e; ++i) {
-        if (i < n_sample) m.pick_token(*m.to_sample[size_t(i)].first, m.to_sample[size_t(i)].second);
-        else m.score_prompt_row(m.to_score[size_t(i - n_sample)]);
-      }
-    });
+    m.route_rows(so, *logits);
+    m.pick_and_score();
     for (const auto& picked : m.to_sample) m.commit_token(*picked.first);
     for (const auto& o : m.outputs) m.totals.generation_tokens_total += 1 + int64_t(o.accepted.size());
     if (m.options.spec.method != SpecMethod::none) m.note_spec_step(so);
     if (auto s = m.scheduler.update(m.outputs); !s) return s;
   }
+  m.emit_deltas(out);
+  return {};
+}
 
-  // Deltas: new tokens and text, then the final delta of every finished request.
+// The step's ragged batch: every scheduled sequence's rows, each marked for what it needs
+// (logits to sample or score, a hidden state to pool).
+void EngineCore::Impl::build_batch(const sched::SchedulerOutput& so) {
+  batch.clear();
+  plans.assign(so.seqs.size(), {});
+  for (size_t s = 0; s < so.seqs.size(); ++s) {
+    const auto& seq = so.seqs[s];
+    RowPlan& plan = plans[s];
+    plan.live = live.at(seq.id).get();
+    const Live& l = *plan.live;
+    plan.num_prompt = int32_t(l.params.prompt.size());
+    plan.samples = seq.want_logits && l.params.stop.max_tokens > 0;
+    plan.score_from = l.next_scored;
+    batch.block_tables.push_back(seq.block_table);
+    // With a draft every row is verified, so every row wants logits.
+    for (int32_t i = seq.start; i < seq.end; ++i) {
+      const bool sample_row = plan.samples && (i + 1 == seq.end || seq.num_draft > 0);
+      const bool score_row = l.scores_row(i, plan.num_prompt);
+      const bool pool_row = l.pools_row(i, plan.num_prompt);
+      plan.num_score += score_row;
+      plan.num_hidden += pool_row;
+      batch.add(seq.tokens[size_t(i - seq.start)], i, int32_t(s), sample_row || score_row, pool_row);
+    }
+  }
+}
+
+// Hands the forward's rows to what wants them, in batch order: hidden states to the pools,
+// logits rows to scoring and to sampling (queued for pick_and_score).
+void EngineCore::Impl::route_rows(const sched::SchedulerOutput& so, const float* logits) {
+  to_sample.clear();
+  to_score.clear();
+  int64_t logit_row = 0, hidden_row = 0;
+  const int64_t n_embd = runner->info().n_embd;
+  for (size_t s = 0; s < so.seqs.size(); ++s) {
+    const auto& seq = so.seqs[s];
+    RowPlan& plan = plans[s];
+    Live& l = *plan.live;
+    totals.prompt_tokens_total += std::max<int64_t>(0, std::min(seq.end, scheduler.find(seq.id)->num_prompt_tokens) - seq.start);
+    for (int32_t k = 0; k < plan.num_score; ++k) to_score.push_back({&l, plan.score_from + k, logits + (logit_row++) * n_vocab});
+    l.next_scored += plan.num_score;
+    if (plan.num_hidden > 0) {
+      l.pool.add(runner->hidden() + hidden_row * n_embd, plan.num_hidden, n_embd);
+      hidden_row += plan.num_hidden;
+    }
+    if (seq.want_logits) l.prompt_done = true;
+    if (!plan.samples) continue;
+    to_sample.push_back({&seq, logits + logit_row * n_vocab});
+    logit_row += 1 + seq.num_draft;
+  }
+}
+
+// Sampling is per request (its own RNG) and scoring writes its own slot, so the rows are picked
+// and scored in parallel on the engine's pool, then committed in batch order.
+void EngineCore::Impl::pick_and_score() {
+  const int64_t n_sample = int64_t(to_sample.size());
+  pool->parallel_for(n_sample + int64_t(to_score.size()), 1, [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e; ++i) {
+      if (i < n_sample) pick_token(*to_sample[size_t(i)].first, to_sample[size_t(i)].second);
+      else score_prompt_row(to_score[size_t(i - n_sample)]);
+    }
+  });
+}
+
+// Deltas: new tokens and text, then the final delta of every finished request.
+void EngineCore::Impl::emit_deltas(std::vector<Delta>& out) {
   std::unordered_map<RequestId, size_t> index;
-  for (auto& [id, l] : m.live) {
+  for (auto& [id, l] : live) {
     const bool lps_ready = l->params.prompt_logprobs >= 0 && l->prompt_done && !l->prompt_lps_sent;
     if (l->new_tokens.empty() && l->new_text.empty() && !lps_ready) continue;
-    Delta& d = m.delta_for(out, index, id);
+    Delta& d = delta_for(out, index, id);
     if (lps_ready) {
       d.prompt_logprobs = std::move(l->prompt_lps);
       l->prompt_lps_sent = true;
@@ -445,20 +365,20 @@ Status EngineCore::step(std::vector<Delta>& out) {
     l->new_text.clear();
     l->new_logprobs.clear();
   }
-  for (sched::Request& r : m.scheduler.take_finished()) {
-    if (m.drafter) m.drafter->release(r.id);
-    auto it = m.live.find(r.id);
-    if (it == m.live.end()) continue;
-    Delta& d = m.delta_for(out, index, r.id);
-    if (r.finish_reason != sched::FinishReason::StopString) d.text += it->second->stops.push(it->second->decoder.flush());
-    d.text += it->second->stops.flush();
+  for (sched::Request& r : scheduler.take_finished()) {
+    if (proposer) proposer->release(r.id);
+    auto it = live.find(r.id);
+    if (it == live.end()) continue;
+    Live& l = *it->second;
+    Delta& d = delta_for(out, index, r.id);
+    if (r.finish_reason != sched::FinishReason::StopString) d.text += l.stops.push(l.decoder.flush());
+    d.text += l.stops.flush();
     d.finish = r.finish_reason;
-    if (it->second->params.pooling != Pooling::none && it->second->prompt_done) d.embedding = Impl::pooled_embedding(*it->second);
+    if (l.params.pooling != Pooling::none && l.prompt_done) d.embedding = l.pool.unit_mean();
     d.usage = {r.num_prompt_tokens, r.num_generated(), r.num_cached_tokens};
     d.timings = timings_of(r);
-    m.live.erase(it);
+    live.erase(it);
   }
-  return {};
 }
 
 EngineStats EngineCore::stats() const {
@@ -489,9 +409,9 @@ EngineStats EngineCore::stats() const {
     s.spec_draft_tokens_at.assign(c.draft_tokens_at.begin(), c.draft_tokens_at.begin() + k);
     s.spec_accepted_tokens_at.assign(c.accepted_tokens_at.begin(), c.accepted_tokens_at.begin() + k);
   }
-  if (m.drafter) {
-    s.draft_kv_blocks_total = m.drafter->num_blocks();
-    s.draft_kv_blocks_used = m.drafter->num_blocks() - m.drafter->num_free_blocks();
+  if (m.proposer) {
+    s.draft_kv_blocks_total = m.proposer->n_blocks();
+    s.draft_kv_blocks_used = m.proposer->n_blocks() - m.proposer->n_free_blocks();
   }
   s.max_model_len = m.max_model_len;
   return s;

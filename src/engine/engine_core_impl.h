@@ -3,6 +3,7 @@
 // controller and its check). Not part of the engine's interface.
 #pragma once
 #include <algorithm>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -10,10 +11,13 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/grammar_constraint.h"
+#include "engine/outputs.h"
 #include "engine/stop_matcher.h"
+#include "sample/logits_processor.h"
 #include "sched/scheduler.h"
 #include "spec/controller.h"
-#include "spec/model_drafter.h"
+#include "spec/proposer.h"
 
 namespace kvasir::engine {
 namespace detail {
@@ -22,6 +26,8 @@ namespace detail {
 struct Live {
   GenerationParams params;
   Sampler sampler;
+  ProcessorChain processors;               // logit bias, grammar, min_tokens: in that order
+  GrammarConstraint* grammar = nullptr;    // the chain's grammar, when the request has one
   StreamDecoder decoder;
   StopMatcher stops;
   std::vector<int32_t> new_tokens;       // produced this step
@@ -42,25 +48,19 @@ struct Live {
   std::vector<double> spec_accept;
   int32_t spec_idle_steps = 0;
   int32_t spec_probe_wait = 16;
-  // Structured output: the grammar's state after the tokens picked so far (pick_token advances
-  // it over exactly the tokens it keeps). done_at: the picked token after which the document is
-  // complete and nothing may follow (-1: none); forced_stop: nothing at all was allowed.
-  std::optional<grammar::Matcher> matcher;
+  // Structured output, this step: done_at, the picked token after which the document is complete
+  // and nothing may follow (-1: none); forced_stop, nothing at all was allowed; trigger_at, the
+  // picked token that started a lazy grammar (-1: none), whose text is shown even when it is a
+  // control token.
   int32_t done_at = -1;
   bool forced_stop = false;
-  // Lazy grammar: the output's last bytes, searched for the trigger; trigger_at: the picked token
-  // that completed it this step (-1: none), whose text is shown even when it is a control token.
-  std::string trigger_tail;
   int32_t trigger_at = -1;
-  bool trigger_failed = false;
   // Prompt scoring: prompt_lps[k] is prompt token k's logprob, from row k - 1 (filled in order, by
   // as many rows as each chunk brings; a recompute after preemption skips the ones done).
   std::vector<TokenLogprob> prompt_lps;
   int32_t next_scored = 1;
   bool prompt_done = false, prompt_lps_sent = false;
-  // Embeddings: the sum of the pooled rows' hidden states so far (rows 0..pooled-1 for mean).
-  std::vector<double> pool_sum;
-  int32_t pooled = 0;
+  EmbeddingPool pool;  // embeddings: the pooled rows so far
 
   static constexpr double kAcceptPrior = 0.6;  // hopeful, so that a new request tries drafts
   double& accept_rate(size_t j) {
@@ -71,7 +71,15 @@ struct Live {
   Live(GenerationParams p, const Tokenizer& tok)
       : params(std::move(p)), sampler(params.sampling), decoder(tok, /*skip_special=*/true, /*continuation=*/true),
         stops(params.stop.stop_strings) {
-    if (params.grammar && params.grammar_trigger.empty()) matcher.emplace(params.grammar);
+    std::vector<int32_t> stop_ids(tok.eog_ids().begin(), tok.eog_ids().end());
+    stop_ids.insert(stop_ids.end(), params.stop.stop_token_ids.begin(), params.stop.stop_token_ids.end());
+    if (!params.logit_bias.empty()) processors.add(std::make_unique<LogitBias>(params.logit_bias));
+    if (params.grammar) {
+      auto g = std::make_unique<GrammarConstraint>(params.grammar, params.grammar_trigger, tok, stop_ids);
+      grammar = g.get();
+      processors.add(std::move(g));
+    }
+    if (params.stop.min_tokens > 0) processors.add(std::make_unique<MinTokens>(params.stop.min_tokens, stop_ids));
     if (params.prompt_logprobs >= 0) {
       prompt_lps.resize(params.prompt.size());
       prompt_lps[0] = {params.prompt[0], std::numeric_limits<float>::quiet_NaN(), 0, {}};
@@ -82,9 +90,9 @@ struct Live {
   bool pools_row(int32_t i, int32_t P) const {
     switch (params.pooling) {
       case Pooling::none: return false;
-      case Pooling::mean: return i < P && i >= pooled;
-      case Pooling::cls: return i == 0 && pooled == 0;
-      case Pooling::last: return i == P - 1 && pooled == 0;
+      case Pooling::mean: return i < P && i >= pool.n_pooled();
+      case Pooling::cls: return i == 0 && pool.n_pooled() == 0;
+      case Pooling::last: return i == P - 1 && pool.n_pooled() == 0;
     }
     return false;
   }
@@ -125,10 +133,9 @@ struct EngineCore::Impl {
   std::vector<ScoreJob> to_score;
   EngineStats totals;
   int64_t spec_steps = 0;
-  // Model drafting (draft model, early exit, layer skip); destroyed before the runner it may share.
-  std::unique_ptr<spec::ModelDrafter> drafter;
+  // Speculation's proposer (null: none); destroyed before the runner a self-draft shares.
+  std::unique_ptr<spec::Proposer> proposer;
   std::vector<spec::DraftJob> draft_jobs;
-  spec::DraftCostModel draft_cost;  // what the draft model's forwards take (model drafting)
   // The check on the controller's plans (spec::RealizedGain): the last step's forecast gain and
   // what it emitted, judged when the next step starts (a step's time runs from its start to the
   // next one's, draft forwards and the engine's work between steps included).
@@ -152,18 +159,19 @@ struct EngineCore::Impl {
         scheduler(std::move(s)),
         max_model_len(len) {}
 
+  // The stages of a step (EngineCore::step).
+  void build_batch(const sched::SchedulerOutput& so);
+  void route_rows(const sched::SchedulerOutput& so, const float* logits);
+  void pick_and_score();
+  void emit_deltas(std::vector<Delta>& out);
   void pick_token(const sched::ScheduledSeq& seq, const float* logits);
   bool is_stop_token(const Live& l, int32_t t) const {
     if (!l.params.stop.ignore_eos && tokenizer.is_eog(t)) return true;
     return std::find(l.params.stop.stop_token_ids.begin(), l.params.stop.stop_token_ids.end(), t) !=
            l.params.stop.stop_token_ids.end();
   }
-  bool apply_grammar(grammar::Matcher& m, bool mask_stops, std::span<const int32_t> stop_ids, std::vector<float>& row) const;
-  void watch_trigger(Live& l, int32_t token) const;
   void commit_token(const sched::ScheduledSeq& seq);
   void score_prompt_row(const ScoreJob& job) const;
-  static void pool_rows(Live& l, const float* rows, int32_t n, int64_t n_embd);
-  static std::vector<float> pooled_embedding(const Live& l);
   void propose_drafts();
   // A decoding request the speculation controller may give draft rows.
   struct SpecCandidate {

@@ -1,9 +1,8 @@
 // EngineCore's speculation: which requests draft how many rows (the controller, checked against
-// what drafted steps realize), and the model drafter run once the step has placed its rows.
+// what drafted steps realize), and the proposer's drafts filled once the step has placed its rows.
 #include <algorithm>
 
 #include "engine/engine_core_impl.h"
-#include "spec/ngram.h"
 
 namespace kvasir::engine {
 
@@ -18,7 +17,7 @@ namespace kvasir::engine {
 // the first 64), which keeps the plain step's cost measured at a small price where drafts pay.
 void EngineCore::Impl::propose_drafts() {
   const SpecOptions& o = options.spec;
-  if (o.method == SpecMethod::none) return;
+  if (!proposer) return;
   const int64_t now_ns = clock();
   if (o.adaptive) judge_last_step(now_ns);
   spec_last = {.start_ns = now_ns};
@@ -33,11 +32,8 @@ void EngineCore::Impl::propose_drafts() {
     if (!l->params.speculative || l->params.stop.max_tokens == 0) continue;
     const int32_t left = l->params.stop.max_tokens - r->num_generated() - 1;  // beyond the step's own token
     if (left <= 0) continue;
-    if (drafter) {  // drafted after the controller chose K: model drafts cost time
-      cands.push_back({id, l.get(), {}, 0, std::min(o.max_k, left), left});
-      continue;
-    }
-    std::vector<int32_t> draft = spec::propose_ngram(r->tokens, o.max_k);
+    // A model drafts after the controller chose K (its drafts cost time): placeholders until then.
+    std::vector<int32_t> draft = proposer->propose(id, r->tokens, o.max_k);
     const int32_t most = std::min(int32_t(draft.size()), left);
     if (most > 0) cands.push_back({id, l.get(), std::move(draft), 0, most, left});
   }
@@ -51,8 +47,8 @@ void EngineCore::Impl::propose_drafts() {
     for (const SpecCandidate& c : cands) most_rows += c.most;
     std::vector<double> verify_rows_ns(size_t(std::min(most_rows, 256)) + 1);
     for (size_t d = 0; d < verify_rows_ns.size(); ++d) verify_rows_ns[d] = scheduler.step_cost().draft_rows_time(int32_t(d));
-    spec::DraftCosts costs = spec::relative_costs(step, scheduler.step_cost().draft_row_ns(),
-                                                  drafter ? &draft_cost : nullptr,
+    const spec::DraftCostModel* draft_cost = proposer->cost();
+    spec::DraftCosts costs = spec::relative_costs(step, scheduler.step_cost().draft_row_ns(), draft_cost,
                                                   scheduler.step_cost().prefill_token_ns(), verify_rows_ns);
     costs.realized = realized_gain.factor();
     std::vector<spec::DraftCandidate> plan(cands.size());
@@ -61,13 +57,13 @@ void EngineCore::Impl::propose_drafts() {
       static const std::vector<double> kPrior = {Live::kAcceptPrior};
       plan[i] = {.accept = c.live->spec_accept.empty() ? std::span<const double>(kPrior) : c.live->spec_accept,
                  .most = c.most,
-                 .catch_up = drafter ? drafter->unseen(c.id, scheduler.find(c.id)->tokens) : 0,
+                 .catch_up = proposer->catch_up(c.id, scheduler.find(c.id)->tokens),
                  .left = c.left,
                  .probe_due = c.live->spec_idle_steps >= c.live->spec_probe_wait};
     }
     const spec::StepForecast forecast = spec::plan_draft_rows(plan, decodes, costs);
     spec_last.forecast_gain = forecast.tokens / forecast.time / double(std::max(decodes, 1));
-    if (drafter && !draft_cost.measured()) {
+    if (draft_cost && !draft_cost->measured()) {
       // Until the draft's forwards are measured (its priors say nothing about this draft), one
       // request tries it whatever the plan: the one with the least to catch up, with two
       // positions so that a plain draft forward is timed too.
@@ -90,8 +86,6 @@ void EngineCore::Impl::propose_drafts() {
     }
   }
   for (auto& c : cands) {
-    // A model drafts once the step has placed its rows (draft_scheduled): until then, placeholders.
-    if (drafter) c.draft.assign(size_t(c.k), scheduler.find(c.id)->tokens.back());
     c.k = std::min(c.k, int32_t(c.draft.size()));
     if (c.k == 0) continue;
     c.draft.resize(size_t(c.k));
@@ -136,16 +130,12 @@ void EngineCore::Impl::draft_scheduled(const sched::SchedulerOutput& so) {
       draft_jobs.push_back(
           {.id = seq.id, .context = scheduler.find(seq.id)->tokens, .k = seq.num_draft, .target_blocks = seq.block_table});
   if (draft_jobs.empty()) return;
-  const Status s = drafter->propose(draft_jobs);
-  const spec::ModelDrafter::Timing& t = drafter->last_timing();
-  scheduler.exclude_time(t.total_ns);  // the step-cost model prices target forwards only
+  const Status s = proposer->fill(draft_jobs);
+  scheduler.exclude_time(proposer->last_fill_ns());  // the step-cost model prices target forwards only
   for (spec::DraftJob& j : draft_jobs) {
-    if (!s) j.draft.clear();  // no drafts this step; the drafter has forgotten these requests
+    if (!s) j.draft.clear();  // no drafts this step; the proposer has forgotten these requests
     (void)scheduler.fill_draft(j.id, j.draft);
   }
-  if (!s) return;
-  for (const auto& [rows, ns] : t.later) draft_cost.observe_forward(rows, double(ns));
-  draft_cost.observe_first(t.first_logits, t.first_catch_up, double(t.first_ns));
 }
 
 }  // namespace kvasir::engine
