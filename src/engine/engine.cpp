@@ -70,6 +70,26 @@ EngineStats Engine::stats() {
   return stats_;
 }
 
+bool Engine::call(const std::function<void(EngineCore&)>& fn) {
+  std::mutex done_mutex;
+  std::condition_variable done_cv;
+  bool done = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stop_) return false;
+    pending_calls_.push_back([&] {
+      fn(*core_);
+      std::lock_guard<std::mutex> l(done_mutex);
+      done = true;
+      done_cv.notify_all();
+    });
+  }
+  work_.notify_all();
+  std::unique_lock<std::mutex> l(done_mutex);
+  done_cv.wait(l, [&] { return done; });
+  return true;
+}
+
 bool Engine::drain(std::chrono::steady_clock::time_point deadline) {
   std::unique_lock<std::mutex> lock(mutex_);
   draining_ = true;
@@ -88,12 +108,14 @@ void Engine::abort_all() {
 void Engine::loop() {
   std::vector<std::pair<RequestId, GenerationParams>> adds;
   std::vector<RequestId> aborts;
+  std::vector<std::function<void()>> calls;
   std::vector<Delta> deltas;
   while (true) {
     {
       std::unique_lock<std::mutex> lock(mutex_);
       work_.wait(lock, [&] {
-        return stop_ || !pending_adds_.empty() || !pending_aborts_.empty() || core_->has_unfinished();
+        return stop_ || !pending_adds_.empty() || !pending_aborts_.empty() || !pending_calls_.empty() ||
+               core_->has_unfinished();
       });
       if (stop_) {  // abort everything still queued or running, deliver the final deltas, exit
         for (auto& [id, stream] : streams_) pending_aborts_.push_back(id);
@@ -106,7 +128,10 @@ void Engine::loop() {
       }
       adds.swap(pending_adds_);
       aborts.swap(pending_aborts_);
+      calls.swap(pending_calls_);
     }
+    for (auto& fn : calls) fn();  // between steps: the core is the loop's alone here
+    calls.clear();
     for (auto& [id, params] : adds) {
       if (auto s = core_->add_request_with_id(id, std::move(params)); !s) {
         std::lock_guard<std::mutex> lock(mutex_);

@@ -13,6 +13,9 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <atomic>
+#include <functional>
+#include <span>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -24,6 +27,7 @@
 #include "runtime/model_runner.h"
 #include "sample/sampler.h"
 #include "sched/request.h"
+#include "sched/scheduler.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvasir::engine {
@@ -90,6 +94,10 @@ struct GenerationParams {
   // output, then the grammar, whose documents begin with it, applies from where it began. Empty:
   // the grammar applies from the first token.
   std::string grammar_trigger;
+  // Prefill/decode disaggregation: a prefill-only request (max_tokens 0) whose prompt's full KV
+  // blocks stay referenced after it finishes, named by its final delta (kv_hold, kv_blocks),
+  // until release_kv(kv_hold).
+  bool pin_kv = false;
 };
 
 struct TokenLogprob {
@@ -119,6 +127,8 @@ struct Delta {
   std::vector<TokenLogprob> prompt_logprobs = {};  // once, when requested: one per prompt token
   std::vector<float> embedding = {};       // the final delta of an embedding request: [n_embd], unit length
   FinishReason finish = FinishReason::None;
+  int64_t kv_hold = 0;                     // pin_kv: the hold to release (0: none)
+  std::vector<int32_t> kv_blocks = {};     // pin_kv: the prompt's full blocks, in order
   Usage usage = {};
   Timings timings = {};
 };
@@ -180,6 +190,15 @@ class EngineCore {
   bool has_unfinished() const;
   EngineStats stats() const;
   const Tokenizer& tokenizer() const;
+  runtime::ModelRunner& runner();
+
+  // KV held outside requests (disaggregation; sched::Scheduler's holds). Hold ids are negative.
+  // reserve_kv: blocks for `tokens`' full blocks, the first n_cached already in the prefix cache;
+  // commit_kv: their K/V were written, register them as `tokens`' in the prefix cache.
+  Result<sched::Scheduler::KvReservation> reserve_kv(int64_t hold_id, std::span<const int32_t> tokens,
+                                                     const std::string& salt);
+  Status commit_kv(int64_t hold_id, std::span<const int32_t> tokens);
+  void release_kv(int64_t hold_id);
 
  private:
   struct Impl;
@@ -222,6 +241,12 @@ class Engine {
   // Aborts every request, queued or running: each stream gets its final delta (FinishReason::Abort).
   void abort_all();
   const Tokenizer& tokenizer() const { return core_->tokenizer(); }
+  // Runs fn on the loop thread between steps and waits for it: what KV holds need. False (fn not
+  // run) once the engine is shutting down.
+  bool call(const std::function<void(EngineCore&)>& fn);
+  // A fresh hold id for reserve_kv (negative, never a pin's).
+  int64_t new_hold_id() { return next_hold_.fetch_sub(1); }
+  runtime::ModelRunner& runner() { return core_->runner(); }
 
  private:
   void loop();
@@ -232,6 +257,8 @@ class Engine {
   std::unordered_map<RequestId, std::shared_ptr<RequestStream>> streams_;
   std::vector<std::pair<RequestId, GenerationParams>> pending_adds_;
   std::vector<RequestId> pending_aborts_;
+  std::vector<std::function<void()>> pending_calls_;
+  std::atomic<int64_t> next_hold_{-1};
   RequestId next_id_ = 1;
   EngineStats stats_;
   bool stop_ = false, draining_ = false;

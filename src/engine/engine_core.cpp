@@ -375,11 +375,36 @@ void EngineCore::Impl::emit_deltas(std::vector<Delta>& out) {
     d.text += l.stops.flush();
     d.finish = r.finish_reason;
     if (l.params.pooling != Pooling::none && l.prompt_done) d.embedding = l.pool.unit_mean();
+    if (l.params.pin_kv && r.finish_reason == sched::FinishReason::Length) pin_prompt(l, r.id, d);
     d.usage = {r.num_prompt_tokens, r.num_generated(), r.num_cached_tokens};
     d.timings = timings_of(r);
     live.erase(it);
   }
 }
+
+// A finished pin_kv request's prompt blocks, pinned in the step it finished in (before anything
+// can evict them) under a hold id no reservation uses.
+void EngineCore::Impl::pin_prompt(const Live& l, RequestId id, Delta& d) {
+  const int64_t hold = -(int64_t(1) << 40) - id;
+  auto pinned = scheduler.pin_prefix(hold, l.params.prompt, l.params.cache_salt);
+  if (!pinned) return;
+  d.kv_hold = hold;
+  d.kv_blocks = std::move(*pinned);
+}
+
+runtime::ModelRunner& EngineCore::runner() { return *impl_->runner; }
+
+Result<sched::Scheduler::KvReservation> EngineCore::reserve_kv(int64_t hold_id, std::span<const int32_t> tokens,
+                                                               const std::string& salt) {
+  if (hold_id <= -(int64_t(1) << 40)) return Error{"hold ids below -2^40 are the engine's pins", ErrorCode::invalid_argument};
+  return impl_->scheduler.reserve_prefix(hold_id, tokens, salt);
+}
+
+Status EngineCore::commit_kv(int64_t hold_id, std::span<const int32_t> tokens) {
+  return impl_->scheduler.commit_reserved(hold_id, tokens);
+}
+
+void EngineCore::release_kv(int64_t hold_id) { impl_->scheduler.release_kv(hold_id); }
 
 EngineStats EngineCore::stats() const {
   const Impl& m = *impl_;

@@ -172,6 +172,7 @@ struct EngineCore::Impl {
   }
   void commit_token(const sched::ScheduledSeq& seq);
   void score_prompt_row(const ScoreJob& job) const;
+  void pin_prompt(const Live& l, RequestId id, Delta& d);
   void propose_drafts();
   // A decoding request the speculation controller may give draft rows.
   struct SpecCandidate {

@@ -163,6 +163,23 @@ class Scheduler {
   int32_t num_running() const { return int32_t(running_.size()); }
   bool has_unfinished() const { return !requests_.empty(); }
   const kv::KvManager& kv() const { return kv_; }
+
+  // KV held outside any request (prefill/decode disaggregation), under ids of the caller's that
+  // are never request ids (negative). Blocks stay referenced until release_kv(id).
+  // pin_prefix: references the cached full blocks of `tokens` (a prefill's, to export them);
+  // the result covers the longest cached run from the start.
+  Result<std::vector<int32_t>> pin_prefix(int64_t hold_id, std::span<const int32_t> tokens, std::string_view salt);
+  // reserve_prefix: references the cached full blocks of `tokens` and allocates the rest of its
+  // full blocks (to import them): every full block's id, the first n_cached already cached.
+  struct KvReservation {
+    std::vector<int32_t> blocks;
+    int32_t n_cached = 0;
+  };
+  Result<KvReservation> reserve_prefix(int64_t hold_id, std::span<const int32_t> tokens, std::string_view salt);
+  // Registers a reservation's blocks as `tokens`' in the prefix cache (their K/V were written).
+  Status commit_reserved(int64_t hold_id, std::span<const int32_t> tokens);
+  void release_kv(int64_t hold_id);
+  int32_t n_kv_holds() const { return int32_t(holds_.size()); }
   const SchedulerCounters& counters() const { return counters_; }
   const StepCostModel& step_cost() const { return cost_; }
   // Time the caller spent since the last step on work that is not a step's (a draft model
@@ -201,6 +218,7 @@ class Scheduler {
 
   SchedulerConfig config_;
   kv::KvManager kv_;
+  std::unordered_map<int64_t, std::string> holds_;  // KV holds and their salt
   std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;  // waiting and running
   std::map<WaitKey, Request*> waiting_;
   std::vector<Request*> running_;  // admission order
