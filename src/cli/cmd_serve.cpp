@@ -51,7 +51,25 @@ struct ServeArgs {
   std::vector<std::string> api_keys;
   std::string api_key_file;
   server::ServerOptions http;
+  std::string role = "both";            // prefill, decode or both (colocated)
+  std::string kv_listen = "127.0.0.1:0";  // decode: the UCX listener prefill instances send KV to
+  int64_t kv_transfer_timeout_ms = 5000;
+  int32_t disagg_min_tokens = 64;
+  std::vector<std::string> prefill_peers;
 };
+
+// "HOST:PORT" (port 0: any free one).
+Result<std::pair<std::string, uint16_t>> parse_host_port(const std::string& text) {
+  const size_t colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0) return Error{"--kv-listen wants HOST:PORT, got '" + text + "'"};
+  try {
+    const int port = std::stoi(text.substr(colon + 1));
+    if (port < 0 || port > 65535) throw std::out_of_range("port");
+    return std::pair<std::string, uint16_t>{text.substr(0, colon), uint16_t(port)};
+  } catch (const std::exception&) {
+    return Error{"--kv-listen wants HOST:PORT, got '" + text + "'"};
+  }
+}
 
 // Keys from --api-key, --api-key-file (one per line; blank lines and '#' comments skipped) and the
 // KVASIR_API_KEY environment variable (which, unlike a flag, does not show in `ps`).
@@ -201,6 +219,18 @@ int run_serve(ServeArgs a) {
                a.model.c_str());
 
   server::BackendOptions bo{.model_path = a.model, .chat_template_path = a.chat_template, .pooling = a.pooling};
+  bo.prefill_role = a.role == "prefill";
+  bo.decode_role = a.role == "decode";
+  if (bo.decode_role) {
+    auto listen = parse_host_port(a.kv_listen);
+    if (!listen) return fail(listen.error());
+    bo.pull = {.listen_host = listen->first,
+               .listen_port = listen->second,
+               .timeout = std::chrono::milliseconds(a.kv_transfer_timeout_ms),
+               .min_tokens = a.disagg_min_tokens,
+               .api_key = a.http.access.api_keys.empty() ? std::string() : a.http.access.api_keys[0],
+               .allowed_prefill = a.prefill_peers};
+  }
   bo.serving.engine.max_seqs = a.max_seqs;
   bo.serving.engine.max_batch_tokens = a.max_batch_tokens;
   bo.serving.kv.n_blocks = a.kv_blocks;
@@ -231,6 +261,10 @@ int run_serve(ServeArgs a) {
   const int32_t max_len = (*backend)->max_model_len;
   std::fprintf(stderr, "kvasir serve: chat template: %s\n", (*backend)->chat.origin().c_str());
   std::fprintf(stderr, "kvasir serve: embeddings: %s\n", (*backend)->pooling.origin.c_str());
+  if ((*backend)->puller)
+    std::fprintf(stderr, "kvasir serve: decode role, KV listener on %s:%u\n", bo.pull.listen_host.c_str(),
+                 unsigned((*backend)->puller->port()));
+  if ((*backend)->pusher) std::fprintf(stderr, "kvasir serve: prefill role\n");
   http.state().attach(std::move(*backend));
   std::fprintf(stderr, "kvasir serve: model '%s' ready in %.2f s (max_model_len %d)\n",
                a.http.served_model_name.c_str(),
@@ -291,6 +325,18 @@ void register_serve(CLI::App& app, Handler& handler) {
   cmd->add_option("--max-body", a->max_body, "Largest request body, e.g. 8M (bigger: 413)");
   cmd->add_option("--http-threads", a->http.http_threads, "Worker threads for requests in progress; each stream holds one (default 256)")
       ->check(CLI::Range(1, 8192));
+  cmd->add_option("--role", a->role,
+                  "prefill: answers /internal/kv/prefill (computes prompts, sends their KV to decode instances); "
+                  "decode: pulls a prompt's KV from the prefill instance the router names; both (default): neither")
+      ->check(CLI::IsMember({"prefill", "decode", "both"}));
+  cmd->add_option("--kv-listen", a->kv_listen, "decode role: HOST:PORT of the UCX listener for KV (port 0: any free one)");
+  cmd->add_option("--kv-transfer-timeout", a->kv_transfer_timeout_ms,
+                  "decode role: milliseconds a KV pull may take, prefill included; then the prompt is computed here")
+      ->check(CLI::Range(int64_t(1), int64_t(600000)));
+  cmd->add_option("--prefill-peer", a->prefill_peers,
+                  "decode role: a prefill instance (http://host:port) the router may name; repeatable (default: any)");
+  cmd->add_option("--disagg-min-tokens", a->disagg_min_tokens, "decode role: shorter prompts are computed here")
+      ->check(CLI::Range(0, 1 << 30));
   cmd->add_option("--drain-timeout", a->drain_timeout_s, "Seconds the whole shutdown may take: running generations are aborted when it expires");
   cmd->callback([&handler, a] { handler = [a] { return run_serve(*a); }; });
 }

@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   register_imatrix(app, handler);
   register_pull(app, handler);
   register_serve(app, handler);
+  register_router(app, handler);
   register_loadgen(app, handler);
   try {
     app.parse(argc, argv);

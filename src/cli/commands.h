@@ -19,6 +19,7 @@ void register_synth(CLI::App& app, Handler& handler);
 void register_bench(CLI::App& app, Handler& handler);
 void register_batch(CLI::App& app, Handler& handler);
 void register_serve(CLI::App& app, Handler& handler);
+void register_router(CLI::App& app, Handler& handler);
 void register_loadgen(CLI::App& app, Handler& handler);
 void register_perplexity(CLI::App& app, Handler& handler);
 void register_quantize(CLI::App& app, Handler& handler);

@@ -303,7 +303,7 @@ Status CudaRunner::init() {
            .n_kv_blocks = blocks,
            .block_size = o_.kv.block_size,
            .n_layers = c_.n_layers,
-           .identity = model_.path() + "#" + c_.arch_name + "#cuda"};
+           .identity = model_.identity() + "#cuda"};
   KV_CUDA_TRY(cudaDeviceSynchronize());
   return {};
 }

@@ -1,6 +1,47 @@
 #include "model/model.h"
 
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
 namespace kvasir {
+namespace {
+
+// FNV-1a over 64-bit words (then the tail bytes): fast enough to run over a few MiB at load.
+struct Hasher {
+  uint64_t h = 1469598103934665603ull;
+  void bytes(const void* p, size_t n) {
+    const uint8_t* b = static_cast<const uint8_t*>(p);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      uint64_t w;
+      std::memcpy(&w, b + i, 8);
+      h = (h ^ w) * 1099511628211ull;
+    }
+    for (; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  }
+  void u64(uint64_t v) { bytes(&v, 8); }
+};
+
+}  // namespace
+
+// Every tensor's description, and three 4 KiB windows of its data (start, middle, end): a
+// different quantization, a fine-tune or a pruned copy changes them, and hashing whole 5 GB
+// files at every start would page them all in.
+uint64_t hash_tensors(const gguf::File& file) {
+  Hasher hs;
+  constexpr uint64_t kWindow = 4096;
+  for (const gguf::TensorInfo& t : file.tensors) {
+    hs.bytes(t.name.data(), t.name.size());
+    hs.u64(uint64_t(t.type));
+    for (int64_t n : t.ne) hs.u64(uint64_t(n));
+    hs.u64(t.nbytes);
+    if (!t.data) continue;
+    const uint64_t w = std::min(kWindow, t.nbytes);
+    for (uint64_t at : {uint64_t(0), (t.nbytes - w) / 2, t.nbytes - w}) hs.bytes(t.data + at, w);
+  }
+  return hs.h;
+}
 
 Result<std::unique_ptr<Model>> Model::load(const std::string& path) {
   auto model = std::unique_ptr<Model>(new Model());
@@ -16,6 +57,9 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path) {
   auto weights = bind_weights(model->gguf_, model->config_);
   if (!weights) return Error{path + ": " + weights.error()};
   model->weights_ = std::move(*weights);
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash_tensors(model->gguf_)));
+  model->identity_ = model->config_.arch_name + "@" + hex;
   return model;
 }
 

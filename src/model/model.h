@@ -23,12 +23,20 @@ class Model {
   Weights& mutable_weights() { return weights_; }
   const gguf::File& gguf() const { return gguf_; }
   const std::string& path() const { return file_.path(); }
+  // What the weights are, not where they lie: the architecture and a hash of every tensor's name,
+  // type, shape and sampled bytes. Two files with the same tensors have the same identity on any
+  // host (what KV shared between instances must agree on); the prefix cache keys blocks on it.
+  const std::string& identity() const { return identity_; }
 
  private:
   MappedFile file_;
   gguf::File gguf_;
   ModelConfig config_;
   Weights weights_;
+  std::string identity_;
 };
+
+// The content hash behind Model::identity() (exposed for tests).
+uint64_t hash_tensors(const gguf::File& file);
 
 }  // namespace kvasir

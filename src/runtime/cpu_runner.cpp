@@ -72,7 +72,7 @@ Result<std::unique_ptr<CpuRunner>> CpuRunner::create(const Model& model, const R
                   .n_kv_blocks = *blocks,
                   .block_size = kvo.block_size,
                   .n_layers = c.n_layers,
-                  .identity = model.path() + "#" + c.arch_name};
+                  .identity = model.identity()};
   for (int64_t il = 0; il < c.n_layers; ++il) info.n_quantized_kv_layers += dtype_info(kvo.layer_type(il)).block_size > 1;
   return std::unique_ptr<CpuRunner>(new CpuRunner(model, o, std::move(*kv), std::move(info)));
 }

@@ -30,6 +30,16 @@ Result<std::unique_ptr<Backend>> load_backend(const BackendOptions& options) {
   if (!core) return Error{core.error()};
   b->max_model_len = (*core)->stats().max_model_len;  // the Engine's copy fills in after its first step
   b->engine = std::make_unique<engine::Engine>(std::move(*core));
+  if (options.prefill_role) {
+    auto pusher = disagg::KvPusher::create(*b->engine);
+    if (!pusher) return Error{"prefill role: " + pusher.error(), pusher.error_code()};
+    b->pusher = std::move(*pusher);
+  }
+  if (options.decode_role) {
+    auto puller = disagg::KvPuller::create(*b->engine, options.pull);
+    if (!puller) return Error{"decode role: " + puller.error(), puller.error_code()};
+    b->puller = std::move(*puller);
+  }
   if (b->max_model_len <= 0) return Error{"the engine reports no usable context (max_model_len 0)"};
   return b;
 }

@@ -6,6 +6,7 @@
 
 #include "core/status.h"
 #include "backends/engine_factory.h"
+#include "disagg/decode_service.h"
 #include "engine/engine.h"
 #include "server/state.h"
 
@@ -21,6 +22,10 @@ struct BackendOptions {
   // Called once the model and tokenizer are loaded, before the engine is built: what needs the
   // model to decide engine options (the KV guard's per-layer types).
   std::function<Status(const Model&, const Tokenizer&, backends::ServingOptions&)> prepare_engine = {};
+  // Disaggregation roles: a prefill instance answers /internal/kv/prefill; a decode instance
+  // listens for KV (pull) and fetches it for requests the router gives a prefill instance.
+  bool prefill_role = false, decode_role = false;
+  disagg::PullOptions pull = {};
 };
 
 Result<std::unique_ptr<Backend>> load_backend(const BackendOptions& options);

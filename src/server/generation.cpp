@@ -145,9 +145,11 @@ engine::GenerationParams engine_params(const GenerationRequest& r, std::vector<i
 
 Parsed<std::unique_ptr<GenerationJob>> GenerationJob::submit(engine::Engine& engine, Metrics& metrics,
                                                              std::vector<engine::GenerationParams> params,
-                                                             std::vector<int32_t> prompt_of) {
+                                                             std::vector<int32_t> prompt_of, const KvFetch& fetch_kv) {
   std::unique_ptr<GenerationJob> job(new GenerationJob(engine, metrics));
   job->choices_.reserve(params.size());
+  for (size_t i = 0; i < params.size() && fetch_kv; ++i)
+    if (i == 0 || prompt_of[i] != prompt_of[i - 1]) fetch_kv(params[i].prompt, params[i].cache_salt);
   for (size_t i = 0; i < params.size(); ++i) {
     const int32_t prompt_tokens = int32_t(params[i].prompt.size());
     auto stream = engine.submit(std::move(params[i]));

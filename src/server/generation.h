@@ -4,6 +4,7 @@
 #pragma once
 #include <chrono>
 #include <functional>
+#include <span>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -74,9 +75,11 @@ class GenerationJob {
   // Submits every choice (params[i] is choice i, of prompt prompt_of[i]). If one is refused, the
   // ones already queued are aborted and the engine's message comes back as the error (503 while
   // the engine drains, else 400).
+  // `fetch_kv` (disaggregation: kv_fetch_for) runs once per distinct prompt before it is queued.
+  using KvFetch = std::function<void(std::span<const int32_t> prompt, const std::string& salt)>;
   static Parsed<std::unique_ptr<GenerationJob>> submit(engine::Engine& engine, Metrics& metrics,
                                                        std::vector<engine::GenerationParams> params,
-                                                       std::vector<int32_t> prompt_of);
+                                                       std::vector<int32_t> prompt_of, const KvFetch& fetch_kv = {});
   ~GenerationJob();  // aborts what has not finished: a dropped job frees its KV blocks
   GenerationJob(const GenerationJob&) = delete;
   GenerationJob& operator=(const GenerationJob&) = delete;

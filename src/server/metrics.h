@@ -57,6 +57,12 @@ struct EngineGauges {
   std::vector<int64_t> spec_draft_tokens_at, spec_accepted_tokens_at;  // per draft position
   int64_t kv_layers = 0, kv_quantized_layers = 0;
   double kv_guard_kld = -1;  // -1: no KV guard ran
+  // Disaggregation: KV pushed (a prefill instance) and pulled (a decode instance).
+  bool prefill_role = false, decode_role = false;
+  int64_t kv_push_done = 0, kv_push_failed = 0, kv_push_blocks = 0, kv_push_bytes = 0;
+  double kv_push_transfer_ms = 0, kv_push_prefill_ms = 0;
+  int64_t kv_pull_done = 0, kv_pull_failed = 0, kv_pull_expired = 0, kv_pull_skipped = 0;
+  int64_t kv_pull_blocks = 0, kv_pull_bytes = 0, kv_pull_rejected_frames = 0;
 };
 
 // The HTTP transport at scrape time.

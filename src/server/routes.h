@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "http/router.h"
+#include "server/generation.h"
 #include "server/state.h"
 
 namespace kvasir::server {
@@ -25,6 +26,12 @@ void register_ollama_routes(http::Router& router, ServerState& state);
 void register_embedding_routes(http::Router& router, ServerState& state);
 // GET /, /health, /metrics, /v1/models; POST /tokenize, /detokenize (routes_info.cpp)
 void register_info_routes(http::Router& router, ServerState& state);
+
+// POST /internal/kv/prefill: prefill/decode disaggregation (routes_disagg.cpp)
+void register_disagg_routes(http::Router& router, ServerState& state);
+// A decode instance's KV pull for a request the router gave a prefill instance (X-Kvasir-Prefill);
+// empty when there is nothing to pull.
+GenerationJob::KvFetch kv_fetch_for(ServerState& state, Backend& b, const http::Request& req);
 
 // Shared by both: the loaded backend when requests are being served, else sends 503 and returns null.
 Backend* serving_backend(ServerState& state, http::Response& res);

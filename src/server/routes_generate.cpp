@@ -273,7 +273,8 @@ void run_generation(ServerState& st, Backend& b, const http::Request& req, http:
   const ScoringOptions scoring{.echo_logprobs = echo_logprobs, .prompt_logprobs = gen.prompt_logprobs >= 0};
   const std::vector<int32_t> scorer = share_prompt_scoring(pc);
   auto guard = std::make_shared<ActiveGuard>(st);
-  auto job = GenerationJob::submit(*b.engine, st.metrics, std::move(pc.params), std::move(pc.prompt_of));
+  auto job = GenerationJob::submit(*b.engine, st.metrics, std::move(pc.params), std::move(pc.prompt_of),
+                                   kv_fetch_for(st, b, req));
   if (!job) return send_error(res, job.error());
   ResponseMeta meta = make_meta(endpoint, st.options.served_model_name);
   if (!gen.stream) return respond_whole(b, req, res, gen, **job, meta, pc.echo, tools, scoring, scorer);

@@ -33,6 +33,7 @@ void register_routes(http::Router& router, ServerState& state, const AccessPolic
   register_responses_routes(router, state);
   register_generation_routes(router, state);
   register_embedding_routes(router, state);
+  register_disagg_routes(router, state);
 }
 
 HttpServer::HttpServer(ServerOptions options)

@@ -9,6 +9,8 @@
 #include <optional>
 #include <string>
 
+#include "disagg/decode_service.h"
+#include "disagg/prefill_service.h"
 #include "engine/engine.h"
 #include "engine/pooling.h"
 #include "engine/structured.h"
@@ -37,6 +39,10 @@ struct Backend {
   std::optional<Tokenizer> tokenizer;
   ChatFormatter chat;
   std::unique_ptr<engine::Engine> engine;
+  // Disaggregation (after the engine: they hold it). A prefill instance pushes prompts' KV to
+  // decode instances; a decode instance pulls it before computing a prompt the router placed.
+  std::unique_ptr<disagg::KvPusher> pusher;
+  std::unique_ptr<disagg::KvPuller> puller;
   std::unique_ptr<engine::GrammarCache> grammars;  // structured output, compiled per vocabulary
   engine::PoolingChoice pooling;                   // what /v1/embeddings pools
   int32_t max_model_len = 0;

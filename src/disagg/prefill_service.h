@@ -1,0 +1,66 @@
+// The prefill instance's side of disaggregation: runs a prompt as a prefill-only request, keeps
+// its KV blocks pinned, and ships them to the decode instance that asked (its UCX listener),
+// skipping the blocks that instance already holds. The pin is released however the transfer ends.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+#include "disagg/ucx_node.h"
+#include "engine/engine.h"
+
+namespace kvasir::disagg {
+
+// What a decode instance asks of a prefill instance (POST /internal/kv/prefill).
+struct PrefillRequest {
+  uint64_t transfer_id = 0;
+  std::vector<int32_t> tokens;
+  std::string cache_salt;
+  int32_t skip_blocks = 0;          // leading full blocks the decode instance already holds
+  std::string kv_format;            // the decode instance's: must be this instance's
+  std::string target_host;          // the decode instance's UCX listener
+  uint16_t target_port = 0;
+  std::chrono::milliseconds timeout{5000};
+};
+// Parsed and checked (ids in range is the engine's check); errors name the field.
+Result<PrefillRequest> parse_prefill_request(const nlohmann::json& body);
+nlohmann::json to_json(const PrefillRequest& r);
+
+struct PrefillResult {
+  int32_t n_blocks = 0;  // sent
+  int64_t bytes = 0;
+  double prefill_ms = 0, transfer_ms = 0;
+};
+
+struct PushCounters {
+  int64_t done = 0, failed = 0, blocks = 0, bytes = 0;
+  double transfer_ms = 0, prefill_ms = 0;
+};
+
+class KvPusher {
+ public:
+  static Result<std::unique_ptr<KvPusher>> create(engine::Engine& engine);
+  // Blocks until the blocks were sent (or it failed). Any thread.
+  Result<PrefillResult> push(const PrefillRequest& request);
+  PushCounters counters() const;
+
+ private:
+  explicit KvPusher(engine::Engine& engine) : engine_(engine) {}
+  Result<PeerId> peer_for(const std::string& host, uint16_t port, std::chrono::milliseconds timeout);
+  void forget(PeerId peer);
+
+  engine::Engine& engine_;
+  std::unique_ptr<UcxNode> node_;
+  mutable std::mutex mutex_;
+  std::map<std::string, PeerId> peers_;  // "host:port" -> connection, reused
+  PushCounters counters_;
+};
+
+}  // namespace kvasir::disagg
