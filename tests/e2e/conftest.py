@@ -31,10 +31,14 @@ def free_port():
 class Server:
     """A running `kvasir serve`; `stop()` sends SIGTERM and returns the exit code."""
 
-    def __init__(self, model, extra=(), api_key=API_KEY, log_name="server", max_body=MAX_BODY):
+    def __init__(self, model, extra=(), api_key=API_KEY, log_name="server", max_body=MAX_BODY, host="127.0.0.1",
+                 launcher=()):
         self.port = free_port()
         self.api_key = api_key
-        args = [BIN, "serve", "-m", str(model), "--port", str(self.port), "--max-body", str(max_body), *extra]
+        self.host = host
+        # launcher: a command the server runs under, e.g. ("ip", "netns", "exec", NAME).
+        args = [*launcher, BIN, "serve", "-m", str(model), "--host", host, "--port", str(self.port),
+                "--max-body", str(max_body), *extra]
         if api_key:
             args += ["--api-key", api_key]
         self.log_path = Path(os.environ.get("KVASIR_E2E_LOGS", "/tmp")) / f"kvasir-e2e-{log_name}-{self.port}.log"
@@ -44,7 +48,7 @@ class Server:
 
     @property
     def base_url(self):
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def wait_ready(self, timeout=60):
         deadline = time.time() + timeout
@@ -62,7 +66,7 @@ class Server:
 
     def request(self, method, path, body=None, headers=None, auth=True, timeout=60):
         """A raw HTTP request: (status, headers, body bytes)."""
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
         h = dict(headers or {})
         if auth and self.api_key:
             h.setdefault("Authorization", f"Bearer {self.api_key}")

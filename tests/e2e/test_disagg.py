@@ -38,6 +38,7 @@ class Router:
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
         # The router's admission and error shapes are the server's: reuse the raw client.
         self.api_key = API_KEY
+        self.host = "127.0.0.1"
         self.request = Server.request.__get__(self)
         self.json = Server.json.__get__(self)
         self.metrics = Server.metrics.__get__(self)
@@ -350,3 +351,55 @@ def test_decode_killed_mid_stream_and_router_restart():
         router.stop()
         a.stop()
         b.stop()
+
+
+@pytest.fixture
+def netns():
+    """A network namespace joined to this one by a veth pair: (name, address there, address here).
+    Skipped where namespaces cannot be created (no root or no CAP_NET_ADMIN)."""
+    name = f"kvasir-e2e-{os.getpid()}"
+    here_if, there_if = f"kvh{os.getpid() % 100000}", f"kvn{os.getpid() % 100000}"
+    subnet = f"10.213.{os.getpid() % 250}"
+    there, here = f"{subnet}.1", f"{subnet}.2"
+    setup = [["ip", "netns", "add", name],
+             ["ip", "link", "add", here_if, "type", "veth", "peer", "name", there_if],
+             ["ip", "link", "set", there_if, "netns", name],
+             ["ip", "addr", "add", f"{here}/30", "dev", here_if],
+             ["ip", "link", "set", here_if, "up"],
+             ["ip", "netns", "exec", name, "ip", "addr", "add", f"{there}/30", "dev", there_if],
+             ["ip", "netns", "exec", name, "ip", "link", "set", there_if, "up"],
+             ["ip", "netns", "exec", name, "ip", "link", "set", "lo", "up"]]
+    for cmd in setup:
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+            subprocess.run(["ip", "link", "del", here_if], capture_output=True)
+            pytest.skip(f"cannot create a network namespace joined by veth ({' '.join(cmd)}: {r.stderr.strip()})")
+    yield name, there, here
+    subprocess.run(["ip", "netns", "del", name], capture_output=True)
+    subprocess.run(["ip", "link", "del", here_if], capture_output=True)
+
+
+def test_between_network_namespaces(netns):
+    """The prefill instance in its own network namespace, reached over a veth pair (a second host,
+    as far as the network stack knows): KV crosses it and the output is one instance's."""
+    if not STORIES.exists():
+        pytest.skip("needs the shared models")
+    name, there, here = netns
+    prefill = Server(STORIES, extra=["--role", "prefill"], log_name="dis-ns-prefill", host=there,
+                     launcher=("ip", "netns", "exec", name))
+    decode = Server(STORIES, extra=["--role", "decode", "--kv-listen", f"{here}:0", "--disagg-min-tokens", "16",
+                                    "--kv-transfer-timeout", str(TIMEOUT_MS)], log_name="dis-ns-decode")
+    single = Server(STORIES, log_name="dis-ns-single")
+    router = Router(prefill=[prefill.base_url], decode=[decode.base_url])
+    try:
+        for seed in range(3):
+            prompt = long_prompt(60, 20 + seed)
+            assert complete(router, prompt) == complete(single, prompt)
+        m = decode.metrics()
+        assert m["kvasir:kv_pull_done_total"] == 3 and m["kvasir:kv_pull_failed_total"] == 0, m
+        blocks_free(prefill, decode)
+    finally:
+        router.stop()
+        for s in (prefill, decode, single):
+            s.stop()
