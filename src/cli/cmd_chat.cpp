@@ -26,7 +26,7 @@
 #include "backends/engine_factory.h"
 #include "engine/engine.h"
 #include "model/model.h"
-#include "server/chat_format.h"
+#include "chat/chat_format.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvasir::cli {
@@ -138,7 +138,7 @@ void print_help() {
 
 class Conversation {
  public:
-  Conversation(engine::EngineCore& core, const Tokenizer& tok, const server::ChatFormatter& fmt, const ChatArgs& a)
+  Conversation(engine::EngineCore& core, const Tokenizer& tok, const chat::ChatFormatter& fmt, const ChatArgs& a)
       : core_(core), tok_(tok), fmt_(fmt), a_(a), system_(a.system) {}
 
   void clear() { turns_ = ordered_json::array(); }
@@ -192,7 +192,7 @@ class Conversation {
 
   engine::EngineCore& core_;
   const Tokenizer& tok_;
-  const server::ChatFormatter& fmt_;
+  const chat::ChatFormatter& fmt_;
   const ChatArgs& a_;
   std::string system_;
   ordered_json turns_ = ordered_json::array();
@@ -205,9 +205,9 @@ int run_chat(ChatArgs a) {
   if (!model) return fail(model.error());
   auto tok = Tokenizer::from_gguf((*model)->gguf());
   if (!tok) return fail(a.model + ": " + tok.error());
-  auto override_template = server::chat_template_override(a.chat_template);
+  auto override_template = chat::chat_template_override(a.chat_template);
   if (!override_template) return fail(override_template.error());
-  auto fmt = server::ChatFormatter::for_model((*model)->gguf(), *tok, std::move(*override_template));
+  auto fmt = chat::ChatFormatter::for_model((*model)->gguf(), *tok, std::move(*override_template));
   if (!fmt) return fail(fmt.error());
   auto kv_type = parse_kv_type(a.kv_type);
   if (!kv_type) return fail(kv_type.error());

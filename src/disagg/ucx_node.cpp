@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <future>
 #include <mutex>
@@ -250,6 +251,16 @@ UcxNode::~UcxNode() {
 // Everything UCX is created on the progress thread: a worker's async context belongs to the
 // thread that made it.
 Status UcxNode::Impl::init() {
+  // Client-server endpoints are wired up over TCP sockets; without the tcp transport UCX 1.13
+  // fails the endpoint on an assertion (abort) instead of an error.
+  if (const char* tls = std::getenv("UCX_TLS"); tls && *tls) {
+    const std::string t = tls;
+    const bool excluded = t[0] == '^' ? t.find("tcp") != std::string::npos
+                                      : t.find("tcp") == std::string::npos && t.find("all") == std::string::npos;
+    if (excluded)
+      return Error{"UCX_TLS=" + t + " leaves out tcp, which KV connections need for their set-up; add tcp",
+                   ErrorCode::invalid_argument};
+  }
   ucp_config_t* config = nullptr;
   if (ucs_status_t s = ucp_config_read(nullptr, nullptr, &config); s != UCS_OK) return ucx_error("UCX configuration", s);
   ucp_params_t params{};

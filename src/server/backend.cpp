@@ -10,9 +10,9 @@ Result<std::unique_ptr<Backend>> load_backend(const BackendOptions& options) {
   auto tokenizer = Tokenizer::from_gguf(b->model->gguf());
   if (!tokenizer) return Error{options.model_path + ": " + tokenizer.error()};
   b->tokenizer.emplace(std::move(*tokenizer));
-  auto template_source = chat_template_override(options.chat_template_path);
+  auto template_source = chat::chat_template_override(options.chat_template_path);
   if (!template_source) return Error{template_source.error()};
-  auto chat = ChatFormatter::for_model(b->model->gguf(), *b->tokenizer, std::move(*template_source));
+  auto chat = chat::ChatFormatter::for_model(b->model->gguf(), *b->tokenizer, std::move(*template_source));
   if (!chat) return Error{options.model_path + ": " + chat.error()};
   b->chat = std::move(*chat);
   // The vocabulary's grammar index, warmed with the JSON primitives (their string-body table), so

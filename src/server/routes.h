@@ -42,7 +42,7 @@ struct ChatPrompt {
   std::vector<int32_t> ids;
   int32_t max_tokens = 0;
 };
-Parsed<ChatPrompt> chat_prompt(const Backend& b, const ordered_json& messages, const ChatRenderOptions& options,
+Parsed<ChatPrompt> chat_prompt(const Backend& b, const ordered_json& messages, const chat::ChatRenderOptions& options,
                                const GenerationRequest& gen, const std::string& messages_param);
 
 // 404 model_not_found unless `model` is empty or the served name.

@@ -301,13 +301,13 @@ void run_generation(ServerState& st, Backend& b, const http::Request& req, http:
 // Tells the model about the tools: appended to the conversation's system message (a new one first
 // when there is none); when the template refuses a system role (Gemma), put before the first user
 // message's text instead.
-void add_tool_prompt(ordered_json& messages, const std::string& text, const ChatFormatter& chat) {
+void add_tool_prompt(ordered_json& messages, const std::string& text, const chat::ChatFormatter& chat) {
   ordered_json with_system = messages;
   if (!with_system.empty() && with_system[0].value("role", "") == "system" && with_system[0]["content"].is_string())
     with_system[0]["content"] = with_system[0]["content"].get<std::string>() + "\n\n" + text;
   else
     with_system.insert(with_system.begin(), ordered_json{{"role", "system"}, {"content", text}});
-  if (chat.render(with_system, ChatRenderOptions{}).ok()) {
+  if (chat.render(with_system, chat::ChatRenderOptions{}).ok()) {
     messages = std::move(with_system);
     return;
   }
@@ -408,7 +408,7 @@ void handle_chat(ServerState& st, const http::Request& req, http::Response& res)
   }
   r->gen.cache_salt = tenant_salt(req, r->gen.cache_salt);
   auto prompt = chat_prompt(*b, r->messages,
-                            ChatRenderOptions{.add_generation_prompt = r->add_generation_prompt,
+                            chat::ChatRenderOptions{.add_generation_prompt = r->add_generation_prompt,
                                               .continue_final_message = r->continue_final_message,
                                               .tools = r->tools,
                                               .extra = r->chat_template_kwargs},
@@ -427,7 +427,7 @@ void handle_chat(ServerState& st, const http::Request& req, http::Response& res)
 
 }  // namespace
 
-Parsed<ChatPrompt> chat_prompt(const Backend& b, const ordered_json& messages, const ChatRenderOptions& options,
+Parsed<ChatPrompt> chat_prompt(const Backend& b, const ordered_json& messages, const chat::ChatRenderOptions& options,
                                const GenerationRequest& gen, const std::string& messages_param) {
   auto text = b.chat.render(messages, options);
   if (!text) return bad_request("chat template: " + text.error(), messages_param);

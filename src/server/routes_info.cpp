@@ -121,7 +121,7 @@ void handle_tokenize(ServerState& st, const http::Request& req, http::Response& 
   const Tokenizer& tok = *b->tokenizer;
   std::vector<int32_t> ids;
   if (r->is_chat) {
-    auto text = b->chat.render(r->messages, ChatRenderOptions{.add_generation_prompt = r->add_generation_prompt});
+    auto text = b->chat.render(r->messages, chat::ChatRenderOptions{.add_generation_prompt = r->add_generation_prompt});
     if (!text) return send_error(res, bad_request("chat template: " + text.error(), "messages"));
     ids = r->add_special_tokens ? b->chat.tokenize(tok, *text)
                                 : tok.encode(*text, EncodeOptions{.add_special = false, .parse_special = true});

@@ -187,7 +187,7 @@ void handle_generation(ServerState& st, const http::Request& req, http::Response
     if (!max_tokens) return send_ollama_error(res, max_tokens.error());
     prompt.max_tokens = *max_tokens;
   } else {
-    auto p = chat_prompt(*b, r->messages, ChatRenderOptions{}, r->gen, "messages");
+    auto p = chat_prompt(*b, r->messages, chat::ChatRenderOptions{}, r->gen, "messages");
     if (!p) return send_ollama_error(res, p.error());
     prompt = std::move(*p);
   }

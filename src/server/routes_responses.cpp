@@ -179,7 +179,7 @@ void handle_responses(ServerState& st, const std::shared_ptr<ResponseStore>& sto
   if (!r->instructions.empty()) messages.push_back({{"role", "system"}, {"content", r->instructions}});
   for (const auto& m : conversation) messages.push_back(m);
 
-  auto prompt = chat_prompt(*b, messages, ChatRenderOptions{}, r->gen, "input");
+  auto prompt = chat_prompt(*b, messages, chat::ChatRenderOptions{}, r->gen, "input");
   if (!prompt) return send_error(res, prompt.error());
   auto grammar = request_grammar(r->gen, *b->grammars);
   if (!grammar) return send_error(res, grammar.error());

@@ -16,7 +16,7 @@
 #include "engine/structured.h"
 #include "model/model.h"
 #include "server/access.h"
-#include "server/chat_format.h"
+#include "chat/chat_format.h"
 #include "server/metrics.h"
 #include "tokenizer/tokenizer.h"
 
@@ -37,7 +37,7 @@ struct ServerOptions {
 struct Backend {
   std::unique_ptr<Model> model;
   std::optional<Tokenizer> tokenizer;
-  ChatFormatter chat;
+  chat::ChatFormatter chat;
   std::unique_ptr<engine::Engine> engine;
   // Disaggregation (after the engine: they hold it). A prefill instance pushes prompts' KV to
   // decode instances; a decode instance pulls it before computing a prompt the router placed.

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "format/mapped_file.h"
-#include "server/chat_format.h"
+#include "chat/chat_format.h"
 #include "server/generation.h"
 #include "server/responses.h"
 
@@ -99,7 +99,7 @@ TEST(ChatFormat, AddsBosOnlyWhenTheTemplateDidNot) {
   ASSERT_GE(tok.bos(), 0);
   const std::string bos = tok.token_text(tok.bos());
   const json messages = json::array({json{{"role", "user"}, {"content", "Hello"}}});
-  ChatFormatter with_bos("{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}", bos, "");
+  chat::ChatFormatter with_bos("{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}", bos, "");
   auto text = with_bos.render(messages, {});
   ASSERT_TRUE(text.ok()) << text.error();
   EXPECT_EQ(*text, bos + "Hello");
@@ -108,13 +108,13 @@ TEST(ChatFormat, AddsBosOnlyWhenTheTemplateDidNot) {
   EXPECT_EQ(ids[0], tok.bos());
   EXPECT_NE(ids[1], tok.bos());  // one BOS, not two
 
-  ChatFormatter without("{% for m in messages %}{{ m.content }}{% endfor %}", bos, "");
+  chat::ChatFormatter without("{% for m in messages %}{{ m.content }}{% endfor %}", bos, "");
   auto ids2 = without.tokenize(tok, *without.render(messages, {}));
   EXPECT_EQ(ids2, ids);  // the vocabulary asks for BOS, so it is added once
 }
 
 TEST(ChatFormat, GenerationPromptKwargsAndErrors) {
-  ChatFormatter f("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
+  chat::ChatFormatter f("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
                   "{% if add_generation_prompt %}<assistant>{% endif %}{% if shout %}!{% endif %}",
                   "<s>", "</s>");
   const json messages = json::array({json{{"role", "user"}, {"content", "Hi"}}});
@@ -124,12 +124,12 @@ TEST(ChatFormat, GenerationPromptKwargsAndErrors) {
   // Request kwargs cannot replace the conversation.
   EXPECT_EQ(*f.render(messages, {.extra = json{{"messages", json::array()}}}), "<user>Hi<assistant>");
 
-  ChatFormatter closing("{% for m in messages %}<{{ m.role }}>{{ m.content }}</turn>{% endfor %}", "", "");
+  chat::ChatFormatter closing("{% for m in messages %}<{{ m.role }}>{{ m.content }}</turn>{% endfor %}", "", "");
   const json prefill = json::array({json{{"role", "user"}, {"content", "Hi"}}, json{{"role", "assistant"}, {"content", "Sure,"}}});
   EXPECT_EQ(*closing.render(prefill, {.add_generation_prompt = false, .continue_final_message = true}),
             "<user>Hi</turn><assistant>Sure,");
 
-  ChatFormatter raising("{{ raise_exception('roles must alternate') }}", "", "");
+  chat::ChatFormatter raising("{{ raise_exception('roles must alternate') }}", "", "");
   auto err = raising.render(messages, {});
   ASSERT_FALSE(err.ok());
   EXPECT_NE(err.error().find("roles must alternate"), std::string::npos);

@@ -14,7 +14,7 @@
 #include "format/gguf.h"
 #include "tokenizer/tokenizer.h"
 
-namespace kvasir::server {
+namespace kvasir::chat {
 
 struct ChatRenderOptions {
   bool add_generation_prompt = true;
@@ -37,7 +37,7 @@ class ChatFormatter {
                                          std::string override_template = {});
 
   // The built-in template of the model's family (what for_model uses when the file has none).
-  static const chat::BuiltinTemplate& family_template(const gguf::File& file, const Tokenizer& tokenizer);
+  static const BuiltinTemplate& family_template(const gguf::File& file, const Tokenizer& tokenizer);
 
   // Template errors (raise_exception, undefined values, limits) come back as the message.
   Result<std::string> render(const nlohmann::ordered_json& messages, const ChatRenderOptions& options) const;
@@ -55,4 +55,4 @@ class ChatFormatter {
   std::string origin_ = "given";
 };
 
-}  // namespace kvasir::server
+}  // namespace kvasir::chat

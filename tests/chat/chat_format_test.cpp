@@ -7,11 +7,11 @@
 
 #include "format/gguf.h"
 #include "format/mapped_file.h"
-#include "server/chat_format.h"
+#include "chat/chat_format.h"
 #include "tokenizer/tokenizer.h"
 
 using namespace kvasir;
-using namespace kvasir::server;
+using namespace kvasir::chat;
 
 namespace {
 
@@ -39,7 +39,7 @@ std::unique_ptr<Loaded> load(const std::string& path) {
 std::string chosen_for(const std::string& path) {
   auto l = load(path);
   if (!l) return "(cannot load " + path + ")";
-  return std::string(ChatFormatter::family_template(l->g, *l->tok).name);
+  return std::string(chat::ChatFormatter::family_template(l->g, *l->tok).name);
 }
 
 }  // namespace
@@ -59,13 +59,13 @@ TEST(ChatFormat, OwnTemplateAndOverrides) {
   const std::string path = std::string(KVASIR_SHARED_DIR) + "/models/vocab/ggml-vocab-qwen2.gguf";
   auto l = load(path);
   if (!l) GTEST_SKIP() << "no ../shared vocabularies";
-  auto own = ChatFormatter::for_model(l->g, *l->tok);
+  auto own = chat::ChatFormatter::for_model(l->g, *l->tok);
   ASSERT_TRUE(own.ok());
   EXPECT_EQ(own->origin(), "the model's own");
-  auto named = ChatFormatter::for_model(l->g, *l->tok, "gemma");
+  auto named = chat::ChatFormatter::for_model(l->g, *l->tok, "gemma");
   ASSERT_TRUE(named.ok());
   EXPECT_EQ(named->origin(), "built-in gemma (requested)");
-  auto given = ChatFormatter::for_model(l->g, *l->tok, "{{ messages[0]['content'] }}");
+  auto given = chat::ChatFormatter::for_model(l->g, *l->tok, "{{ messages[0]['content'] }}");
   ASSERT_TRUE(given.ok());
   EXPECT_EQ(given->origin(), "given file");
 }
@@ -74,7 +74,7 @@ TEST(ChatFormat, DefaultModelGetsGemmaTurns) {
   const std::string path = std::string(KVASIR_SOURCE_DIR) + "/models/gemma-3-270m-q4_k_m.gguf";
   auto l = load(path);
   if (!l) GTEST_SKIP() << "the default model is not installed";
-  auto f = ChatFormatter::for_model(l->g, *l->tok);
+  auto f = chat::ChatFormatter::for_model(l->g, *l->tok);
   ASSERT_TRUE(f.ok()) << f.error();
   EXPECT_EQ(f->origin(), "built-in gemma (the model has none)");
   const nlohmann::ordered_json messages = {{{"role", "system"}, {"content", "Answer in one word."}},

@@ -1,4 +1,4 @@
-#include "server/chat_format.h"
+#include "chat/chat_format.h"
 
 #include <fstream>
 #include <sstream>
@@ -6,7 +6,7 @@
 #include "chat/chat_template.h"
 #include "chat/builtin_templates.h"
 
-namespace kvasir::server {
+namespace kvasir::chat {
 
 ChatFormatter::ChatFormatter(std::string template_source, std::string bos_token, std::string eos_token)
     : source_(std::move(template_source)), bos_(std::move(bos_token)), eos_(std::move(eos_token)) {}
@@ -20,7 +20,7 @@ Result<std::string> chat_template_override(const std::string& file_or_name) {
   return ss.str();
 }
 
-const chat::BuiltinTemplate& ChatFormatter::family_template(const gguf::File& file, const Tokenizer& tokenizer) {
+const BuiltinTemplate& ChatFormatter::family_template(const gguf::File& file, const Tokenizer& tokenizer) {
   auto arch = file.get_string("general.architecture");
   return chat::choose_builtin_template(arch ? *arch : "", [&](std::string_view text) {
     const int32_t id = tokenizer.token_to_id(text);
@@ -84,4 +84,4 @@ std::vector<int32_t> ChatFormatter::tokenize(const Tokenizer& tokenizer, const s
   return ids;
 }
 
-}  // namespace kvasir::server
+}  // namespace kvasir::chat
