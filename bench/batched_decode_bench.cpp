@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
   for (int rep = -1; rep < a.reps; ++rep) {  // rep -1 warms up
     for (int64_t s = 0; s < a.seqs; ++s) {
       Batch b;
-      b.block_tables.push_back(&tables[size_t(s)]);
+      b.add_sequence(tables[size_t(s)]);
       for (int64_t i = 0; i < a.prompt; ++i) b.add(int32_t(rng() % uint32_t(vocab)), int32_t(i), 0, i + 1 == a.prompt);
       if (auto r = fwd.forward(b, *kv); !r) return std::fprintf(stderr, "error: %s\n", r.error().c_str()), 1;
     }
@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
     for (int64_t step = 0; step < a.gen; ++step) {
       Batch b;
       for (int64_t s = 0; s < a.seqs; ++s) {
-        b.block_tables.push_back(&tables[size_t(s)]);
+        b.add_sequence(tables[size_t(s)]);
         b.add(tok[size_t(s)], int32_t(a.prompt + step), int32_t(s), true);
       }
       if (auto r = fwd.forward(b, *kv); !r) return std::fprintf(stderr, "error: %s\n", r.error().c_str()), 1;

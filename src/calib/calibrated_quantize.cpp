@@ -78,7 +78,7 @@ Result<CalibratedModel> calibrated_quantize(Model& model, std::span<const int32_
   Batch batch;
   auto load_chunk = [&](int64_t ci) {
     batch.clear();
-    batch.block_tables.push_back(&table);
+    batch.add_sequence(table);
     for (int64_t t = 0; t < o.n_ctx; ++t)
       batch.add(t == 0 && o.bos >= 0 ? o.bos : tokens[size_t(ci * o.n_ctx + t)], int32_t(t), 0, false);
   };

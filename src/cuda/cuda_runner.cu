@@ -157,7 +157,7 @@ class CudaRunner final : public runtime::ModelRunner {
   size_t ints_capacity_ = 0;
   PinnedBuffer<float> logits_host_;
   std::vector<float> hidden_host_;
-  std::vector<int32_t> logit_rows_, hidden_rows_, seq_offset_;  // per step, kept to reuse their memory
+  std::vector<int32_t> logit_rows_, hidden_rows_;  // per step, kept to reuse their memory
   std::unordered_map<Shape, cudaGraphExec_t, ShapeHash> graphs_;
   bool graphs_enabled_ = true;
 };
@@ -483,8 +483,7 @@ Result<const float*> CudaRunner::forward(const Batch& b) {
     if (b.want_logits[size_t(t)]) logit_rows.push_back(int32_t(t));
     if (b.wants_hidden(t)) hidden_rows.push_back(int32_t(t));
   }
-  size_t table_ints = 0;
-  for (const auto* table : b.block_tables) table_ints += table ? table->size() : 0;
+  const size_t table_ints = b.block_ids.size();
   const size_t n_ints = size_t(3 * T) + logit_rows.size() + hidden_rows.size() + table_ints;
   if (auto s = ints_host_.reserve(n_ints); !s) return Error{s.error()};
   if (n_ints > ints_capacity_) {
@@ -500,19 +499,11 @@ Result<const float*> CudaRunner::forward(const Batch& b) {
   int32_t* lrows = offsets + T;
   int32_t* hrows = lrows + logit_rows.size();
   int32_t* tables = hrows + hidden_rows.size();
-  std::vector<int32_t>& seq_offset = seq_offset_;
-  seq_offset.assign(b.block_tables.size(), 0);
-  size_t at = 0;
-  for (size_t s = 0; s < b.block_tables.size(); ++s) {
-    seq_offset[s] = int32_t(at);
-    if (!b.block_tables[s]) continue;
-    std::copy(b.block_tables[s]->begin(), b.block_tables[s]->end(), tables + at);
-    at += b.block_tables[s]->size();
-  }
+  std::copy(b.block_ids.begin(), b.block_ids.end(), tables);  // the batch's tables are one flat array already
   for (int64_t t = 0; t < T; ++t) {
     tokens[t] = b.tokens[size_t(t)];
     pos[t] = b.positions[size_t(t)];
-    offsets[t] = seq_offset[size_t(b.seq_index[size_t(t)])];
+    offsets[t] = b.block_start[size_t(b.seq_index[size_t(t)])];
   }
   std::copy(logit_rows.begin(), logit_rows.end(), lrows);
   std::copy(hidden_rows.begin(), hidden_rows.end(), hrows);

@@ -297,7 +297,7 @@ void EngineCore::Impl::build_batch(const sched::SchedulerOutput& so) {
     plan.num_prompt = int32_t(l.params.prompt.size());
     plan.samples = seq.want_logits && l.params.stop.max_tokens > 0;
     plan.score_from = l.next_scored;
-    batch.block_tables.push_back(seq.block_table);
+    batch.add_sequence(*seq.block_table);
     // With a draft every row is verified, so every row wants logits.
     for (int32_t i = seq.start; i < seq.end; ++i) {
       const bool sample_row = plan.samples && (i + 1 == seq.end || seq.num_draft > 0);

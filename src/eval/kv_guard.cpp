@@ -50,7 +50,7 @@ Result<KvGuardResult> kv_guard(const Model& model, std::span<const int32_t> toke
   std::vector<int32_t> table(static_cast<size_t>((n + kBlock - 1) / kBlock));
   for (size_t i = 0; i < table.size(); ++i) table[i] = int32_t(i);
   Batch batch;
-  batch.block_tables.push_back(&table);
+  batch.add_sequence(table);
   for (int64_t t = 0; t < n; ++t) batch.add(t == 0 && o.bos >= 0 ? o.bos : tokens[size_t(t)], int32_t(t), 0, t >= first && t + 1 < n);
   const int64_t V = c.n_vocab, rows = n - 1 - first;
   auto run = [&](const std::vector<DType>& types) -> Result<const float*> {

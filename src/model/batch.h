@@ -1,8 +1,10 @@
 // A ragged batch: rows (tokens) from several sequences, prefill chunks and single decode tokens
 // mixed. Each row names its sequence; each sequence has a block table mapping logical KV blocks
-// to physical blocks of the KvCache.
+// to physical blocks of the KvCache, held by value in one flat array (CSR): a batch is plain data
+// that can be copied, recorded or sent to another device without pointers into the scheduler.
 #pragma once
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "core/status.h"
@@ -12,13 +14,26 @@ namespace kvasir {
 struct Batch {
   std::vector<int32_t> tokens;       // [T]
   std::vector<int32_t> positions;    // [T] position of the token in its sequence
-  std::vector<int32_t> seq_index;    // [T] index into block_tables
+  std::vector<int32_t> seq_index;    // [T] the row's sequence (its block table: blocks_of)
   std::vector<uint8_t> want_logits;  // [T] 1 when this row's logits are returned
   // [T] 1 when this row's final hidden state (after the output norm, before the output head) is
   // returned: what embeddings pool. Empty: no row's is.
   std::vector<uint8_t> want_hidden;
-  // Per sequence: physical block ids covering positions [0, max position of its rows].
-  std::vector<const std::vector<int32_t>*> block_tables;
+  // Per sequence s: physical block ids covering positions [0, max position of its rows], at
+  // block_ids[block_start[s] .. block_start[s + 1]).
+  std::vector<int32_t> block_ids;
+  std::vector<int32_t> block_start{0};
+
+  // Appends a sequence's block table; returns the sequence's index (what add() takes).
+  int32_t add_sequence(std::span<const int32_t> blocks) {
+    block_ids.insert(block_ids.end(), blocks.begin(), blocks.end());
+    block_start.push_back(int32_t(block_ids.size()));
+    return n_seqs() - 1;
+  }
+  int32_t n_seqs() const { return int32_t(block_start.size()) - 1; }
+  std::span<const int32_t> blocks_of(int32_t seq) const {
+    return {block_ids.data() + block_start[size_t(seq)], size_t(block_start[size_t(seq) + 1] - block_start[size_t(seq)])};
+  }
 
   void add(int32_t token, int32_t pos, int32_t seq, bool logits, bool hidden = false) {
     if (hidden && want_hidden.size() < tokens.size()) want_hidden.resize(tokens.size(), 0);
@@ -41,7 +56,8 @@ struct Batch {
     seq_index.clear();
     want_logits.clear();
     want_hidden.clear();
-    block_tables.clear();
+    block_ids.clear();
+    block_start.assign(1, 0);
   }
 };
 

@@ -305,7 +305,7 @@ void Forward::attend_tiles(const Batch& b, const kernels::KvLayerView& view, con
   const int64_t runs = (c_.n_kv_heads + run - 1) / run;
   const int64_t units = int64_t(tiles_.size()) * runs;
   auto heads = [&](int64_t r) { return std::pair{r * run, std::min(c_.n_kv_heads, r * run + run)}; };
-  auto table = [&](const AttnTile& tile) { return b.block_tables[size_t(b.seq_index[tile.row])]->data(); };
+  auto table = [&](const AttnTile& tile) { return b.blocks_of(b.seq_index[tile.row]).data(); };
   auto scratch_of = [&](int thread) { return attn_scratch_.data() + size_t(thread) * size_t(attn_scratch_floats_); };
   // Too few units for the threads: split long tiles by key span (the kernel's arithmetic is
   // fixed per span, so the bits are attention_rows' either way).
@@ -394,7 +394,7 @@ void Forward::attention_block(int64_t il, const Batch& b, KvCache& kv) {
       kernels::rope_angles(b.positions[t], rope, cs, cs + half);
       kernels::rope_apply(q, c_.n_heads, hd, rope, cs, cs + half);
       kernels::rope_apply(k, c_.n_kv_heads, hd, rope, cs, cs + half);
-      kernels::kv_store(view, b.block_tables[size_t(b.seq_index[t])]->data(), b.positions[t], k, v);
+      kernels::kv_store(view, b.blocks_of(b.seq_index[t]).data(), b.positions[t], k, v);
     }
   });
   if (attention_hook_) attention_hook_(il, q_.data(), k_.data(), v_.data(), b.positions.data(), T);

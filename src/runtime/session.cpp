@@ -38,7 +38,7 @@ Status Session::eval(std::span<const int32_t> tokens, bool all_logits, const Log
   for (size_t start = 0; start < tokens.size(); start += size_t(chunk)) {
     const size_t end = std::min(tokens.size(), start + size_t(chunk));
     batch_.clear();
-    batch_.block_tables.push_back(&block_table_);
+    batch_.add_sequence(block_table_);
     for (size_t i = start; i < end; ++i)
       batch_.add(tokens[i], int32_t(n_past_ + int64_t(i)), 0, all_logits || i + 1 == tokens.size());
     auto logits = runner_->forward(batch_);

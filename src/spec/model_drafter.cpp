@@ -159,11 +159,11 @@ Status ModelDrafter::flush() {
   for (size_t begin = 0; begin < pending_.size();) {
     const size_t end = std::min(pending_.size(), begin + size_t(max_rows));
     batch_.clear();
+    const std::vector<int32_t>* last = nullptr;
     for (size_t r = begin; r < end; ++r) {
       const Row& row = pending_[r];
-      if (batch_.block_tables.empty() || batch_.block_tables.back() != row.blocks)  // a request's rows are contiguous
-        batch_.block_tables.push_back(row.blocks);
-      batch_.add(row.token, row.pos, int32_t(batch_.block_tables.size() - 1), row.job != nullptr);
+      if (row.blocks != last) batch_.add_sequence(*(last = row.blocks));  // a request's rows are contiguous
+      batch_.add(row.token, row.pos, batch_.n_seqs() - 1, row.job != nullptr);
     }
     auto logits = runner_->forward(batch_);
     if (!logits) return Error{"draft forward failed: " + logits.error()};

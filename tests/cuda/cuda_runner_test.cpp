@@ -42,7 +42,7 @@ struct Tables {
       for (int b = 0; b < 64; ++b) t[size_t(s)].push_back(s * 64 + b);
   }
   void attach(Batch& b) {
-    for (auto& x : t) b.block_tables.push_back(&x);
+    for (auto& x : t) b.add_sequence(x);
   }
 };
 
@@ -269,13 +269,13 @@ TEST(CudaRunner, KvBlocksRoundTrip) {
   auto prefill = [&](runtime::ModelRunner& r, int32_t base) {
     Batch bt;
     for (int i = 0; i < 40; ++i) bt.add((base + 13 * i) % int32_t(V), i, 0, i == 39);
-    bt.block_tables.push_back(&blocks);
+    bt.add_sequence(blocks);
     ASSERT_TRUE(r.forward(bt).ok());
   };
   auto decode = [&](runtime::ModelRunner& r, const std::vector<int32_t>& table) {
     Batch bt;
     bt.add(5, 40, 0, true);
-    bt.block_tables.push_back(&table);
+    bt.add_sequence(table);
     auto l = r.forward(bt);
     EXPECT_TRUE(l.ok());
     return l.ok() ? std::vector<float>(*l, *l + V) : std::vector<float>{};

@@ -45,20 +45,20 @@ class FakeRunner : public runtime::ModelRunner {
     const int64_t bs = info_.block_size;
     if (batch.size() == 0 || batch.size() > info_.max_batch_tokens) return Error{"bad batch size"};
     for (int64_t r = 0; r < batch.size(); ++r) {  // every row's K/V first, as Forward does
-      const auto* table = batch.block_tables[size_t(batch.seq_index[size_t(r)])];
+      const auto table = batch.blocks_of(batch.seq_index[size_t(r)]);
       const int32_t pos = batch.positions[size_t(r)];
-      if (size_t(pos / bs) >= table->size()) return Error{"block table too short"};
-      const int32_t block = (*table)[size_t(pos / bs)];
+      if (size_t(pos / bs) >= table.size()) return Error{"block table too short"};
+      const int32_t block = table[size_t(pos / bs)];
       if (block < 0 || block >= info_.n_kv_blocks) return Error{"block id out of range"};
       kv_[size_t(block * bs + pos % bs)] = batch.tokens[size_t(r)];
     }
     logits_.clear();
     for (int64_t r = 0; r < batch.size(); ++r) {
       if (!batch.want_logits[size_t(r)]) continue;
-      const auto* table = batch.block_tables[size_t(batch.seq_index[size_t(r)])];
+      const auto table = batch.blocks_of(batch.seq_index[size_t(r)]);
       context_.clear();
       for (int32_t p = 0; p <= batch.positions[size_t(r)]; ++p)
-        context_.push_back(kv_[size_t((*table)[size_t(p / bs)] * bs + p % bs)]);
+        context_.push_back(kv_[size_t(table[size_t(p / bs)] * bs + p % bs)]);
       const std::vector<float> row = reference_logits(context_, info_.n_vocab, model_);
       logits_.insert(logits_.end(), row.begin(), row.end());
     }

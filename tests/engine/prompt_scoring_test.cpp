@@ -215,7 +215,7 @@ TEST_P(PromptScoring, EmbeddingsArePooledFinalHiddenStates) {
     Forward f(*l->model, {.max_batch_tokens = 64, .num_threads = 2});
     std::vector<int32_t> table{0, 1, 2, 3};
     Batch b;
-    b.block_tables.push_back(&table);
+    b.add_sequence(table);
     for (size_t i = 0; i < prompt.size(); ++i) b.add(prompt[i], int32_t(i), 0, false, true);
     EXPECT_TRUE(f.forward(b, *kv).ok());
     return std::vector<float>(f.hidden(), f.hidden() + int64_t(prompt.size()) * d);

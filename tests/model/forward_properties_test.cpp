@@ -76,7 +76,7 @@ TEST_P(ForwardProperties, BatchedEqualsAloneBitwise) {
   const size_t chunk_sizes[] = {7, 1, 13, 3};
   for (int step = 0; step < 100; ++step) {
     Batch b;
-    for (size_t s = 0; s < seqs.size(); ++s) b.block_tables.push_back(&tables[s]);
+    for (size_t s = 0; s < seqs.size(); ++s) b.add_sequence(tables[s]);
     for (size_t s = 0; s < seqs.size(); ++s) {
       const size_t take = std::min(seqs[s].size() - done[s], chunk_sizes[(s + size_t(step)) % 4]);
       for (size_t i = done[s]; i < done[s] + take; ++i) b.add(seqs[s][i], int32_t(i), int32_t(s), true);
@@ -122,7 +122,7 @@ TEST_P(ForwardProperties, LongDecodeSplitByKeySpanEqualsCrowded) {
     Forward fwd(m, {.max_batch_tokens = 64, .num_threads = 2});
     for (int64_t done = 0; done < n_long;) {  // the same prefill chunks either way
       Batch b;
-      b.block_tables.push_back(&long_table);
+      b.add_sequence(long_table);
       for (int64_t i = done; i < std::min(n_long, done + 64); ++i) b.add(long_seq[size_t(i)], int32_t(i), 0, false);
       EXPECT_TRUE(fwd.forward(b, *kv).ok());
       done += b.size();
@@ -130,11 +130,11 @@ TEST_P(ForwardProperties, LongDecodeSplitByKeySpanEqualsCrowded) {
     std::vector<std::vector<float>> out;
     for (int64_t pos = n_long; pos < n_long + 2; ++pos) {
       Batch b;
-      b.block_tables.push_back(&long_table);
+      b.add_sequence(long_table);
       b.add(long_seq[size_t(pos)], int32_t(pos), 0, true);
       if (crowd)
         for (int32_t s = 0; s < 4; ++s) {
-          b.block_tables.push_back(&short_tables[size_t(s)]);
+          b.add_sequence(short_tables[size_t(s)]);
           b.add(shorts[size_t(s)][size_t(pos - n_long)], int32_t(pos - n_long), s + 1, true);
         }
       auto logits = fwd.forward(b, *kv);
@@ -184,7 +184,7 @@ TEST_P(ForwardProperties, LayerRangesCompose) {
   ASSERT_TRUE(kv.ok());
   std::vector<int32_t> table = {3, 1, 6};
   Batch b;
-  b.block_tables.push_back(&table);
+  b.add_sequence(table);
   for (size_t i = 0; i < tokens.size(); ++i) b.add(tokens[i], int32_t(i), 0, false, true);
   Forward fwd(m, {.max_batch_tokens = 64, .num_threads = 2});
   const size_t floats = tokens.size() * size_t(c.n_embd);
@@ -226,8 +226,12 @@ TEST(Forward, RejectsBadBatches) {
   Forward fwd(**model, {.max_batch_tokens = 8, .num_threads = 1});
   std::vector<int32_t> table = {0, 1};
   auto expect_error = [&](Batch b, const std::string& fragment) {
-    b.block_tables.insert(b.block_tables.begin(), &table);  // sequence 0
-    auto r = fwd.forward(b, *kv);
+    Batch full = b;  // `table` becomes sequence 0, b's own tables follow
+    full.block_ids.clear();
+    full.block_start.assign(1, 0);
+    full.add_sequence(table);
+    for (int32_t s = 0; s < b.n_seqs(); ++s) full.add_sequence(b.blocks_of(s));
+    auto r = fwd.forward(full, *kv);
     ASSERT_FALSE(r.ok());
     EXPECT_NE(r.error().find(fragment), std::string::npos) << r.error();
   };
@@ -237,7 +241,7 @@ TEST(Forward, RejectsBadBatches) {
   { Batch b; b.add(1, 0, 5, true); expect_error(b, "no block table"); }
   { Batch b; for (int i = 0; i < 9; ++i) b.add(1, i, 0, true); expect_error(b, "batch of 9 tokens"); }
   std::vector<int32_t> bad = {7};
-  { Batch b; b.add(1, 0, 0, true); b.block_tables.push_back(&bad); b.seq_index[0] = 1; expect_error(b, "block id out of range"); }
+  { Batch b; b.add(1, 0, 0, true); b.add_sequence(bad); b.seq_index[0] = 1; expect_error(b, "block id out of range"); }
 }
 
 TEST(Session, ContextOverflowIsAnError) {

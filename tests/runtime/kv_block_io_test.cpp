@@ -31,7 +31,7 @@ std::unique_ptr<runtime::CpuRunner> make_runner(const Model& m, DType kv_type) {
 void prefill(runtime::ModelRunner& r, const std::vector<int32_t>& tokens, const std::vector<int32_t>& table) {
   Batch b;
   for (size_t i = 0; i < tokens.size(); ++i) b.add(tokens[i], int32_t(i), 0, i + 1 == tokens.size());
-  b.block_tables.push_back(&table);
+  b.add_sequence(table);
   ASSERT_TRUE(r.forward(b).ok());
 }
 
@@ -39,7 +39,7 @@ void prefill(runtime::ModelRunner& r, const std::vector<int32_t>& tokens, const 
 std::vector<float> decode(runtime::ModelRunner& r, int32_t token, int32_t pos, const std::vector<int32_t>& table) {
   Batch b;
   b.add(token, pos, 0, true);
-  b.block_tables.push_back(&table);
+  b.add_sequence(table);
   auto l = r.forward(b);
   EXPECT_TRUE(l.ok()) << l.error();
   return l.ok() ? std::vector<float>(*l, *l + r.info().n_vocab) : std::vector<float>{};
