@@ -15,6 +15,7 @@ Result<std::unique_ptr<Backend>> load_backend(const BackendOptions& options) {
   auto chat = chat::ChatFormatter::for_model(b->model->gguf(), *b->tokenizer, std::move(*template_source));
   if (!chat) return Error{options.model_path + ": " + chat.error()};
   b->chat = std::move(*chat);
+  b->tool_syntax = tool_syntax_for(b->chat.source());
   // The vocabulary's grammar index, warmed with the JSON primitives (their string-body table), so
   // that the first structured request pays only for its own schema.
   b->grammars = std::make_unique<engine::GrammarCache>(engine::grammar_token_index(*b->tokenizer));

@@ -4,6 +4,7 @@
 #include <deque>
 #include <map>
 
+#include "chat/tool_messages.h"
 #include "server/admission.h"
 #include "server/generation.h"
 #include "server/http_util.h"
@@ -298,54 +299,6 @@ void run_generation(ServerState& st, Backend& b, const http::Request& req, http:
               [s] { s->job->abort_all(); });
 }
 
-// Tells the model about the tools: appended to the conversation's system message (a new one first
-// when there is none); when the template refuses a system role (Gemma), put before the first user
-// message's text instead.
-void add_tool_prompt(ordered_json& messages, const std::string& text, const chat::ChatFormatter& chat) {
-  ordered_json with_system = messages;
-  if (!with_system.empty() && with_system[0].value("role", "") == "system" && with_system[0]["content"].is_string())
-    with_system[0]["content"] = with_system[0]["content"].get<std::string>() + "\n\n" + text;
-  else
-    with_system.insert(with_system.begin(), ordered_json{{"role", "system"}, {"content", text}});
-  if (chat.render(with_system, chat::ChatRenderOptions{}).ok()) {
-    messages = std::move(with_system);
-    return;
-  }
-  for (auto& m : messages)
-    if (m.value("role", "") == "user" && m["content"].is_string()) {
-      m["content"] = text + "\n\n" + m["content"].get<std::string>();
-      return;
-    }
-}
-
-// For templates without tool syntax: calls become the assistant's JSON answer, and each run of
-// tool results one user turn, so that a template that only knows user/assistant can render them.
-void generic_tool_history(ordered_json& messages) {
-  ordered_json out = ordered_json::array();
-  for (auto& m : messages) {
-    const std::string role = m.value("role", "");
-    if (role == "assistant" && m.contains("tool_calls") && m["tool_calls"].is_array()) {
-      ordered_json calls = ordered_json::array();
-      for (const auto& c : m["tool_calls"])
-        if (c.is_object() && c.contains("function") && c["function"].is_object())
-          calls.push_back({{"name", c["function"].value("name", "")}, {"arguments", c["function"].value("arguments", ordered_json::object())}});
-      std::string text = m["content"].is_string() ? m["content"].get<std::string>() : "";
-      text += (text.empty() ? "" : "\n") + dump_json({{"tool_calls", calls}});
-      out.push_back({{"role", "assistant"}, {"content", text}});
-    } else if (role == "tool") {
-      const std::string result = "Tool result: " + (m["content"].is_string() ? m["content"].get<std::string>() : dump_json(m["content"]));
-      if (!out.empty() && out.back()["role"] == "user" && out.back().value("tool_results", false))
-        out.back()["content"] = out.back()["content"].get<std::string>() + "\n" + result;
-      else
-        out.push_back({{"role", "user"}, {"content", result}, {"tool_results", true}});
-    } else {
-      out.push_back(std::move(m));
-    }
-  }
-  for (auto& m : out) m.erase("tool_results");
-  messages = std::move(out);
-}
-
 void handle_completions(ServerState& st, const http::Request& req, http::Response& res) {
   Backend* b = serving_backend(st, res);
   if (!b) return;
@@ -392,11 +345,12 @@ void handle_chat(ServerState& st, const http::Request& req, http::Response& res)
   // Tools: the family's call syntax, held to each function's schema by a grammar (lazy for "auto").
   std::optional<ToolContext> tools;
   std::string trigger;
-  if (tool_syntax_for(b->chat.source()) == ToolSyntax::generic) generic_tool_history(r->messages);
+  // Only conversations that carry tool calls or results are reshaped (for templates without tool syntax).
+  if (b->tool_syntax == ToolSyntax::generic && chat::has_tool_messages(r->messages)) chat::generic_tool_history(r->messages);
   if (!r->tool_list.empty() && r->tool_choice.mode != ToolChoice::Mode::none) {
     if (r->gen.format)
       return send_error(res, bad_request("'" + r->gen.format->param + "' cannot be combined with 'tools'", r->gen.format->param));
-    const ToolSyntax syntax = tool_syntax_for(b->chat.source());
+    const ToolSyntax syntax = b->tool_syntax;
     auto plan = plan_tool_calls(syntax, r->tool_list, r->tool_choice, r->parallel_tool_calls);
     if (!plan) return send_error(res, bad_request(plan.error(), "tools", "invalid_grammar"));
     auto g = b->grammars->get({engine::GrammarSpec::Kind::gbnf, plan->gbnf});
@@ -404,7 +358,7 @@ void handle_chat(ServerState& st, const http::Request& req, http::Response& res)
     *grammar = *g;
     if (plan->lazy) trigger = plan->trigger;
     tools = ToolContext{syntax, plan->trigger, plan->lazy};
-    if (syntax == ToolSyntax::generic) add_tool_prompt(r->messages, generic_tool_prompt(r->tool_list), b->chat);
+    if (syntax == ToolSyntax::generic) chat::add_tool_prompt(r->messages, generic_tool_prompt(r->tool_list), b->chat);
   }
   r->gen.cache_salt = tenant_salt(req, r->gen.cache_salt);
   auto prompt = chat_prompt(*b, r->messages,

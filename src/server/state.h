@@ -17,6 +17,7 @@
 #include "model/model.h"
 #include "server/access.h"
 #include "chat/chat_format.h"
+#include "server/tool_calls.h"
 #include "server/metrics.h"
 #include "tokenizer/tokenizer.h"
 
@@ -38,6 +39,7 @@ struct Backend {
   std::unique_ptr<Model> model;
   std::optional<Tokenizer> tokenizer;
   chat::ChatFormatter chat;
+  ToolSyntax tool_syntax = ToolSyntax::generic;  // the template's tool-call syntax, read once at load
   std::unique_ptr<engine::Engine> engine;
   // Disaggregation (after the engine: they hold it). A prefill instance pushes prompts' KV to
   // decode instances; a decode instance pulls it before computing a prompt the router placed.
