@@ -133,26 +133,26 @@ std::string Metrics::render(const EngineGauges* g, const HttpGauges* http) const
     w.scalar("kvasir:kv_cache_blocks_used", "gauge",
              "KV-cache blocks referenced by requests or KV transfers (cached, unreferenced ones are free).",
              double(g->kv_blocks_used));
-    if (g->prefill_role) {
-      w.scalar("kvasir:kv_push_done_total", "counter", "Prompts whose KV was sent to a decode instance.", double(g->kv_push_done));
-      w.scalar("kvasir:kv_push_failed_total", "counter", "KV pushes that failed (prefill or transfer).", double(g->kv_push_failed));
-      w.scalar("kvasir:kv_push_blocks_total", "counter", "KV blocks sent.", double(g->kv_push_blocks));
-      w.scalar("kvasir:kv_push_bytes_total", "counter", "KV bytes sent.", double(g->kv_push_bytes));
-      w.scalar("kvasir:kv_push_transfer_seconds_total", "counter", "Time spent sending KV.", g->kv_push_transfer_ms / 1e3);
+    if (const auto& c = g->push) {
+      w.scalar("kvasir:kv_push_done_total", "counter", "Prompts whose KV was sent to a decode instance.", double(c->done));
+      w.scalar("kvasir:kv_push_failed_total", "counter", "KV pushes that failed (prefill or transfer).", double(c->failed));
+      w.scalar("kvasir:kv_push_blocks_total", "counter", "KV blocks sent.", double(c->blocks));
+      w.scalar("kvasir:kv_push_bytes_total", "counter", "KV bytes sent.", double(c->bytes));
+      w.scalar("kvasir:kv_push_transfer_seconds_total", "counter", "Time spent sending KV.", c->transfer_ms / 1e3);
       w.scalar("kvasir:kv_push_prefill_seconds_total", "counter", "Time spent on the prefills whose KV was sent.",
-               g->kv_push_prefill_ms / 1e3);
+               c->prefill_ms / 1e3);
     }
-    if (g->decode_role) {
-      w.scalar("kvasir:kv_pull_done_total", "counter", "Prompts whose KV came from a prefill instance.", double(g->kv_pull_done));
-      w.scalar("kvasir:kv_pull_failed_total", "counter", "KV pulls that failed (then computed here).", double(g->kv_pull_failed));
+    if (const auto& c = g->pull) {
+      w.scalar("kvasir:kv_pull_done_total", "counter", "Prompts whose KV came from a prefill instance.", double(c->done));
+      w.scalar("kvasir:kv_pull_failed_total", "counter", "KV pulls that failed (then computed here).", double(c->failed));
       w.scalar("kvasir:kv_pull_expired_total", "counter", "KV pulls that missed --kv-transfer-timeout (then computed here).",
-               double(g->kv_pull_expired));
+               double(c->expired));
       w.scalar("kvasir:kv_pull_skipped_total", "counter", "Prompts too short to pull, or already cached here.",
-               double(g->kv_pull_skipped));
-      w.scalar("kvasir:kv_pull_blocks_total", "counter", "KV blocks received.", double(g->kv_pull_blocks));
-      w.scalar("kvasir:kv_pull_bytes_total", "counter", "KV bytes received.", double(g->kv_pull_bytes));
+               double(c->skipped));
+      w.scalar("kvasir:kv_pull_blocks_total", "counter", "KV blocks received.", double(c->blocks));
+      w.scalar("kvasir:kv_pull_bytes_total", "counter", "KV bytes received.", double(c->bytes));
       w.scalar("kvasir:kv_transfer_rejected_frames_total", "counter", "KV frames refused (malformed, unknown, mismatched).",
-               double(g->kv_pull_rejected_frames));
+               double(c->rejected_frames));
     }
     w.scalar("kvasir:kv_cache_quantized_layers", "gauge", "Layers whose KV cache is quantized (Q8_0 / Q4_0).",
              double(g->kv_quantized_layers));

@@ -9,10 +9,14 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "disagg/decode_service.h"
+#include "disagg/prefill_service.h"
 
 namespace kvasir::server {
 
@@ -58,11 +62,8 @@ struct EngineGauges {
   int64_t kv_layers = 0, kv_quantized_layers = 0;
   double kv_guard_kld = -1;  // -1: no KV guard ran
   // Disaggregation: KV pushed (a prefill instance) and pulled (a decode instance).
-  bool prefill_role = false, decode_role = false;
-  int64_t kv_push_done = 0, kv_push_failed = 0, kv_push_blocks = 0, kv_push_bytes = 0;
-  double kv_push_transfer_ms = 0, kv_push_prefill_ms = 0;
-  int64_t kv_pull_done = 0, kv_pull_failed = 0, kv_pull_expired = 0, kv_pull_skipped = 0;
-  int64_t kv_pull_blocks = 0, kv_pull_bytes = 0, kv_pull_rejected_frames = 0;
+  std::optional<disagg::PushCounters> push;  // a prefill instance's
+  std::optional<disagg::PullCounters> pull;  // a decode instance's
 };
 
 // The HTTP transport at scrape time.

@@ -67,27 +67,8 @@ void handle_metrics(ServerState& st, http::Response& res) {
   std::string text;
   if (b && b->engine) {
     EngineGauges g = gauges_of(b->engine->stats(), b->kv_guard_kld);
-    if (b->pusher) {
-      const disagg::PushCounters c = b->pusher->counters();
-      g.prefill_role = true;
-      g.kv_push_done = c.done;
-      g.kv_push_failed = c.failed;
-      g.kv_push_blocks = c.blocks;
-      g.kv_push_bytes = c.bytes;
-      g.kv_push_transfer_ms = c.transfer_ms;
-      g.kv_push_prefill_ms = c.prefill_ms;
-    }
-    if (b->puller) {
-      const disagg::PullCounters c = b->puller->counters();
-      g.decode_role = true;
-      g.kv_pull_done = c.done;
-      g.kv_pull_failed = c.failed;
-      g.kv_pull_expired = c.expired;
-      g.kv_pull_skipped = c.skipped;
-      g.kv_pull_blocks = c.blocks;
-      g.kv_pull_bytes = c.bytes;
-      g.kv_pull_rejected_frames = c.rejected_frames;
-    }
+    if (b->pusher) g.push = b->pusher->counters();
+    if (b->puller) g.pull = b->puller->counters();
     text = st.metrics.render(&g, &http);
   } else {
     text = st.metrics.render(nullptr, &http);
