@@ -16,6 +16,7 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace kvasir::disagg {
 namespace {
@@ -200,12 +201,24 @@ struct UcxNode::Impl {
     std::vector<uint8_t> header;
     std::shared_ptr<const std::vector<uint8_t>> payload;
     std::function<void(Status)> done;
+    Impl* node = nullptr;
   };
+  // Sends handed to UCX and not completed yet (progress thread only): settled at shutdown if UCX
+  // never completes them, so no caller waits forever and nothing leaks.
+  std::unordered_set<Send*> in_flight;
   static void on_sent(void* request, ucs_status_t status, void* user_data) {
     auto* s = static_cast<Send*>(user_data);
+    s->node->in_flight.erase(s);
     if (s->done) s->done(status == UCS_OK ? Status{} : Status(ucx_error("KV send", status)));
     delete s;
     ucp_request_free(request);
+  }
+  void settle_in_flight() {
+    for (Send* s : in_flight) {
+      if (s->done) s->done(Error{"KV send: the node stopped", ErrorCode::unavailable});
+      delete s;
+    }
+    in_flight.clear();
   }
 
   void loop() {
@@ -228,7 +241,14 @@ struct UcxNode::Impl {
         (void)!read(wake_fd, &n, sizeof(n));
       }
     }
-    // Shutdown: every endpoint closed at once, then a little progress for the closes.
+    // Shutdown: what was posted still runs (sends then fail or go), every endpoint is closed at
+    // once, then a little progress for the closes.
+    std::vector<std::function<void()>> work;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      work.swap(posted);
+    }
+    for (auto& fn : work) fn();
     for (auto& [id, ep] : eps) close_ep(ep);
     eps.clear();
     peers.clear();
@@ -304,6 +324,7 @@ Status UcxNode::Impl::init() {
 void UcxNode::Impl::teardown() {
   if (listener) ucp_listener_destroy(listener);
   if (worker) ucp_worker_destroy(worker);
+  settle_in_flight();  // the worker is gone: no completion comes any more
   if (context) ucp_cleanup(context);
   listener = nullptr;
   worker = nullptr;
@@ -399,7 +420,7 @@ Result<PeerId> UcxNode::connect(const std::string& host, uint16_t port, std::chr
 
 void UcxNode::send(PeerId peer, std::vector<uint8_t> header, std::shared_ptr<const std::vector<uint8_t>> payload,
                    std::function<void(Status)> done) {
-  auto* s = new Impl::Send{std::move(header), std::move(payload), std::move(done)};
+  auto* s = new Impl::Send{std::move(header), std::move(payload), std::move(done), impl_.get()};
   impl_->post([m = impl_.get(), peer, s] {
     auto it = m->eps.find(peer);
     if (it == m->eps.end()) {
@@ -415,6 +436,7 @@ void UcxNode::send(PeerId peer, std::vector<uint8_t> header, std::shared_ptr<con
     const void* data = s->payload ? s->payload->data() : nullptr;
     const size_t n = s->payload ? s->payload->size() : 0;
     void* r = ucp_am_send_nbx(it->second, kAmId, s->header.data(), s->header.size(), data, n, &p);
+    if (r != nullptr && !UCS_PTR_IS_ERR(r)) m->in_flight.insert(s);
     if (r == nullptr) {
       if (s->done) s->done({});
       delete s;
