@@ -389,7 +389,10 @@ TEST(JsonSchema, CompilationIsBudgetedAndLinear) {
     const auto took = std::chrono::steady_clock::now() - start;
     ASSERT_FALSE(r.ok()) << limit;
     EXPECT_EQ(r.error_code(), kvasir::ErrorCode::invalid_argument);
-    EXPECT_NE(r.error().find(limit), std::string::npos) << r.error();
+    // Under the sanitizers on a busy machine the 250 ms budget can end the compilation before
+    // the rule limit does: either refusal bounds the work.
+    const bool by_budget = kSlowdown > 1 && r.error().find("takes more than") != std::string::npos;
+    EXPECT_TRUE(r.error().find(limit) != std::string::npos || by_budget) << r.error();
     EXPECT_LT(took, std::chrono::milliseconds(500 * kSlowdown)) << limit;
   };
   refused(optional_props(4000), "at most " + std::to_string(kSchemaMaxOptionalProperties));
