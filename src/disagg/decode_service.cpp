@@ -20,7 +20,7 @@ Result<std::unique_ptr<KvPuller>> KvPuller::create(engine::Engine& engine, const
   KvReceiver* rx = p->rx_.get();
   auto node = UcxNode::create(
       {.listen_host = o.listen_host, .listen_port = o.listen_port},
-      {.on_message = [rx](PeerId peer, std::span<const uint8_t> h, std::vector<uint8_t> b) { rx->on_message(peer, h, std::move(b)); },
+      {.on_message = [rx](PeerId peer, std::span<const uint8_t> h, std::span<const uint8_t> b) { rx->on_message(peer, h, b); },
        .on_peer_down = [rx](PeerId peer, const std::string&) { rx->on_peer_down(peer); }});
   if (!node) return Error{node.error(), node.error_code()};
   p->node_ = std::move(*node);

@@ -38,7 +38,7 @@ void KvReceiver::end(Transfer& t, TransferEnd e, std::string why) {
 
 void KvReceiver::reject(const std::string&) { ++counters_.rejected_frames; }
 
-void KvReceiver::on_message(PeerId peer, std::span<const uint8_t> header, std::vector<uint8_t> payload) {
+void KvReceiver::on_message(PeerId peer, std::span<const uint8_t> header, std::span<const uint8_t> payload) {
   auto f = parse_header(header, payload.size());
   std::lock_guard<std::mutex> lock(mutex_);
   if (!f) return reject(f.error());
@@ -131,6 +131,30 @@ struct InFlight {
 
 }  // namespace
 
+std::shared_ptr<std::vector<uint8_t>> SendBuffers::take(size_t n) {
+  std::unique_ptr<std::vector<uint8_t>> b;
+  {
+    std::lock_guard<std::mutex> lock(spare_->mutex);
+    auto& v = spare_->buffers;
+    for (size_t i = 0; i < v.size(); ++i)
+      if (v[i]->capacity() >= n) {
+        b = std::move(v[i]);
+        v.erase(v.begin() + ptrdiff_t(i));
+        spare_->bytes -= b->capacity();
+        break;
+      }
+  }
+  if (!b) b = std::make_unique<std::vector<uint8_t>>();
+  b->resize(n);
+  return std::shared_ptr<std::vector<uint8_t>>(b.release(), [spare = spare_](std::vector<uint8_t>* v) {
+    std::unique_ptr<std::vector<uint8_t>> owned(v);
+    std::lock_guard<std::mutex> lock(spare->mutex);
+    if (spare->bytes + v->capacity() > (size_t(64) << 20)) return;
+    spare->bytes += v->capacity();
+    spare->buffers.push_back(std::move(owned));
+  });
+}
+
 Status send_kv(UcxNode& node, PeerId peer, uint64_t id, const runtime::ModelRunner& runner,
                std::span<const int32_t> blocks, const SendOptions& o) {
   const uint64_t format_hash = hash_format(runner.kv_format());
@@ -155,7 +179,7 @@ Status send_kv(UcxNode& node, PeerId peer, uint64_t id, const runtime::ModelRunn
       if (!wait_until([&] { return flight->bytes + bytes <= o.max_in_flight_bytes || flight->frames == 0; }))
         return give_up(Error{"KV transfer " + std::to_string(id) + " missed its deadline", ErrorCode::unavailable});
       if (Status f = flight->first_failure(); !f) return give_up(f);
-      auto payload = std::make_shared<std::vector<uint8_t>>(bytes);
+      auto payload = o.buffers ? o.buffers->take(bytes) : std::make_shared<std::vector<uint8_t>>(bytes);
       if (auto s = runner.export_kv(layer, blocks.subspan(first, n), payload->data()); !s) return give_up(s);
       {
         std::lock_guard<std::mutex> lock(flight->mutex);

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <string>
@@ -38,7 +39,7 @@ class KvReceiver {
   // Expects transfer `id` of blocks[i] for i in [0, blocks.size()), every layer.
   Status expect(uint64_t id, std::vector<int32_t> blocks);
   // What the transport delivers (any thread).
-  void on_message(PeerId peer, std::span<const uint8_t> header, std::vector<uint8_t> payload);
+  void on_message(PeerId peer, std::span<const uint8_t> header, std::span<const uint8_t> payload);
   void on_peer_down(PeerId peer);
   // Waits for the transfer's end, or until `deadline` (then it expired), and forgets it.
   TransferEnd wait(uint64_t id, std::chrono::steady_clock::time_point deadline, std::string* why = nullptr);
@@ -67,10 +68,27 @@ class KvReceiver {
   TransferCounters counters_;
 };
 
+// Payload buffers reused across frames and transfers: a fresh multi-megabyte buffer per frame
+// costs a page fault per 4 KiB and a zero fill. Thread-safe; a buffer comes back when the
+// transport is done with it, and at most 64 MiB wait for reuse.
+class SendBuffers {
+ public:
+  std::shared_ptr<std::vector<uint8_t>> take(size_t n);
+
+ private:
+  struct Spare {
+    std::mutex mutex;
+    std::vector<std::unique_ptr<std::vector<uint8_t>>> buffers;
+    size_t bytes = 0;
+  };
+  std::shared_ptr<Spare> spare_ = std::make_shared<Spare>();
+};
+
 struct SendOptions {
   std::chrono::steady_clock::time_point deadline;
   size_t max_frame_bytes = size_t(16) << 20;  // blocks per frame: as many as fit
   size_t max_in_flight_bytes = size_t(64) << 20;
+  SendBuffers* buffers = nullptr;  // null: a fresh buffer per frame
 };
 
 // Sends blocks[i] of `runner`, every layer, as transfer `id` to `peer`, then its `done` frame;

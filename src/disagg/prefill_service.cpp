@@ -138,7 +138,7 @@ Result<PrefillResult> KvPusher::push(const PrefillRequest& r) {
   auto peer = peer_for(r.target_host, r.target_port,
                        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
   if (!peer) return fail(Error{peer.error(), peer.error_code()});
-  if (Status s = send_kv(*node_, *peer, r.transfer_id, engine_.runner(), blocks, {.deadline = deadline}); !s) {
+  if (Status s = send_kv(*node_, *peer, r.transfer_id, engine_.runner(), blocks, {.deadline = deadline, .buffers = &buffers_}); !s) {
     node_->disconnect(*peer);  // a fresh connection next time
     forget(*peer);
     return fail(Error{s.error(), s.error_code()});

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/status.h"
+#include "disagg/kv_transfer.h"
 #include "disagg/ucx_node.h"
 #include "engine/engine.h"
 
@@ -58,6 +59,7 @@ class KvPusher {
 
   engine::Engine& engine_;
   std::unique_ptr<UcxNode> node_;
+  SendBuffers buffers_;
   mutable std::mutex mutex_;
   std::map<std::string, PeerId> peers_;  // "host:port" -> connection, reused
   PushCounters counters_;

@@ -157,12 +157,35 @@ struct UcxNode::Impl {
     PeerId peer;
     std::vector<uint8_t> header, payload;
   };
-  void deliver(PeerId peer, std::span<const uint8_t> header, std::vector<uint8_t> payload) {
-    if (callbacks.on_message && !stop) callbacks.on_message(peer, header, std::move(payload));
+  // Receive buffers kept for the next messages (progress thread only): a fresh multi-megabyte
+  // buffer per frame costs a page fault per 4 KiB and a zero fill.
+  std::vector<std::vector<uint8_t>> spare;
+  size_t spare_bytes = 0;
+  static constexpr size_t kMaxSpareBytes = size_t(64) << 20;
+  std::vector<uint8_t> take_buffer(size_t n) {
+    std::vector<uint8_t> b;
+    for (size_t i = 0; i < spare.size(); ++i)
+      if (spare[i].capacity() >= n) {
+        b = std::move(spare[i]);
+        spare_bytes -= b.capacity();
+        spare.erase(spare.begin() + ptrdiff_t(i));
+        break;
+      }
+    b.resize(n);  // a reused buffer of this size or larger is not written
+    return b;
+  }
+  void give_back(std::vector<uint8_t> b) {
+    if (spare_bytes + b.capacity() > kMaxSpareBytes) return;
+    spare_bytes += b.capacity();
+    spare.push_back(std::move(b));
+  }
+  void deliver(PeerId peer, std::span<const uint8_t> header, std::span<const uint8_t> payload) {
+    if (callbacks.on_message && !stop) callbacks.on_message(peer, header, payload);
   }
   static void on_received(void* request, ucs_status_t status, size_t, void* user_data) {
     auto* r = static_cast<Receive*>(user_data);
-    if (status == UCS_OK) r->self->deliver(r->peer, r->header, std::move(r->payload));
+    if (status == UCS_OK) r->self->deliver(r->peer, r->header, r->payload);
+    r->self->give_back(std::move(r->payload));
     delete r;
     ucp_request_free(request);
   }
@@ -178,22 +201,24 @@ struct UcxNode::Impl {
       return UCS_OK;
     }
     if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
-      auto* r = new Receive{self, peer, std::vector<uint8_t>(h, h + header_length), std::vector<uint8_t>(length)};
+      auto* r = new Receive{self, peer, std::vector<uint8_t>(h, h + header_length), self->take_buffer(length)};
       ucp_request_param_t p{};
       p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
       p.cb.recv_am = &Impl::on_received;
       p.user_data = r;
       void* req = ucp_am_recv_data_nbx(self->worker, data, r->payload.data(), length, &p);
       if (req == nullptr) {
-        self->deliver(peer, r->header, std::move(r->payload));
+        self->deliver(peer, r->header, r->payload);
+        self->give_back(std::move(r->payload));
         delete r;
       } else if (UCS_PTR_IS_ERR(req)) {
+        self->give_back(std::move(r->payload));
         delete r;
       }
       return UCS_OK;
     }
-    const auto* d = static_cast<const uint8_t*>(data);
-    self->deliver(peer, std::span<const uint8_t>(h, header_length), std::vector<uint8_t>(d, d + length));
+    self->deliver(peer, std::span<const uint8_t>(h, header_length),
+                  std::span<const uint8_t>(static_cast<const uint8_t*>(data), length));
     return UCS_OK;
   }
 

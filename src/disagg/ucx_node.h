@@ -19,8 +19,9 @@ namespace kvasir::disagg {
 using PeerId = uint64_t;
 
 struct UcxCallbacks {
-  // A whole message arrived (on the progress thread). Peer 0: a sender not known as a peer.
-  std::function<void(PeerId, std::span<const uint8_t> header, std::vector<uint8_t> payload)> on_message;
+  // A whole message arrived (on the progress thread). Peer 0: a sender not known as a peer. The
+  // payload is valid during the call only: the node reuses its receive buffers.
+  std::function<void(PeerId, std::span<const uint8_t> header, std::span<const uint8_t> payload)> on_message;
   // A peer's connection failed or closed (on the progress thread).
   std::function<void(PeerId, const std::string& why)> on_peer_down;
 };

@@ -81,7 +81,7 @@ Decode make_decode(const Fixture& f, DType kv_type = DType::F16) {
   auto* rx = d.rx.get();
   auto node = disagg::UcxNode::create(
       {.listen_host = "127.0.0.1"},
-      {.on_message = [rx](disagg::PeerId p, std::span<const uint8_t> h, std::vector<uint8_t> b) { rx->on_message(p, h, std::move(b)); },
+      {.on_message = [rx](disagg::PeerId p, std::span<const uint8_t> h, std::span<const uint8_t> b) { rx->on_message(p, h, b); },
        .on_peer_down = [rx](disagg::PeerId p, const std::string&) { rx->on_peer_down(p); }});
   EXPECT_TRUE(node.ok()) << node.error();
   d.node = std::move(*node);

@@ -21,9 +21,9 @@ struct Inbox {
   std::vector<PeerId> down;
   UcxCallbacks callbacks() {
     return {.on_message =
-                [this](PeerId, std::span<const uint8_t> h, std::vector<uint8_t> p) {
+                [this](PeerId, std::span<const uint8_t> h, std::span<const uint8_t> p) {
                   std::lock_guard<std::mutex> l(mutex);
-                  messages.push_back({{h.begin(), h.end()}, std::move(p)});
+                  messages.push_back({{h.begin(), h.end()}, {p.begin(), p.end()}});
                   cv.notify_all();
                 },
             .on_peer_down =

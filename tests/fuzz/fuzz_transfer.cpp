@@ -69,7 +69,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const size_t take = std::min(payload_n, size - at);
     std::vector<uint8_t> payload(data + at, data + at + take);
     at += take;
-    rx.on_message(1 + (flag >> 7), header, std::move(payload));
+    rx.on_message(1 + (flag >> 7), header, payload);
     if (flag & 0x40) rx.on_peer_down(1);
   }
   (void)rx.wait(1, std::chrono::steady_clock::now());
