@@ -22,6 +22,16 @@ API_KEY = "e2e-secret"
 MAX_BODY = 1 << 20
 
 
+def wait_for(pred, timeout=15.0, every=0.05):
+    """Polls `pred` until it holds or `timeout` seconds pass; returns its last value."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if pred():
+            return True
+        time.sleep(every)
+    return bool(pred())
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import API_KEY, BIN, GEMMA, STORIES, SHARED, Server, free_port
+from conftest import API_KEY, BIN, GEMMA, SHARED, STORIES, Server, free_port, wait_for
 
 TIMEOUT_MS = 3000  # --kv-transfer-timeout of the decode instances here
 BLOCKS_USED = "kvasir:kv_cache_blocks_used"
@@ -65,14 +65,6 @@ class Router:
         self.log.close()
         return self.proc.returncode
 
-
-def wait_for(pred, timeout=10.0):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return pred()
 
 
 def blocks_free(*servers):

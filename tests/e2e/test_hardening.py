@@ -11,18 +11,10 @@ import time
 
 import pytest
 
-from conftest import API_KEY, BIN, GEMMA, STORIES, Server
+from conftest import API_KEY, BIN, GEMMA, STORIES, Server, wait_for
 
 PROMPT = "Once upon a time"
 
-
-def wait_for(pred, timeout=10.0, every=0.05):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if pred():
-            return True
-        time.sleep(every)
-    return pred()
 
 
 def rss_bytes(pid):

@@ -15,7 +15,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from conftest import API_KEY, BIN, GEMMA, MAX_BODY, SHARED, STORIES, Server
+from conftest import API_KEY, BIN, GEMMA, MAX_BODY, SHARED, STORIES, Server, wait_for
 
 PROMPT = "Once upon a time"
 # stories260K's greedy continuation (llama2.c's own sample, and llama.cpp's golden).
@@ -338,14 +338,6 @@ def test_tpot_target_holds_prefill_and_keeps_outputs():
     finally:
         s.stop()
 
-
-def wait_for(predicate, timeout=15):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_aborted_streams_free_kv(server, client, model_id):
