@@ -13,6 +13,7 @@ Writes bench/out/disagg/<config>-<rate>.json (loadgen's detailed JSON) and summa
 bench/disagg_sim.py reads.
 
   bench/disagg_bench.py [--model M.gguf] [--rates 0.2,0.4,0.8] [--num-prompts 40] [--bin build/bin/kvasir]
+                        [--token-ids] [--out DIR]
 """
 import argparse
 import json
@@ -66,12 +67,19 @@ def metrics(port):
         return out
 
 
-def workload(path, n, seed):
-    """JSONL of n prompts: 30% ~2,000 tokens, 70% ~128 (about 1.3 tokens per word here)."""
+def workload(path, n, seed, token_ids=False):
+    """JSONL of n prompts: 30% ~2,000 tokens, 70% ~128. Text (about 1.3 tokens per word with the
+    default model's vocabulary), or token ids of exact lengths (--token-ids: synthetic models,
+    whose random vocabularies cut words into many pieces)."""
     rng = random.Random(seed)
     with open(path, "w") as f:
         for i in range(n):
-            words = rng.randint(1400, 1650) if rng.random() < 0.3 else rng.randint(80, 110)
+            long = rng.random() < 0.3
+            if token_ids:
+                ids = [rng.randint(100, 30000) for _ in range(rng.randint(1800, 1900) if long else rng.randint(112, 144))]
+                f.write(json.dumps({"prompt": ids, "output_len": 128}) + "\n")
+                continue
+            words = rng.randint(1400, 1650) if long else rng.randint(80, 110)
             text = " ".join(rng.choice(WORDS) for _ in range(words))
             f.write(json.dumps({"prompt": f"Request {i}: {text}. Summary:", "output_len": 128}) + "\n")
 
@@ -144,6 +152,7 @@ def summarize(run, duration):
 
 
 def main():
+    global OUT
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=str(ROOT / "models" / "gemma-3-270m-q4_k_m.gguf"))
     ap.add_argument("--bin", default=str(ROOT / "build" / "bin" / "kvasir"))
@@ -151,11 +160,14 @@ def main():
     ap.add_argument("--num-prompts", type=int, default=40)
     ap.add_argument("--configs", default="colocated,colocated-tpot,disagg")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--token-ids", action="store_true", help="token-id prompts of exact lengths (synthetic models)")
+    ap.add_argument("--out", default=str(OUT), help="where the JSON files go")
     a = ap.parse_args()
+    OUT = Path(a.out)
     OUT.mkdir(parents=True, exist_ok=True)
     threads = min(2, os.cpu_count() or 2)
     prompts = OUT / "workload.jsonl"
-    workload(prompts, a.num_prompts, a.seed)
+    workload(prompts, a.num_prompts, a.seed, a.token_ids)
     summary = {"model": Path(a.model).name, "num_prompts": a.num_prompts, "slo": {"ttft_s": TTFT_SLO, "tpot_s": TPOT_SLO},
                "runs": []}
     for rate in [float(r) for r in a.rates.split(",")]:

@@ -113,12 +113,14 @@ def simulate(c, n_prefill, n_decode, rate, n_requests=2000, seed=1, ttft_slo=2.0
 
 
 def main():
+    global OUT
     ap = argparse.ArgumentParser()
-    ap.add_argument("--summary", default=str(OUT / "summary.json"))
+    ap.add_argument("--summary", default=str(OUT / "summary.json"))  # the run files are read beside it
     ap.add_argument("--prefill", type=int)
     ap.add_argument("--decode", type=int)
     ap.add_argument("--rate", type=float)
     a = ap.parse_args()
+    OUT = Path(a.summary).parent
     summary = json.loads(Path(a.summary).read_text())
     c = calibrate(summary)
     print(f"calibration: prefill {1 / c['s_per_token']:.0f} tok/s, KV {c['bytes_per_token'] / 1024:.1f} KiB/token at "

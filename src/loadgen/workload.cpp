@@ -1,6 +1,7 @@
 #include "loadgen/workload.h"
 
 #include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <sstream>
 
@@ -69,8 +70,16 @@ Result<std::vector<RequestSpec>> read_jsonl(const WorkloadOptions& o, std::mt199
     RequestSpec r;
     if (j.contains("messages") && j["messages"].is_array()) r.messages = j["messages"];
     else if (j.contains("prompt") && j["prompt"].is_string()) r.prompt_text = j["prompt"];
+    else if (j.contains("prompt") && j["prompt"].is_array() && !j["prompt"].empty()) {  // token ids, exact lengths
+      for (const auto& t : j["prompt"]) {
+        if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX)
+          return Error{at + ": \"prompt\" as an array holds token ids"};
+        r.prompt_ids.push_back(int32_t(t.get<int64_t>()));
+      }
+      r.input_len = int64_t(r.prompt_ids.size());
+    }
     else if (j.contains("text") && j["text"].is_string()) r.prompt_text = j["text"];
-    else return Error{at + ": needs \"prompt\" (string) or \"messages\" (array)"};
+    else return Error{at + ": needs \"prompt\" (a string or token ids) or \"messages\" (array)"};
     for (const char* k : {"output_len", "max_tokens"}) {
       if (j.contains(k) && j[k].is_number_integer() && j[k].get<int64_t>() > 0) r.output_len = j[k].get<int64_t>();
     }

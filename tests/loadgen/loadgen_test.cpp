@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <numeric>
 
 #include "loadgen/client.h"
@@ -106,6 +108,46 @@ TEST(Workload, ExactLengthsFromAPool) {
   const auto& c = (*shared)[2].prompt_ids;
   EXPECT_TRUE(std::equal(a.begin(), a.begin() + 16, c.begin()));  // same group, same prefix
   EXPECT_EQ((*shared)[0].input_len, int64_t(a.size()));
+}
+
+TEST(Workload, JsonlTakesTextAndTokenIdPrompts) {
+  const std::string path = testing::TempDir() + "/kvasir_workload.jsonl";
+  {
+    std::ofstream f(path);
+    f << R"({"prompt": "hello there", "output_len": 7})" << "\n"
+      << R"({"prompt": [5, 6, 7, 8], "output_len": 2})" << "\n";
+  }
+  WorkloadOptions o;
+  o.dataset = Dataset::jsonl;
+  o.prompt_file = path;
+  o.num_requests = 2;
+  o.output_len = *LengthSpec::parse("3");
+  auto reqs = build_workload(o, {});
+  ASSERT_TRUE(reqs.ok()) << reqs.error();
+  ASSERT_EQ(reqs->size(), 2u);
+  int text = 0, ids = 0;
+  for (const auto& r : *reqs) {
+    if (!r.prompt_text.empty()) {
+      ++text;
+      EXPECT_EQ(r.prompt_text, "hello there");
+      EXPECT_EQ(r.output_len, 7);
+    } else {
+      ++ids;
+      EXPECT_EQ(r.prompt_ids, (std::vector<int32_t>{5, 6, 7, 8}));
+      EXPECT_EQ(r.input_len, 4);
+      EXPECT_EQ(r.output_len, 2);
+    }
+  }
+  EXPECT_EQ(text, 1);
+  EXPECT_EQ(ids, 1);
+  {
+    std::ofstream f(path);
+    f << R"({"prompt": [1, -2]})" << "\n";
+  }
+  auto bad = build_workload(o, {});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().find("token ids"), std::string::npos) << bad.error();
+  std::remove(path.c_str());
 }
 
 TEST(Runner, ArrivalGapsKeepTheRate) {
