@@ -128,6 +128,14 @@ class Config:
         self.procs, self.logs = [], []
 
 
+def prefill_rates(binary, model, lengths=(128, 1900)):
+    """Prefill tokens/s of one instance on one core (the pair's prefill instance), per prompt length:
+    what bench/disagg_sim.py models the prefill instance with."""
+    out = subprocess.run(["taskset", "-c", "0", binary, "bench", "-m", model, "-p", ",".join(map(str, lengths)),
+                          "-n", "0", "-t", "1", "-r", "1", "--json"], check=True, capture_output=True, text=True).stdout
+    return {str(int(r["test"][2:])): r["tokens_per_s"] for r in json.loads(out) if r["test"].startswith("pp")}
+
+
 def pct(xs, p):
     if not xs:
         return float("nan")
@@ -162,6 +170,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--token-ids", action="store_true", help="token-id prompts of exact lengths (synthetic models)")
     ap.add_argument("--out", default=str(OUT), help="where the JSON files go")
+    ap.add_argument("--calibrate-only", action="store_true", help="only measure the prefill rates into OUT/summary.json")
     a = ap.parse_args()
     OUT = Path(a.out)
     OUT.mkdir(parents=True, exist_ok=True)
@@ -169,7 +178,12 @@ def main():
     prompts = OUT / "workload.jsonl"
     workload(prompts, a.num_prompts, a.seed, a.token_ids)
     summary = {"model": Path(a.model).name, "num_prompts": a.num_prompts, "slo": {"ttft_s": TTFT_SLO, "tpot_s": TPOT_SLO},
-               "runs": []}
+               "prefill_tps_one_core": prefill_rates(a.bin, a.model), "runs": []}
+    if a.calibrate_only:  # add the prefill rates to an earlier run's summary
+        old = json.loads((OUT / "summary.json").read_text())
+        old["prefill_tps_one_core"] = summary["prefill_tps_one_core"]
+        (OUT / "summary.json").write_text(json.dumps(old, indent=1))
+        return 0
     for rate in [float(r) for r in a.rates.split(",")]:
         for name in a.configs.split(","):
             cfg = Config(name, a.bin, a.model, threads)

@@ -9,8 +9,9 @@ Model (a discrete-event simulation, Poisson arrivals):
   decode instance    continuous batching: a step takes a + b * (sequences in the batch) and gives
                      each sequence one token; a request joins at the first step after its KV
                      arrived (that step gives its first token); placed on the least loaded
-Calibration from the measured disagg runs: s_per_token and the transfer from the prefill
-instance's /metrics at the lowest rate; a and b fitted to (TPOT, mean batch) of the two lowest
+Calibration: the prefill instance's tokens/s alone on one core at a short and a long prompt
+(disagg_bench.py measures them with `kvasir bench`; else the pair run's prefill time, which
+includes queueing), the transfer from the prefill instance's /metrics at the lowest rate; a and b fitted to (TPOT, mean batch) of the two lowest
 rates (mean batch by Little's law: rate x output tokens x TPOT). The prediction is then checked
 against every measured 1+1 point (runs as long as the measured ones, median of 25 arrival seeds),
 the ones not used for the fit included; predictions for other shapes are steady state (2,000
@@ -37,7 +38,12 @@ def calibrate(summary):
     lens = json.loads((OUT / f"disagg-{low['rate']}.json").read_text())
     lens = (lens["runs"][0] if "runs" in lens else lens)["input_lens"]
     tokens = low.get("prompt_tokens_prefilled") or sum(lens)
-    c = {"s_per_token": low["prefill_s"] / tokens if tokens else 0.0,
+    # The prefill instance's speed: measured alone on one core at a short and a long length
+    # (disagg_bench.py's `kvasir bench` step), else the pair run's prefill time (which includes
+    # the queueing of overlapping prompts, so it is pessimistic).
+    rates = summary.get("prefill_tps_one_core")
+    c = {"prefill_tps": sorted((int(k), v) for k, v in rates.items()) if rates else None,
+         "s_per_token": low["prefill_s"] / tokens if tokens else 0.0,
          "bytes_per_token": low["kv_bytes"] / tokens if tokens else 0.0,
          "transfer_bps": low["kv_gbps"] * 1e9 if low.get("kv_gbps") == low.get("kv_gbps") else 1e9,
          "output_tokens": 128, "input_lens": lens}
@@ -52,6 +58,17 @@ def calibrate(summary):
     return c
 
 
+def prefill_seconds(c, L):
+    pts = c["prefill_tps"]
+    if not pts:
+        return L * c["s_per_token"]
+    if len(pts) == 1 or L <= pts[0][0]:
+        return L / pts[0][1]
+    (l0, r0), (l1, r1) = pts[0], pts[-1]
+    tps = r0 + (r1 - r0) * (min(L, l1) - l0) / (l1 - l0)  # tokens/s falls with the length (attention)
+    return L / tps
+
+
 def simulate(c, n_prefill, n_decode, rate, n_requests=2000, seed=1, ttft_slo=2.0, tpot_slo=0.05):
     rng = random.Random(seed)
     t, arrivals = 0.0, []
@@ -64,7 +81,7 @@ def simulate(c, n_prefill, n_decode, rate, n_requests=2000, seed=1, ttft_slo=2.0
     for i, (at, L) in enumerate(arrivals):
         k = min(range(n_prefill), key=lambda j: free_at[j])
         start = max(at, free_at[k])
-        done = start + L * c["s_per_token"]
+        done = start + prefill_seconds(c, L)
         free_at[k] = done
         ready.append((done + L * c["bytes_per_token"] / c["transfer_bps"], i))
     ready.sort()
@@ -123,7 +140,9 @@ def main():
     OUT = Path(a.summary).parent
     summary = json.loads(Path(a.summary).read_text())
     c = calibrate(summary)
-    print(f"calibration: prefill {1 / c['s_per_token']:.0f} tok/s, KV {c['bytes_per_token'] / 1024:.1f} KiB/token at "
+    pre = (", ".join(f"{v:.0f} tok/s at {k}" for k, v in c["prefill_tps"]) + " (one core, alone)") if c["prefill_tps"] \
+        else f"{1 / c['s_per_token']:.0f} tok/s (the pair run's)"
+    print(f"calibration: prefill {pre}, KV {c['bytes_per_token'] / 1024:.1f} KiB/token at "
           f"{c['transfer_bps'] / 1e9:.2f} GB/s, decode step {1e3 * c['step_a']:.1f} ms + {1e3 * c['step_b']:.2f} ms/seq")
     print("\ncheck against the measured 1P+1D runs:")
     print("| rate | TTFT P50 meas / sim | TTFT P99 meas / sim | TPOT P50 ms meas / sim | goodput meas / sim |")

@@ -11,7 +11,7 @@ double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std
 
 }  // namespace
 
-Result<PrefillRequest> parse_prefill_request(const nlohmann::json& b) {
+Result<PrefillRequest> parse_prefill_request(const nlohmann::ordered_json& b) {
   auto bad = [](const std::string& field) {
     return Error{"prefill request: '" + field + "' is missing or has the wrong type", ErrorCode::invalid_argument};
   };

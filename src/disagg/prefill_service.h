@@ -31,7 +31,7 @@ struct PrefillRequest {
   std::chrono::milliseconds timeout{5000};
 };
 // Parsed and checked (ids in range is the engine's check); errors name the field.
-Result<PrefillRequest> parse_prefill_request(const nlohmann::json& body);
+Result<PrefillRequest> parse_prefill_request(const nlohmann::ordered_json& body);
 nlohmann::json to_json(const PrefillRequest& r);
 
 struct PrefillResult {

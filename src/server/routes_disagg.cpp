@@ -14,7 +14,7 @@ void handle_prefill(ServerState& st, const http::Request& req, http::Response& r
   if (!b) return;
   if (!b->pusher)
     return send_error(res, api_error(ErrorCode::not_found, "this instance does not serve --role prefill"));
-  auto r = disagg::parse_prefill_request(nlohmann::json::parse(json_body(req).doc.dump()));
+  auto r = disagg::parse_prefill_request(json_body(req).doc);
   if (!r) return send_error(res, api_error(r.error_code(), r.error()));
   for (int32_t t : r->tokens)
     if (t >= b->tokenizer->n_vocab())
