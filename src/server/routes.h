@@ -31,7 +31,7 @@ void register_info_routes(http::Router& router, ServerState& state);
 void register_disagg_routes(http::Router& router, ServerState& state);
 // A decode instance's KV pull for a request the router gave a prefill instance (X-Kvasir-Prefill);
 // empty when there is nothing to pull.
-GenerationJob::KvFetch kv_fetch_for(ServerState& state, Backend& b, const http::Request& req);
+GenerationJob::KvFetch kv_fetch_for(Backend& b, const http::Request& req);
 
 // Shared by both: the loaded backend when requests are being served, else sends 503 and returns null.
 Backend* serving_backend(ServerState& state, http::Response& res);

@@ -28,13 +28,12 @@ void handle_prefill(ServerState& st, const http::Request& req, http::Response& r
 
 }  // namespace
 
-GenerationJob::KvFetch kv_fetch_for(ServerState& st, Backend& b, const http::Request& req) {
+GenerationJob::KvFetch kv_fetch_for(Backend& b, const http::Request& req) {
   const std::string& prefill = req.header("x-kvasir-prefill");
   if (!b.puller || prefill.empty()) return {};
-  return [&st, &b, prefill](std::span<const int32_t> prompt, const std::string& salt) {
+  return [&b, prefill](std::span<const int32_t> prompt, const std::string& salt) {
     const Status s = b.puller->pull(prompt, salt, prefill);
     if (!s) std::fprintf(stderr, "kvasir: KV from %s not used, computing the prompt here: %s\n", prefill.c_str(), s.error().c_str());
-    (void)st;
   };
 }
 

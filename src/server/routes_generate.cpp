@@ -275,7 +275,7 @@ void run_generation(ServerState& st, Backend& b, const http::Request& req, http:
   const std::vector<int32_t> scorer = share_prompt_scoring(pc);
   auto guard = std::make_shared<ActiveGuard>(st);
   auto job = GenerationJob::submit(*b.engine, st.metrics, std::move(pc.params), std::move(pc.prompt_of),
-                                   kv_fetch_for(st, b, req));
+                                   kv_fetch_for(b, req));
   if (!job) return send_error(res, job.error());
   ResponseMeta meta = make_meta(endpoint, st.options.served_model_name);
   if (!gen.stream) return respond_whole(b, req, res, gen, **job, meta, pc.echo, tools, scoring, scorer);

@@ -197,7 +197,7 @@ void handle_generation(ServerState& st, const http::Request& req, http::Response
   std::vector<engine::GenerationParams> params;
   params.push_back(engine_params(r->gen, std::move(prompt.ids), prompt.max_tokens, seed, 0, *grammar));
   auto guard = std::make_shared<ActiveGuard>(st);
-  auto job = GenerationJob::submit(*b->engine, st.metrics, std::move(params), {0}, kv_fetch_for(st, *b, req));
+  auto job = GenerationJob::submit(*b->engine, st.metrics, std::move(params), {0}, kv_fetch_for(*b, req));
   if (!job) return send_ollama_error(res, job.error());
 
   if (!r->gen.stream) {

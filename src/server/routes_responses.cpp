@@ -187,7 +187,7 @@ void handle_responses(ServerState& st, const std::shared_ptr<ResponseStore>& sto
   std::vector<engine::GenerationParams> params;
   params.push_back(engine_params(r->gen, std::move(prompt->ids), prompt->max_tokens, seed, 0, *grammar));
   auto guard = std::make_shared<ActiveGuard>(st);
-  auto job = GenerationJob::submit(*b->engine, st.metrics, std::move(params), {0}, kv_fetch_for(st, *b, req));
+  auto job = GenerationJob::submit(*b->engine, st.metrics, std::move(params), {0}, kv_fetch_for(*b, req));
   if (!job) return send_error(res, job.error());
 
   auto s = std::make_shared<ResponseStream>();
