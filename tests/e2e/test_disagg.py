@@ -395,3 +395,30 @@ def test_between_network_namespaces(netns):
         router.stop()
         for s in (prefill, decode, single):
             s.stop()
+
+
+def test_router_serves_several_models_from_one_endpoint():
+    """Colocated instances of different models behind one router: each request goes to the
+    instance serving its model, /v1/models lists both, an unknown model is a 404 naming them."""
+    q8 = SHARED / "models" / "stories260K-q8_0.gguf"
+    if not STORIES.exists() or not q8.exists():
+        pytest.skip("needs the shared models")
+    a = Server(STORIES, extra=["--served-model-name", "tiny-f32"], log_name="dis-mm-a")
+    b = Server(q8, extra=["--served-model-name", "tiny-q8"], log_name="dis-mm-b")
+    router = Router(backend=[a.base_url, b.base_url])
+    try:
+        status, body = router.json("GET", "/v1/models")
+        assert status == 200 and sorted(m["id"] for m in body["data"]) == ["tiny-f32", "tiny-q8"]
+        for name, direct in (("tiny-f32", a), ("tiny-q8", b)):
+            prompt = long_prompt(20, 3)
+            via = complete(router, prompt, n=12, model=name)
+            assert via == complete(direct, prompt, n=12, model=name)
+        # Each instance ran exactly the requests for its model (two each: via the router, direct).
+        for s in (a, b):
+            assert s.metrics()['kvasir:request_success_total{finished_reason="length"}'] == 2
+        status, body = router.json("POST", "/v1/completions", {"model": "tiny-f16", "prompt": "x", "max_tokens": 2})
+        assert status == 404 and "tiny-f32" in body["error"]["message"] and "tiny-q8" in body["error"]["message"]
+    finally:
+        router.stop()
+        a.stop()
+        b.stop()
