@@ -162,6 +162,21 @@ def test_router_front(stories_cluster):
     assert status == 200, body
 
 
+def test_internal_prefill_route_refuses_hostile_bodies(stories_cluster):
+    single, prefill, _, _ = stories_cluster
+    body = {"transfer_id": 1, "tokens": [1, 2, 3], "skip_blocks": 0, "kv_format": "x", "target_host": "127.0.0.1",
+            "target_port": 1}
+    assert prefill.request("POST", "/internal/kv/prefill", body, auth=False)[0] == 401
+    status, err = prefill.json("POST", "/internal/kv/prefill", {**body, "tokens": [1, -5]})
+    assert status == 400 and "tokens" in err["error"]["message"]
+    status, err = prefill.json("POST", "/internal/kv/prefill", {**body, "tokens": [10 ** 6]})
+    assert status == 400 and "vocabulary" in err["error"]["message"]
+    status, err = prefill.json("POST", "/internal/kv/prefill", body)  # another KV format: refused, naming both
+    assert status == 400 and "KV formats differ" in err["error"]["message"]
+    assert single.json("POST", "/internal/kv/prefill", body)[0] == 404  # not a prefill instance
+    assert prefill.metrics()[BLOCKS_USED] == 0
+
+
 def test_mismatched_models_are_refused_and_the_answer_stays_right():
     q8 = SHARED / "models" / "stories260K-q8_0.gguf"
     if not STORIES.exists() or not q8.exists():
