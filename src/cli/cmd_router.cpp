@@ -4,7 +4,6 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -36,14 +35,9 @@ int run_router(RouterArgs a) {
     }
   if (a.decode.empty() && a.backend.empty()) return fail("kvasir router needs a --decode or --backend instance");
   if (!a.prefill.empty() && a.decode.empty()) return fail("--prefill instances need --decode instances to send KV to");
-  a.options.access.api_keys = a.api_keys;
-  if (!a.api_key_file.empty()) {
-    std::ifstream in(a.api_key_file);
-    if (!in) return fail("cannot read --api-key-file " + a.api_key_file);
-    for (std::string line; std::getline(in, line);)
-      if (!line.empty() && line[0] != '#') a.options.access.api_keys.push_back(line);
-  }
-  if (const char* k = std::getenv("KVASIR_API_KEY"); k && *k) a.options.access.api_keys.push_back(k);
+  auto keys = collect_api_keys(a.api_keys, a.api_key_file);
+  if (!keys) return fail(keys.error());
+  a.options.access.api_keys = std::move(*keys);
   if (const char* k = std::getenv("KVASIR_UPSTREAM_API_KEY"); k && *k) a.options.upstream_api_key = k;
   a.options.upstream_timeout = std::chrono::milliseconds(a.upstream_timeout_ms);
   a.options.health_interval = std::chrono::milliseconds(a.health_interval_ms);

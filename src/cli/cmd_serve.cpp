@@ -71,31 +71,6 @@ Result<std::pair<std::string, uint16_t>> parse_host_port(const std::string& text
   }
 }
 
-// Keys from --api-key, --api-key-file (one per line; blank lines and '#' comments skipped) and the
-// KVASIR_API_KEY environment variable (which, unlike a flag, does not show in `ps`).
-Result<std::vector<std::string>> collect_api_keys(const ServeArgs& a) {
-  std::vector<std::string> keys = a.api_keys;
-  if (const char* env = std::getenv("KVASIR_API_KEY"); env && *env) keys.emplace_back(env);
-  if (!a.api_key_file.empty()) {
-    std::ifstream in(a.api_key_file);
-    if (!in) return Error{"--api-key-file: cannot read " + a.api_key_file};
-    for (std::string line; std::getline(in, line);) {
-      while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
-      size_t start = 0;
-      while (start < line.size() && std::isspace(static_cast<unsigned char>(line[start]))) ++start;
-      line.erase(0, start);
-      if (!line.empty() && line[0] != '#') keys.push_back(line);
-    }
-    if (keys.empty()) return Error{"--api-key-file: " + a.api_key_file + " holds no key"};
-  }
-  for (const std::string& k : keys) {
-    if (k.empty()) return Error{"an API key must not be empty"};
-    for (char c : k)
-      if (static_cast<unsigned char>(c) <= ' ' || c == 0x7f) return Error{"an API key must be printable, without spaces"};
-  }
-  return keys;
-}
-
 // Every idle connection is a descriptor: use as many as the hard limit allows.
 void raise_descriptor_limit() {
   rlimit r{};
@@ -192,7 +167,7 @@ int run_serve(ServeArgs a) {
   auto body = parse_size(a.max_body, "--max-body");
   if (!body) return fail(body.error());
   a.http.max_body_bytes = size_t(*body);
-  auto keys = collect_api_keys(a);
+  auto keys = collect_api_keys(a.api_keys, a.api_key_file);
   if (!keys) return fail(keys.error());
   a.http.access.api_keys = std::move(*keys);
   raise_descriptor_limit();

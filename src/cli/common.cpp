@@ -29,6 +29,28 @@ int fail(const std::string& message) {
   return 1;
 }
 
+Result<std::vector<std::string>> collect_api_keys(std::vector<std::string> keys, const std::string& key_file) {
+  if (const char* env = std::getenv("KVASIR_API_KEY"); env && *env) keys.emplace_back(env);
+  if (!key_file.empty()) {
+    std::ifstream in(key_file);
+    if (!in) return Error{"--api-key-file: cannot read " + key_file};
+    for (std::string line; std::getline(in, line);) {
+      while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
+      size_t start = 0;
+      while (start < line.size() && std::isspace(static_cast<unsigned char>(line[start]))) ++start;
+      line.erase(0, start);
+      if (!line.empty() && line[0] != '#') keys.push_back(line);
+    }
+    if (keys.empty()) return Error{"--api-key-file: " + key_file + " holds no key"};
+  }
+  for (const std::string& k : keys) {
+    if (k.empty()) return Error{"an API key must not be empty"};
+    for (char c : k)
+      if (static_cast<unsigned char>(c) <= ' ' || c == 0x7f) return Error{"an API key must be printable, without spaces"};
+  }
+  return keys;
+}
+
 Result<std::vector<int32_t>> parse_id_list(const std::string& text) {
   std::vector<int32_t> ids;
   size_t i = 0;

@@ -16,6 +16,10 @@ int fail(const std::string& message);
 // "1,2, 3" -> {1, 2, 3}; errors name the bad item.
 Result<std::vector<int32_t>> parse_id_list(const std::string& text);
 Result<DType> parse_kv_type(const std::string& name);
+// API keys: the given ones (--api-key), KVASIR_API_KEY (which, unlike a flag, does not show in
+// `ps`) and `key_file` (--api-key-file: one per line; blank lines and '#' comments skipped); each
+// checked to be printable without spaces. What `serve` and `router` accept alike.
+Result<std::vector<std::string>> collect_api_keys(std::vector<std::string> keys, const std::string& key_file);
 // The model `run` uses without -m: models/gemma-3-270m-q4_k_m.gguf beside the binary's project,
 // or $KVASIR_MODEL.
 std::string default_model_path();
