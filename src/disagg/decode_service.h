@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "disagg/counters.h"
 #include "disagg/kv_transfer.h"
 #include "disagg/ucx_node.h"
 #include "engine/engine.h"
@@ -28,12 +29,6 @@ struct PullOptions {
   std::string api_key;                      // sent to the prefill instance
   // Prefill instances this one may be pointed at (http://host:port); empty: any.
   std::vector<std::string> allowed_prefill;
-};
-
-struct PullCounters {
-  int64_t done = 0, failed = 0, expired = 0, skipped = 0;  // skipped: short, or every block already here
-  int64_t blocks = 0, bytes = 0, rejected_frames = 0;
-  double ms = 0;  // time of the completed pulls
 };
 
 class KvPuller {

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/status.h"
+#include "disagg/counters.h"
 #include "disagg/kv_transfer.h"
 #include "disagg/ucx_node.h"
 #include "engine/engine.h"
@@ -38,11 +39,6 @@ struct PrefillResult {
   int32_t n_blocks = 0;  // sent
   int64_t bytes = 0;
   double prefill_ms = 0, transfer_ms = 0;
-};
-
-struct PushCounters {
-  int64_t done = 0, failed = 0, blocks = 0, bytes = 0;
-  double transfer_ms = 0, prefill_ms = 0;
 };
 
 class KvPusher {

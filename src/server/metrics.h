@@ -15,8 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "disagg/decode_service.h"
-#include "disagg/prefill_service.h"
+#include "disagg/counters.h"
 
 namespace kvasir::server {
 
