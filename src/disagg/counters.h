@@ -9,6 +9,7 @@ namespace kvasir::disagg {
 struct PushCounters {
   int64_t done = 0, failed = 0, blocks = 0, bytes = 0;
   double transfer_ms = 0, prefill_ms = 0;
+  double tail_ms = 0;  // transfer time after the prefills ended (the rest overlapped them)
 };
 
 // A decode instance's KV pulls.

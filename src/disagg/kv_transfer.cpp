@@ -107,30 +107,6 @@ size_t KvReceiver::n_active() const {
   return transfers_.size();
 }
 
-namespace {
-
-// Completion of the frames in flight: bytes outstanding and the first failure.
-struct InFlight {
-  std::mutex mutex;
-  std::condition_variable changed;
-  size_t bytes = 0;
-  int64_t frames = 0;
-  Status failure;
-  void sent(size_t n, const Status& s) {
-    std::lock_guard<std::mutex> lock(mutex);
-    bytes -= n;
-    --frames;
-    if (!s && failure) failure = s;
-    changed.notify_all();
-  }
-  Status first_failure() {
-    std::lock_guard<std::mutex> lock(mutex);
-    return failure;
-  }
-};
-
-}  // namespace
-
 std::shared_ptr<std::vector<uint8_t>> SendBuffers::take(size_t n) {
   std::unique_ptr<std::vector<uint8_t>> b;
   {
@@ -155,55 +131,100 @@ std::shared_ptr<std::vector<uint8_t>> SendBuffers::take(size_t n) {
   });
 }
 
-Status send_kv(UcxNode& node, PeerId peer, uint64_t id, const runtime::ModelRunner& runner,
-               std::span<const int32_t> blocks, const SendOptions& o) {
-  const uint64_t format_hash = hash_format(runner.kv_format());
-  auto flight = std::make_shared<InFlight>();
-  auto wait_until = [&](auto pred) {
-    std::unique_lock<std::mutex> lock(flight->mutex);
-    return flight->changed.wait_until(lock, o.deadline, [&] { return pred() || !flight->failure; });
-  };
-  auto give_up = [&](Status why) {
-    node.send(peer, encode_header({.kind = FrameKind::abort, .transfer_id = id, .format_hash = format_hash}), nullptr, {});
-    return why;
-  };
-  const int64_t n_layers = runner.info().n_layers;
+// Completion of the frames in flight: bytes outstanding and the first failure.
+struct KvSender::InFlight {
+  std::mutex mutex;
+  std::condition_variable changed;
+  size_t bytes = 0;
+  int64_t frames = 0;
+  Status failure;
+  void sent(size_t n, const Status& s) {
+    std::lock_guard<std::mutex> lock(mutex);
+    bytes -= n;
+    --frames;
+    if (!s && failure) failure = s;
+    changed.notify_all();
+  }
+  Status first_failure() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return failure;
+  }
+  template <class Pred>
+  bool wait_until(std::chrono::steady_clock::time_point deadline, Pred pred) {
+    std::unique_lock<std::mutex> lock(mutex);
+    return changed.wait_until(lock, deadline, [&] { return pred() || !failure; });
+  }
+};
+
+KvSender::KvSender(UcxNode& node, PeerId peer, uint64_t id, const runtime::ModelRunner& runner, const SendOptions& o)
+    : node_(node), peer_(peer), id_(id), runner_(runner), options_(o), format_hash_(hash_format(runner.kv_format())),
+      flight_(std::make_shared<InFlight>()) {}
+
+KvSender::~KvSender() {
+  if (!ended_) (void)give_up(Error{"abandoned"});
+}
+
+Status KvSender::give_up(Status why) {
+  if (!ended_) node_.send(peer_, encode_header({.kind = FrameKind::abort, .transfer_id = id_, .format_hash = format_hash_}), nullptr, {});
+  ended_ = true;
+  return why;
+}
+
+Status KvSender::send(std::span<const int32_t> blocks, uint32_t first_index) {
+  if (ended_) return Error{"KV transfer " + std::to_string(id_) + " has ended", ErrorCode::internal};
+  const auto missed = [&] { return give_up(Error{"KV transfer " + std::to_string(id_) + " missed its deadline", ErrorCode::unavailable}); };
+  InFlight& flight = *flight_;
+  const int64_t n_layers = runner_.info().n_layers;
   for (int64_t layer = 0; layer < n_layers && !blocks.empty(); ++layer) {
-    const size_t bb = runner.kv_block_bytes(layer);
-    if (bb == 0) return Error{"this runner has no KV block I/O", ErrorCode::invalid_argument};
-    const size_t per_frame = std::max<size_t>(1, o.max_frame_bytes / bb);
+    const size_t bb = runner_.kv_block_bytes(layer);
+    if (bb == 0) return give_up(Error{"this runner has no KV block I/O", ErrorCode::invalid_argument});
+    const size_t per_frame = std::max<size_t>(1, options_.max_frame_bytes / bb);
     for (size_t first = 0; first < blocks.size(); first += per_frame) {
       const size_t n = std::min(per_frame, blocks.size() - first);
       const size_t bytes = n * bb;
       // Bounded memory: wait while the window is full.
-      if (!wait_until([&] { return flight->bytes + bytes <= o.max_in_flight_bytes || flight->frames == 0; }))
-        return give_up(Error{"KV transfer " + std::to_string(id) + " missed its deadline", ErrorCode::unavailable});
-      if (Status f = flight->first_failure(); !f) return give_up(f);
-      auto payload = o.buffers ? o.buffers->take(bytes) : std::make_shared<std::vector<uint8_t>>(bytes);
-      if (auto s = runner.export_kv(layer, blocks.subspan(first, n), payload->data()); !s) return give_up(s);
+      if (!flight.wait_until(options_.deadline, [&] { return flight.bytes + bytes <= options_.max_in_flight_bytes || flight.frames == 0; }))
+        return missed();
+      if (Status f = flight.first_failure(); !f) return give_up(f);
+      auto payload = options_.buffers ? options_.buffers->take(bytes) : std::make_shared<std::vector<uint8_t>>(bytes);
+      if (auto s = runner_.export_kv(layer, blocks.subspan(first, n), payload->data()); !s) return give_up(s);
       {
-        std::lock_guard<std::mutex> lock(flight->mutex);
-        flight->bytes += bytes;
-        ++flight->frames;
+        std::lock_guard<std::mutex> lock(flight.mutex);
+        flight.bytes += bytes;
+        ++flight.frames;
       }
-      const Frame f{.kind = FrameKind::blocks, .transfer_id = id, .layer = uint32_t(layer), .first = uint32_t(first),
-                    .n_blocks = uint32_t(n), .block_bytes = uint32_t(bb), .format_hash = format_hash};
-      node.send(peer, encode_header(f), std::move(payload), [flight, bytes](Status s) { flight->sent(bytes, s); });
+      const Frame f{.kind = FrameKind::blocks, .transfer_id = id_, .layer = uint32_t(layer),
+                    .first = uint32_t(first_index + first), .n_blocks = uint32_t(n), .block_bytes = uint32_t(bb),
+                    .format_hash = format_hash_};
+      node_.send(peer_, encode_header(f), std::move(payload), [fl = flight_, bytes](Status s) { fl->sent(bytes, s); });
     }
   }
-  if (!wait_until([&] { return flight->frames == 0; }))
-    return give_up(Error{"KV transfer " + std::to_string(id) + " missed its deadline", ErrorCode::unavailable});
-  if (Status f = flight->first_failure(); !f) return give_up(f);
+  return {};
+}
+
+Status KvSender::finish(uint32_t n_blocks) {
+  if (ended_) return Error{"KV transfer " + std::to_string(id_) + " has ended", ErrorCode::internal};
+  const auto missed = [&] { return give_up(Error{"KV transfer " + std::to_string(id_) + " missed its deadline", ErrorCode::unavailable}); };
+  InFlight& flight = *flight_;
+  if (!flight.wait_until(options_.deadline, [&] { return flight.frames == 0; })) return missed();
+  if (Status f = flight.first_failure(); !f) return give_up(f);
   {
-    std::lock_guard<std::mutex> lock(flight->mutex);
-    ++flight->frames;
+    std::lock_guard<std::mutex> lock(flight.mutex);
+    ++flight.frames;
   }
-  node.send(peer, encode_header({.kind = FrameKind::done, .transfer_id = id, .n_blocks = uint32_t(blocks.size()),
-                                 .format_hash = format_hash}),
-            nullptr, [flight](Status s) { flight->sent(0, s); });
-  if (!wait_until([&] { return flight->frames == 0; }))
-    return Error{"KV transfer " + std::to_string(id) + " missed its deadline", ErrorCode::unavailable};
-  return flight->first_failure();
+  node_.send(peer_, encode_header({.kind = FrameKind::done, .transfer_id = id_, .n_blocks = n_blocks, .format_hash = format_hash_}),
+             nullptr, [fl = flight_](Status s) { fl->sent(0, s); });
+  ended_ = true;  // `done` is on its way: an abort now would contradict it
+  if (!flight.wait_until(options_.deadline, [&] { return flight.frames == 0; }))
+    return Error{"KV transfer " + std::to_string(id_) + " missed its deadline", ErrorCode::unavailable};
+  return flight.first_failure();
+}
+
+Status send_kv(UcxNode& node, PeerId peer, uint64_t id, const runtime::ModelRunner& runner,
+               std::span<const int32_t> blocks, const SendOptions& options) {
+  KvSender sender(node, peer, id, runner, options);
+  if (Status s = sender.send(blocks, 0); !s) return s;
+  return sender.finish(uint32_t(blocks.size()));
 }
 
 }  // namespace kvasir::disagg

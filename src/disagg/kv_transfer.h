@@ -91,9 +91,43 @@ struct SendOptions {
   SendBuffers* buffers = nullptr;  // null: a fresh buffer per frame
 };
 
+// One transfer's sending side, fed as the blocks become ready: send() ships a run of the
+// transfer's blocks, every layer, and returns once its frames are queued (at most
+// max_in_flight_bytes wait at a time); finish() waits for every frame and sends `done`. A sender
+// that failed, or that is destroyed unfinished, sends an `abort` frame (best effort), so the
+// receiver ends at once rather than at its deadline. Export runs on the calling thread.
+class KvSender {
+ public:
+  KvSender(UcxNode& node, PeerId peer, uint64_t id, const runtime::ModelRunner& runner, const SendOptions& options);
+  ~KvSender();
+  KvSender(const KvSender&) = delete;
+  KvSender& operator=(const KvSender&) = delete;
+
+  // blocks[i] is the transfer's block `first + i` (an index into the receiver's list).
+  Status send(std::span<const int32_t> blocks, uint32_t first);
+  // Every frame sent, then `done` for a transfer of n_blocks blocks.
+  Status finish(uint32_t n_blocks);
+  // Ends the transfer as failed (an `abort` frame), unless it already ended.
+  void abort() { (void)give_up({}); }
+
+ private:
+  struct InFlight;
+  Status give_up(Status why);
+  bool wait_until_window(size_t bytes);
+
+  UcxNode& node_;
+  const PeerId peer_;
+  const uint64_t id_;
+  const runtime::ModelRunner& runner_;
+  const SendOptions options_;
+  const uint64_t format_hash_;
+  std::shared_ptr<InFlight> flight_;
+  bool ended_ = false;  // finished, or aborted
+};
+
 // Sends blocks[i] of `runner`, every layer, as transfer `id` to `peer`, then its `done` frame;
 // returns once every frame was sent (ok), one failed, or the deadline passed (then an `abort`
-// frame is sent on a best-effort basis). Export runs on the calling thread.
+// frame is sent on a best-effort basis).
 Status send_kv(UcxNode& node, PeerId peer, uint64_t id, const runtime::ModelRunner& runner,
                std::span<const int32_t> blocks, const SendOptions& options);
 

@@ -1,5 +1,8 @@
 #include "disagg/prefill_service.h"
 
+#include <algorithm>
+#include <optional>
+
 #include "disagg/kv_transfer.h"
 
 namespace kvasir::disagg {
@@ -89,6 +92,9 @@ Result<PeerId> KvPusher::peer_for(const std::string& host, uint16_t port, std::c
   return *peer;
 }
 
+// The prompt runs as a pinned prefill-only request; the connection to the decode instance is made
+// while it runs, and each delta's newly pinned blocks (a chunk's worth) are sent while the next
+// chunk computes, so only the last chunk's blocks are sent after the prefill ends.
 Result<PrefillResult> KvPusher::push(const PrefillRequest& r) {
   const auto t0 = Clock::now();
   const auto deadline = t0 + r.timeout;
@@ -106,52 +112,84 @@ Result<PrefillResult> KvPusher::push(const PrefillRequest& r) {
   p.stop.max_tokens = 0;
   p.cache_salt = r.cache_salt;
   p.pin_kv = true;
-  auto stream = engine_.submit(std::move(p));
-  if (!stream) return fail(Error{stream.error(), stream.error_code()});
-  engine::Delta d, last;
-  while (true) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0 || !(*stream)->wait_ready(left)) {
-      engine_.abort((*stream)->id());
-      while ((*stream)->next(d)) last = d;  // the abort's final delta: a pin, if it got that far
-      if (last.kv_hold) engine_.call([&](engine::EngineCore& c) { c.release_kv(last.kv_hold); });
-      return fail(Error{"the prefill missed its deadline", ErrorCode::unavailable});
-    }
-    if (!(*stream)->next(d)) break;
-    last = d;
-  }
-  // The pin goes back however this ends.
+  auto submitted = engine_.submit(std::move(p));
+  if (!submitted) return fail(Error{submitted.error(), submitted.error_code()});
+  engine::RequestStream& stream = **submitted;
+  // The pin goes back however this ends (frames in flight carry copies, not the blocks).
+  int64_t hold = 0;
   struct Release {
     engine::Engine& e;
-    int64_t hold;
+    const int64_t& hold;
     ~Release() {
       if (hold) e.call([&](engine::EngineCore& c) { c.release_kv(hold); });
     }
-  } release{engine_, last.kv_hold};
-  if (last.finish != engine::FinishReason::Length || last.kv_hold == 0)
-    return fail(Error{"the prefill did not complete", ErrorCode::unavailable});
-  PrefillResult out;
-  out.prefill_ms = ms_since(t0);
-  const size_t skip = std::min(size_t(r.skip_blocks), last.kv_blocks.size());
-  const std::span<const int32_t> blocks = std::span<const int32_t>(last.kv_blocks).subspan(skip);
-  const auto t1 = Clock::now();
-  auto peer = peer_for(r.target_host, r.target_port,
-                       std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
-  if (!peer) return fail(Error{peer.error(), peer.error_code()});
-  if (Status s = send_kv(*node_, *peer, r.transfer_id, engine_.runner(), blocks, {.deadline = deadline, .buffers = &buffers_}); !s) {
+  } release{engine_, hold};
+  engine::Delta d;
+  auto stop_prefill = [&] {
+    engine_.abort(stream.id());
+    while (stream.next(d))
+      if (d.kv_hold) hold = d.kv_hold;
+  };
+  auto left = [&] { return std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()); };
+
+  auto peer = peer_for(r.target_host, r.target_port, left());
+  if (!peer) {
+    stop_prefill();
+    return fail(Error{peer.error(), peer.error_code()});
+  }
+  KvSender sender(*node_, *peer, r.transfer_id, engine_.runner(), {.deadline = deadline, .buffers = &buffers_});
+  auto send_failed = [&](Status s) {
+    stop_prefill();
+    sender.abort();
     node_->disconnect(*peer);  // a fresh connection next time
     forget(*peer);
     return fail(Error{s.error(), s.error_code()});
+  };
+
+  std::vector<int32_t> pinned;  // the prompt's blocks pinned so far; [skip, sent) are on their way
+  const size_t skip = size_t(r.skip_blocks);
+  size_t sent = skip;
+  int32_t pieces = 0;
+  std::optional<Clock::time_point> first_send;
+  engine::FinishReason finish = engine::FinishReason::None;
+  while (true) {
+    if (left().count() <= 0 || !stream.wait_ready(left())) {
+      stop_prefill();
+      return fail(Error{"the prefill missed its deadline", ErrorCode::unavailable});
+    }
+    if (!stream.next(d)) break;
+    if (d.finish != engine::FinishReason::None) finish = d.finish;
+    if (!d.kv_hold) continue;
+    hold = d.kv_hold;
+    if (d.kv_blocks.size() < pinned.size() || !std::equal(pinned.begin(), pinned.end(), d.kv_blocks.begin()))
+      return send_failed(Error{"the engine moved blocks it had pinned", ErrorCode::internal});
+    pinned = std::move(d.kv_blocks);
+    if (pinned.size() <= sent) continue;
+    if (!first_send) first_send = Clock::now();
+    if (Status s = sender.send(std::span<const int32_t>(pinned).subspan(sent), uint32_t(sent - skip)); !s)
+      return send_failed(s);
+    sent = pinned.size();
+    ++pieces;
   }
-  out.transfer_ms = ms_since(t1);
-  out.n_blocks = int32_t(blocks.size());
+  const auto prefill_end = Clock::now();
+  const size_t full = r.tokens.size() / size_t(engine_.runner().info().block_size);
+  if (finish != engine::FinishReason::Length || pinned.size() != full)
+    return send_failed(Error{"the prefill did not complete", ErrorCode::unavailable});
+  if (Status s = sender.finish(uint32_t(full > skip ? full - skip : 0)); !s) return send_failed(s);
+  PrefillResult out;
+  out.prefill_ms = std::chrono::duration<double, std::milli>(prefill_end - t0).count();
+  out.transfer_ms = first_send ? ms_since(*first_send) : 0.0;
+  out.tail_ms = ms_since(prefill_end);
+  out.n_blocks = int32_t(sent - skip);
+  out.n_pieces = pieces;
   for (int64_t il = 0; il < engine_.runner().info().n_layers; ++il)
-    out.bytes += int64_t(engine_.runner().kv_block_bytes(il) * blocks.size());
+    out.bytes += int64_t(engine_.runner().kv_block_bytes(il)) * out.n_blocks;
   std::lock_guard<std::mutex> lock(mutex_);
   ++counters_.done;
   counters_.blocks += out.n_blocks;
   counters_.bytes += out.bytes;
   counters_.transfer_ms += out.transfer_ms;
+  counters_.tail_ms += out.tail_ms;
   counters_.prefill_ms += out.prefill_ms;
   return out;
 }

@@ -1,6 +1,7 @@
-// The prefill instance's side of disaggregation: runs a prompt as a prefill-only request, keeps
-// its KV blocks pinned, and ships them to the decode instance that asked (its UCX listener),
-// skipping the blocks that instance already holds. The pin is released however the transfer ends.
+// The prefill instance's side of disaggregation: runs a prompt as a prefill-only request whose KV
+// blocks are pinned as its chunks compute them, and ships each chunk's blocks to the decode
+// instance that asked (its UCX listener) while the next chunk computes, skipping the blocks that
+// instance already holds. The pin is released however the transfer ends.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -37,14 +38,17 @@ nlohmann::json to_json(const PrefillRequest& r);
 
 struct PrefillResult {
   int32_t n_blocks = 0;  // sent
+  int32_t n_pieces = 0;  // runs of blocks sent as the prefill's chunks completed them
   int64_t bytes = 0;
-  double prefill_ms = 0, transfer_ms = 0;
+  double prefill_ms = 0;   // the prompt's compute, from the request's arrival
+  double transfer_ms = 0;  // from the first block sent to the `done` frame (mostly beside the prefill)
+  double tail_ms = 0;      // from the prefill's end to the `done` frame: what the transfer added
 };
 
 class KvPusher {
  public:
   static Result<std::unique_ptr<KvPusher>> create(engine::Engine& engine);
-  // Blocks until the blocks were sent (or it failed). Any thread.
+  // Blocks until every block was sent (or it failed). Any thread.
   Result<PrefillResult> push(const PrefillRequest& request);
   PushCounters counters() const;
 

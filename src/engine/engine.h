@@ -95,8 +95,10 @@ struct GenerationParams {
   // the grammar applies from the first token.
   std::string grammar_trigger;
   // Prefill/decode disaggregation: a prefill-only request (max_tokens 0) whose prompt's full KV
-  // blocks stay referenced after it finishes, named by its final delta (kv_hold, kv_blocks),
-  // until release_kv(kv_hold).
+  // blocks are pinned as its chunks compute them: each delta that brings more names the hold and
+  // every block pinned so far (kv_hold, kv_blocks; earlier ids never change), and the final delta
+  // of a completed prefill names all of them. The blocks stay referenced, also after the request
+  // ends however it ends, until the caller's release_kv(kv_hold) for the hold it was told of.
   bool pin_kv = false;
 };
 
@@ -127,8 +129,8 @@ struct Delta {
   std::vector<TokenLogprob> prompt_logprobs = {};  // once, when requested: one per prompt token
   std::vector<float> embedding = {};       // the final delta of an embedding request: [n_embd], unit length
   FinishReason finish = FinishReason::None;
-  int64_t kv_hold = 0;                     // pin_kv: the hold to release (0: none)
-  std::vector<int32_t> kv_blocks = {};     // pin_kv: the prompt's full blocks, in order
+  int64_t kv_hold = 0;                     // pin_kv: the hold to release (0: none new in this delta)
+  std::vector<int32_t> kv_blocks = {};     // pin_kv: the prompt's full blocks computed so far, in order
   Usage usage = {};
   Timings timings = {};
 };

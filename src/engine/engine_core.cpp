@@ -347,11 +347,21 @@ void EngineCore::Impl::pick_and_score() {
   });
 }
 
-// Deltas: new tokens and text, then the final delta of every finished request.
+// Deltas: new tokens and text (and a pin_kv request's newly computed blocks), then the final
+// delta of every finished request.
 void EngineCore::Impl::emit_deltas(std::vector<Delta>& out) {
   std::unordered_map<RequestId, size_t> index;
   for (auto& [id, l] : live) {
     const bool lps_ready = l->params.prompt_logprobs >= 0 && l->prompt_done && !l->prompt_lps_sent;
+    if (l->params.pin_kv) {
+      const sched::Request* r = scheduler.find(id);
+      Delta pinned;
+      if (r && pin_progress(*l, id, r->num_computed_tokens, pinned)) {
+        Delta& d = delta_for(out, index, id);
+        d.kv_hold = pinned.kv_hold;
+        d.kv_blocks = std::move(pinned.kv_blocks);
+      }
+    }
     if (l->new_tokens.empty() && l->new_text.empty() && !lps_ready) continue;
     Delta& d = delta_for(out, index, id);
     if (lps_ready) {
@@ -375,21 +385,33 @@ void EngineCore::Impl::emit_deltas(std::vector<Delta>& out) {
     d.text += l.stops.flush();
     d.finish = r.finish_reason;
     if (l.params.pooling != Pooling::none && l.prompt_done) d.embedding = l.pool.unit_mean();
-    if (l.params.pin_kv && r.finish_reason == sched::FinishReason::Length) pin_prompt(l, r.id, d);
+    if (l.params.pin_kv && r.finish_reason == sched::FinishReason::Length)
+      pin_progress(l, r.id, int32_t(l.params.prompt.size()), d);
     d.usage = {r.num_prompt_tokens, r.num_generated(), r.num_cached_tokens};
     d.timings = timings_of(r);
     live.erase(it);
   }
 }
 
-// A finished pin_kv request's prompt blocks, pinned in the step it finished in (before anything
-// can evict them) under a hold id no reservation uses.
-void EngineCore::Impl::pin_prompt(const Live& l, RequestId id, Delta& d) {
+// A pin_kv request's prompt blocks, pinned as its prefill computes them (so that they can be
+// shipped while the rest of the prompt runs): when the first n_tokens of the prompt hold more
+// full blocks than were pinned, the hold moves to the longer run of cached blocks (release and
+// pin in one call on the engine's thread, so nothing can evict them in between; only computed
+// blocks are cached) and the delta names the hold and every pinned block. Ids reported before
+// never change: the old pin kept those blocks cached under their hashes.
+bool EngineCore::Impl::pin_progress(Live& l, RequestId id, int32_t n_tokens, Delta& d) {
+  const int32_t block = scheduler.kv().block_size();
+  const int32_t full = std::min(n_tokens, int32_t(l.params.prompt.size())) / block;
+  if (full <= l.pinned_blocks) return false;
   const int64_t hold = -(int64_t(1) << 40) - id;
-  auto pinned = scheduler.pin_prefix(hold, l.params.prompt, l.params.cache_salt);
-  if (!pinned) return;
+  scheduler.release_kv(hold);
+  const auto prefix = std::span<const int32_t>(l.params.prompt).first(size_t(full) * size_t(block));
+  auto pinned = scheduler.pin_prefix(hold, prefix, l.params.cache_salt);
+  if (!pinned || int32_t(pinned->size()) <= l.pinned_blocks) return false;
+  l.pinned_blocks = int32_t(pinned->size());
   d.kv_hold = hold;
   d.kv_blocks = std::move(*pinned);
+  return true;
 }
 
 runtime::ModelRunner& EngineCore::runner() { return *impl_->runner; }

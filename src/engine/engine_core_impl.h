@@ -61,6 +61,7 @@ struct Live {
   int32_t next_scored = 1;
   bool prompt_done = false, prompt_lps_sent = false;
   EmbeddingPool pool;  // embeddings: the pooled rows so far
+  int32_t pinned_blocks = 0;  // pin_kv: the prompt's full blocks pinned and reported so far
 
   static constexpr double kAcceptPrior = 0.6;  // hopeful, so that a new request tries drafts
   double& accept_rate(size_t j) {
@@ -172,7 +173,7 @@ struct EngineCore::Impl {
   }
   void commit_token(const sched::ScheduledSeq& seq);
   void score_prompt_row(const ScoreJob& job) const;
-  void pin_prompt(const Live& l, RequestId id, Delta& d);
+  bool pin_progress(Live& l, RequestId id, int32_t n_tokens, Delta& d);
   void propose_drafts();
   // A decoding request the speculation controller may give draft rows.
   struct SpecCandidate {

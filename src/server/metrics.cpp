@@ -138,7 +138,10 @@ std::string Metrics::render(const EngineGauges* g, const HttpGauges* http) const
       w.scalar("kvasir:kv_push_failed_total", "counter", "KV pushes that failed (prefill or transfer).", double(c->failed));
       w.scalar("kvasir:kv_push_blocks_total", "counter", "KV blocks sent.", double(c->blocks));
       w.scalar("kvasir:kv_push_bytes_total", "counter", "KV bytes sent.", double(c->bytes));
-      w.scalar("kvasir:kv_push_transfer_seconds_total", "counter", "Time spent sending KV.", c->transfer_ms / 1e3);
+      w.scalar("kvasir:kv_push_transfer_seconds_total", "counter", "Time spent sending KV (mostly while the prefills ran).",
+               c->transfer_ms / 1e3);
+      w.scalar("kvasir:kv_push_tail_seconds_total", "counter", "Time spent sending KV after the prefills had ended.",
+               c->tail_ms / 1e3);
       w.scalar("kvasir:kv_push_prefill_seconds_total", "counter", "Time spent on the prefills whose KV was sent.",
                c->prefill_ms / 1e3);
     }

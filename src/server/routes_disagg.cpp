@@ -23,7 +23,7 @@ void handle_prefill(ServerState& st, const http::Request& req, http::Response& r
   if (!done) return send_error(res, api_error(done.error_code(), done.error()));
   send_json(res, 200,
             ordered_json{{"blocks", done->n_blocks}, {"bytes", done->bytes}, {"prefill_ms", done->prefill_ms},
-                         {"transfer_ms", done->transfer_ms}});
+                         {"transfer_ms", done->transfer_ms}, {"tail_ms", done->tail_ms}});
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include "backends/engine_factory.h"
 #include "disagg/kv_transfer.h"
+#include "disagg/prefill_service.h"
 #include "engine/engine.h"
 
 using namespace kvasir;
@@ -258,4 +259,63 @@ TEST(KvTransfer, FaultsEndWithinTheDeadlineAndFreeEveryBlock) {
   EXPECT_EQ(decode.rx->n_active(), 0u);
   EXPECT_EQ(blocks_used(*decode.engine), 0);
   EXPECT_EQ(blocks_used(*prefill), 0);
+}
+
+// The prefill instance's pusher: a prompt of several chunks is sent chunk by chunk while it is
+// computed, and the decode engine then generates exactly what one engine alone does; a longer
+// prompt that shares the first one's blocks sends only those the decode engine lacks.
+TEST(KvTransfer, ThePusherStreamsChunksAndSendsOnlyMissingBlocks) {
+  Fixture f = load(default_model());
+  if (!f.model) GTEST_SKIP() << "the default model is not downloaded";
+  std::vector<int32_t> prompt = long_prompt(*f.tok);
+  prompt.insert(prompt.end(), prompt.begin() + 1, prompt.end());  // ~120 tokens: two chunks of 64
+  std::vector<int32_t> longer = prompt;
+  longer.insert(longer.end(), prompt.begin() + 1, prompt.begin() + 40);
+  auto alone = make_engine(f);
+  auto prefill = make_engine(f);
+  auto pusher = disagg::KvPusher::create(*prefill);
+  ASSERT_TRUE(pusher.ok()) << pusher.error();
+  Decode decode = make_decode(f);
+  int32_t n_cached = 0;  // the last pull's blocks that the decode engine held already
+  auto pull = [&](const std::vector<int32_t>& tokens, uint64_t id) {
+    const int64_t hold = decode.engine->new_hold_id();
+    const auto res = reserve(*decode.engine, hold, tokens);
+    n_cached = res.n_cached;
+    EXPECT_TRUE(decode.rx->expect(id, {res.blocks.begin() + res.n_cached, res.blocks.end()}).ok());
+    const disagg::PrefillRequest r{.transfer_id = id,
+                                   .tokens = tokens,
+                                   .skip_blocks = res.n_cached,
+                                   .kv_format = decode.engine->runner().kv_format(),
+                                   .target_host = "127.0.0.1",
+                                   .target_port = decode.node->port(),
+                                   .timeout = 20s};
+    auto out = (*pusher)->push(r);
+    EXPECT_TRUE(out.ok()) << out.error();
+    std::string why;
+    EXPECT_EQ(decode.rx->wait(id, std::chrono::steady_clock::now() + 20s, &why), disagg::TransferEnd::done) << why;
+    decode.engine->call([&](engine::EngineCore& c) {
+      EXPECT_TRUE(c.commit_kv(hold, tokens).ok());
+      c.release_kv(hold);
+    });
+    return out.ok() ? *out : disagg::PrefillResult{};
+  };
+  const disagg::PrefillResult first = pull(prompt, 11);
+  EXPECT_EQ(n_cached, 0);
+  EXPECT_EQ(first.n_blocks, int32_t(prompt.size() / 16));
+  EXPECT_GE(first.n_pieces, 2);  // the first chunk's blocks went before the second chunk ended
+  EXPECT_LE(first.tail_ms, first.transfer_ms);
+  EXPECT_EQ(run(*decode.engine, greedy(prompt, 16)).tokens, run(*alone, greedy(prompt, 16)).tokens);
+
+  const disagg::PrefillResult second = pull(longer, 12);
+  EXPECT_GE(n_cached, int32_t(prompt.size() / 16));
+  EXPECT_EQ(second.n_blocks, int32_t(longer.size() / 16) - n_cached);
+  EXPECT_GT(second.n_blocks, 0);
+  const engine::Delta got = run(*decode.engine, greedy(longer, 8));
+  EXPECT_EQ(got.tokens, run(*alone, greedy(longer, 8)).tokens);
+  EXPECT_EQ(got.usage.cached_tokens, int32_t((longer.size() - 1) / 16 * 16));
+  const disagg::PushCounters c = (*pusher)->counters();
+  EXPECT_EQ(c.done, 2);
+  EXPECT_EQ(c.failed, 0);
+  EXPECT_EQ(blocks_used(*prefill), 0);
+  EXPECT_EQ(blocks_used(*decode.engine), 0);
 }

@@ -102,6 +102,9 @@ class FakeRunner : public runtime::ModelRunner {
   }
   static bool wrong(uint64_t h, const FakeModel& m) { return m.err_every > 0 && (h >> 17) % uint64_t(m.err_every) == 0; }
 
+  // The token whose "K/V" a block slot holds (-1: never written).
+  int32_t kv_token(int32_t block, int32_t offset) const { return kv_[size_t(block * info_.block_size + offset)]; }
+
   int64_t forwards = 0;
   int64_t virtual_ns = 0;  // advanced by forward(); a clock for EngineOptions::clock
   int64_t* clock_ns = &virtual_ns;  // a draft runner advances its target's clock

@@ -386,5 +386,79 @@ TEST(FakeRunnerEngine, SpeculationKeepsTheSampledDistribution) {
   }
 }
 
+// Prefill/decode disaggregation: a pin_kv prefill reports its blocks as its chunks compute them
+// (each report extends the last, ids never change, every reported block already holds its
+// tokens' K/V and keeps it while a crowd is preempted around it), the final delta names every
+// full block, and the pin outlives the request until released, also after an abort.
+TEST(FakeRunnerEngine, APinnedPrefillReportsItsBlocksAsChunksComputeThem) {
+  GenerationParams pin;
+  for (int32_t i = 0; i < 38; ++i) pin.prompt.push_back(3 + (i * 7) % 40);  // 9 full blocks and 2 tokens
+  pin.stop.max_tokens = 0;
+  pin.pin_kv = true;
+  auto c = fake_core(24, 8, 6);
+  const auto& runner = dynamic_cast<FakeRunner&>(c->runner());
+  auto holds_prompt = [&](const std::vector<int32_t>& blocks) {
+    for (size_t b = 0; b < blocks.size(); ++b)
+      for (int32_t o = 0; o < int32_t(kBlock); ++o)
+        if (runner.kv_token(blocks[b], o) != pin.prompt[b * size_t(kBlock) + size_t(o)]) return false;
+    return true;
+  };
+  auto id = c->add_request(pin);
+  ASSERT_TRUE(id.ok()) << id.error();
+  for (auto& r : workload(29, 12, 0.0f)) ASSERT_TRUE(c->add_request(r).ok());
+  std::vector<int32_t> reported;
+  int64_t hold = 0;
+  int reports = 0;
+  bool finished = false;
+  std::vector<Delta> deltas;
+  for (int guard = 0; c->has_unfinished() && guard < 10000; ++guard) {
+    deltas.clear();
+    ASSERT_TRUE(c->step(deltas).ok());
+    for (const Delta& d : deltas) {
+      if (d.id != *id) continue;
+      if (d.finish != FinishReason::None) {
+        finished = true;
+        EXPECT_EQ(d.finish, FinishReason::Length);
+      }
+      if (!d.kv_hold) continue;
+      if (hold) EXPECT_EQ(d.kv_hold, hold);
+      hold = d.kv_hold;
+      ASSERT_GT(d.kv_blocks.size(), reported.size());
+      EXPECT_TRUE(std::equal(reported.begin(), reported.end(), d.kv_blocks.begin())) << "a reported block moved";
+      reported = d.kv_blocks;
+      ++reports;
+      EXPECT_TRUE(holds_prompt(reported)) << "a block was reported before it was computed (report " << reports << ")";
+    }
+  }
+  EXPECT_TRUE(finished);
+  EXPECT_GE(reports, 5);  // 9 blocks in steps of at most 8 tokens (2 blocks)
+  EXPECT_EQ(reported.size(), 9u);
+  EXPECT_GT(c->stats().num_preemptions, 0);
+  EXPECT_TRUE(holds_prompt(reported)) << "a pinned block was overwritten";
+  EXPECT_GT(c->stats().kv_blocks_used, 0);
+  c->release_kv(hold);
+  EXPECT_EQ(c->stats().kv_blocks_used, 0);
+
+  // Aborted half-way: the blocks reported so far stay pinned until released.
+  auto c2 = fake_core(24, 8, 2);
+  auto id2 = c2->add_request(pin);
+  ASSERT_TRUE(id2.ok());
+  int64_t hold2 = 0;
+  for (int guard = 0; hold2 == 0 && guard < 100; ++guard) {
+    deltas.clear();
+    ASSERT_TRUE(c2->step(deltas).ok());
+    for (const Delta& d : deltas) hold2 = d.kv_hold ? d.kv_hold : hold2;
+  }
+  ASSERT_NE(hold2, 0);
+  c2->abort(*id2);
+  for (int guard = 0; c2->has_unfinished() && guard < 100; ++guard) {
+    deltas.clear();
+    ASSERT_TRUE(c2->step(deltas).ok());
+  }
+  EXPECT_GT(c2->stats().kv_blocks_used, 0);
+  c2->release_kv(hold2);
+  EXPECT_EQ(c2->stats().kv_blocks_used, 0);
+}
+
 }  // namespace
 }  // namespace kvasir::engine
