@@ -8,12 +8,15 @@ tokens each, Poisson arrivals at several rates. Configurations, interleaved rate
   disagg         a prefill instance pinned to core 0 + a decode instance pinned to core 1, behind
                  `kvasir router`
 Reports P50/P99 TTFT and TPOT, goodput (requests/s with TTFT <= 2 s and TPOT <= 50 ms), and for
-disagg the KV transfer rate and its share of the prefill time (from the instances' /metrics).
+disagg the KV transfer rate (bytes over the time frames were in flight), the transfer's time as a
+share of the prefill time, and the share it added after the prefills ended (the rest overlapped
+them; from the instances' /metrics).
 Writes bench/out/disagg/<config>-<rate>.json (loadgen's detailed JSON) and summary.json, which
 bench/disagg_sim.py reads.
 
   bench/disagg_bench.py [--model M.gguf] [--rates 0.2,0.4,0.8] [--num-prompts 40] [--bin build/bin/kvasir]
                         [--token-ids] [--out DIR]
+  bench/disagg_bench.py --transfer-only [--num-prompts 5]   # the KV transfer alone, one prompt at a time
 """
 import argparse
 import json
@@ -136,6 +139,48 @@ def prefill_rates(binary, model, lengths=(128, 1900)):
     return {str(int(r["test"][2:])): r["tokens_per_s"] for r in json.loads(out) if r["test"].startswith("pp")}
 
 
+def transfer_only(binary, model, n, seed):
+    """The pair sharing every core, n prompts of ~1,500 tokens one after another: per prompt the KV
+    bytes, the rate while frames were in flight, the transfer's time and what it added after the
+    prefill ended, each as a share of the prefill time (the prefill instance's /metrics)."""
+    cfg = Config("transfer", binary, model, 1)
+    all_cpus = f"0-{min(2, os.cpu_count() or 2) - 1}"
+    cfg.prefill_port, cfg.decode_port, cfg.port = free_port(), free_port(), free_port()
+    common = ["-m", model]
+    wait_healthy(cfg.prefill_port, cfg.spawn(["serve", *common, "--port", str(cfg.prefill_port), "--role", "prefill"], all_cpus))
+    wait_healthy(cfg.decode_port, cfg.spawn(["serve", *common, "--port", str(cfg.decode_port), "--role", "decode",
+                                             "--kv-listen", "127.0.0.1:0", "--kv-transfer-timeout", "30000"], all_cpus))
+    wait_healthy(cfg.port, cfg.spawn(["router", "--port", str(cfg.port), "--prefill", f"http://127.0.0.1:{cfg.prefill_port}",
+                                      "--decode", f"http://127.0.0.1:{cfg.decode_port}"], all_cpus))
+    rng = random.Random(seed)
+    rows = []
+    try:
+        for i in range(n):
+            before = metrics(cfg.prefill_port)
+            text = " ".join(rng.choice(WORDS) for _ in range(1150))
+            body = json.dumps({"prompt": f"Prompt {i}: {text}", "max_tokens": 1}).encode()
+            req = urllib.request.Request(f"http://127.0.0.1:{cfg.port}/v1/completions", data=body,
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=120) as r:
+                r.read()
+            after = metrics(cfg.prefill_port)
+            d = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+            xfer, tail = d.get("kvasir:kv_push_transfer_seconds_total", 0), d.get("kvasir:kv_push_tail_seconds_total", 0)
+            pre, nbytes = d.get("kvasir:kv_push_prefill_seconds_total", 0), d.get("kvasir:kv_push_bytes_total", 0)
+            row = {"bytes": nbytes, "gbps": nbytes / xfer / 1e9 if xfer else float("nan"), "prefill_ms": 1e3 * pre,
+                   "transfer_ms": 1e3 * xfer, "tail_ms": 1e3 * tail}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    finally:
+        cfg.stop()
+    print("| prompt | MB | GB/s in flight | prefill ms | transfer ms (share) | added after prefill ms (share) |")
+    print("|---|---|---|---|---|---|")
+    for i, r in enumerate(rows):
+        pre = r["prefill_ms"] or float("nan")
+        print(f"| {i} | {r['bytes'] / 1e6:.1f} | {r['gbps']:.2f} | {r['prefill_ms']:.0f} | {r['transfer_ms']:.1f} "
+              f"({100 * r['transfer_ms'] / pre:.1f}%) | {r['tail_ms']:.1f} ({100 * r['tail_ms'] / pre:.2f}%) |")
+
+
 def pct(xs, p):
     if not xs:
         return float("nan")
@@ -171,9 +216,13 @@ def main():
     ap.add_argument("--token-ids", action="store_true", help="token-id prompts of exact lengths (synthetic models)")
     ap.add_argument("--out", default=str(OUT), help="where the JSON files go")
     ap.add_argument("--calibrate-only", action="store_true", help="only measure the prefill rates into OUT/summary.json")
+    ap.add_argument("--transfer-only", action="store_true", help="only measure the KV transfer, one prompt at a time")
     a = ap.parse_args()
     OUT = Path(a.out)
     OUT.mkdir(parents=True, exist_ok=True)
+    if a.transfer_only:
+        transfer_only(a.bin, a.model, a.num_prompts, a.seed)
+        return 0
     threads = min(2, os.cpu_count() or 2)
     prompts = OUT / "workload.jsonl"
     workload(prompts, a.num_prompts, a.seed, a.token_ids)
@@ -209,20 +258,24 @@ def main():
                     s["kv_gbps"] = s["kv_bytes"] / xfer_s / 1e9 if xfer_s else float("nan")
                     s["prefill_s"] = d.get("kvasir:kv_push_prefill_seconds_total", 0)
                     s["transfer_share"] = xfer_s / s["prefill_s"] if s["prefill_s"] else float("nan")
+                    s["tail_share"] = (d.get("kvasir:kv_push_tail_seconds_total", 0) / s["prefill_s"]
+                                       if s["prefill_s"] else float("nan"))
                     s["prompt_tokens_prefilled"] = d.get("kvasir:prompt_tokens_total", 0)
                 summary["runs"].append(s)
                 print(json.dumps(s), flush=True)
             finally:
                 cfg.stop()
     (OUT / "summary.json").write_text(json.dumps(summary, indent=1))
-    print(f"| config | rate | TTFT P50 / P99 s | TPOT P50 / P99 ms | goodput req/s (share) | KV GB/s | transfer/prefill |")
-    print("|---|---|---|---|---|---|---|")
+    print(f"| config | rate | TTFT P50 / P99 s | TPOT P50 / P99 ms | goodput req/s (share) | KV GB/s "
+          f"| transfer/prefill | added after prefill |")
+    print("|---|---|---|---|---|---|---|---|")
     for s in summary["runs"]:
         kv = f"{s['kv_gbps']:.2f}" if "kv_gbps" in s else "-"
         share = f"{100 * s['transfer_share']:.1f}%" if "transfer_share" in s else "-"
+        tail = f"{100 * s['tail_share']:.2f}%" if "tail_share" in s else "-"
         print(f"| {s['config']} | {s['rate']} | {s['ttft_p50']:.2f} / {s['ttft_p99']:.2f} | "
               f"{1e3 * s['tpot_p50']:.1f} / {1e3 * s['tpot_p99']:.1f} | {s['goodput_rps']:.3f} ({100 * s['good_fraction']:.0f}%) "
-              f"| {kv} | {share} |")
+              f"| {kv} | {share} | {tail} |")
 
 
 if __name__ == "__main__":

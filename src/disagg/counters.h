@@ -8,7 +8,7 @@ namespace kvasir::disagg {
 // A prefill instance's KV pushes.
 struct PushCounters {
   int64_t done = 0, failed = 0, blocks = 0, bytes = 0;
-  double transfer_ms = 0, prefill_ms = 0;
+  double transfer_ms = 0, prefill_ms = 0;  // transfer: while frames were in flight
   double tail_ms = 0;  // transfer time after the prefills ended (the rest overlapped them)
 };
 

@@ -131,17 +131,26 @@ std::shared_ptr<std::vector<uint8_t>> SendBuffers::take(size_t n) {
   });
 }
 
-// Completion of the frames in flight: bytes outstanding and the first failure.
+// Completion of the frames in flight: bytes outstanding, the first failure, and the time during
+// which any frame was in flight (the transfer's own time, apart from waits for blocks to send).
 struct KvSender::InFlight {
+  using Clock = std::chrono::steady_clock;
   std::mutex mutex;
   std::condition_variable changed;
   size_t bytes = 0;
   int64_t frames = 0;
   Status failure;
+  Clock::time_point busy_since;
+  Clock::duration busy{};
+  void posted(size_t n) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (frames++ == 0) busy_since = Clock::now();
+    bytes += n;
+  }
   void sent(size_t n, const Status& s) {
     std::lock_guard<std::mutex> lock(mutex);
     bytes -= n;
-    --frames;
+    if (--frames == 0) busy += Clock::now() - busy_since;
     if (!s && failure) failure = s;
     changed.notify_all();
   }
@@ -188,11 +197,7 @@ Status KvSender::send(std::span<const int32_t> blocks, uint32_t first_index) {
       if (Status f = flight.first_failure(); !f) return give_up(f);
       auto payload = options_.buffers ? options_.buffers->take(bytes) : std::make_shared<std::vector<uint8_t>>(bytes);
       if (auto s = runner_.export_kv(layer, blocks.subspan(first, n), payload->data()); !s) return give_up(s);
-      {
-        std::lock_guard<std::mutex> lock(flight.mutex);
-        flight.bytes += bytes;
-        ++flight.frames;
-      }
+      flight.posted(bytes);
       const Frame f{.kind = FrameKind::blocks, .transfer_id = id_, .layer = uint32_t(layer),
                     .first = uint32_t(first_index + first), .n_blocks = uint32_t(n), .block_bytes = uint32_t(bb),
                     .format_hash = format_hash_};
@@ -208,16 +213,20 @@ Status KvSender::finish(uint32_t n_blocks) {
   InFlight& flight = *flight_;
   if (!flight.wait_until(options_.deadline, [&] { return flight.frames == 0; })) return missed();
   if (Status f = flight.first_failure(); !f) return give_up(f);
-  {
-    std::lock_guard<std::mutex> lock(flight.mutex);
-    ++flight.frames;
-  }
+  flight.posted(0);
   node_.send(peer_, encode_header({.kind = FrameKind::done, .transfer_id = id_, .n_blocks = n_blocks, .format_hash = format_hash_}),
              nullptr, [fl = flight_](Status s) { fl->sent(0, s); });
   ended_ = true;  // `done` is on its way: an abort now would contradict it
   if (!flight.wait_until(options_.deadline, [&] { return flight.frames == 0; }))
     return Error{"KV transfer " + std::to_string(id_) + " missed its deadline", ErrorCode::unavailable};
   return flight.first_failure();
+}
+
+double KvSender::busy_ms() const {
+  std::lock_guard<std::mutex> lock(flight_->mutex);
+  auto busy = flight_->busy;
+  if (flight_->frames > 0) busy += InFlight::Clock::now() - flight_->busy_since;
+  return std::chrono::duration<double, std::milli>(busy).count();
 }
 
 Status send_kv(UcxNode& node, PeerId peer, uint64_t id, const runtime::ModelRunner& runner,

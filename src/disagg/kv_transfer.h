@@ -109,6 +109,8 @@ class KvSender {
   Status finish(uint32_t n_blocks);
   // Ends the transfer as failed (an `abort` frame), unless it already ended.
   void abort() { (void)give_up({}); }
+  // Time during which any of its frames was in flight: the transfer's own time.
+  double busy_ms() const;
 
  private:
   struct InFlight;

@@ -1,7 +1,6 @@
 #include "disagg/prefill_service.h"
 
 #include <algorithm>
-#include <optional>
 
 #include "disagg/kv_transfer.h"
 
@@ -150,7 +149,6 @@ Result<PrefillResult> KvPusher::push(const PrefillRequest& r) {
   const size_t skip = size_t(r.skip_blocks);
   size_t sent = skip;
   int32_t pieces = 0;
-  std::optional<Clock::time_point> first_send;
   engine::FinishReason finish = engine::FinishReason::None;
   while (true) {
     if (left().count() <= 0 || !stream.wait_ready(left())) {
@@ -165,7 +163,6 @@ Result<PrefillResult> KvPusher::push(const PrefillRequest& r) {
       return send_failed(Error{"the engine moved blocks it had pinned", ErrorCode::internal});
     pinned = std::move(d.kv_blocks);
     if (pinned.size() <= sent) continue;
-    if (!first_send) first_send = Clock::now();
     if (Status s = sender.send(std::span<const int32_t>(pinned).subspan(sent), uint32_t(sent - skip)); !s)
       return send_failed(s);
     sent = pinned.size();
@@ -178,7 +175,7 @@ Result<PrefillResult> KvPusher::push(const PrefillRequest& r) {
   if (Status s = sender.finish(uint32_t(full > skip ? full - skip : 0)); !s) return send_failed(s);
   PrefillResult out;
   out.prefill_ms = std::chrono::duration<double, std::milli>(prefill_end - t0).count();
-  out.transfer_ms = first_send ? ms_since(*first_send) : 0.0;
+  out.transfer_ms = sender.busy_ms();
   out.tail_ms = ms_since(prefill_end);
   out.n_blocks = int32_t(sent - skip);
   out.n_pieces = pieces;

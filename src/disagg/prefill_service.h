@@ -41,7 +41,7 @@ struct PrefillResult {
   int32_t n_pieces = 0;  // runs of blocks sent as the prefill's chunks completed them
   int64_t bytes = 0;
   double prefill_ms = 0;   // the prompt's compute, from the request's arrival
-  double transfer_ms = 0;  // from the first block sent to the `done` frame (mostly beside the prefill)
+  double transfer_ms = 0;  // while any frame was in flight (mostly beside the prefill)
   double tail_ms = 0;      // from the prefill's end to the `done` frame: what the transfer added
 };
 

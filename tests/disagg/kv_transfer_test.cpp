@@ -303,7 +303,8 @@ TEST(KvTransfer, ThePusherStreamsChunksAndSendsOnlyMissingBlocks) {
   EXPECT_EQ(n_cached, 0);
   EXPECT_EQ(first.n_blocks, int32_t(prompt.size() / 16));
   EXPECT_GE(first.n_pieces, 2);  // the first chunk's blocks went before the second chunk ended
-  EXPECT_LE(first.tail_ms, first.transfer_ms);
+  EXPECT_GT(first.transfer_ms, 0.0);
+  EXPECT_GT(first.bytes, 0);
   EXPECT_EQ(run(*decode.engine, greedy(prompt, 16)).tokens, run(*alone, greedy(prompt, 16)).tokens);
 
   const disagg::PrefillResult second = pull(longer, 12);
