@@ -48,7 +48,7 @@ Result<std::shared_ptr<const grammar::CompiledGrammar>> cli_grammar(const RunArg
   std::ifstream in(path, std::ios::binary);
   if (!in) return Error{"cannot read " + path};
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  engine::GrammarCache cache(engine::grammar_token_index(tokenizer), 1);
+  engine::GrammarCache cache(engine::grammar_token_index(tokenizer), grammar::JsonWhitespace::bounded, 1);
   auto g = cache.get({schema ? engine::GrammarSpec::Kind::json_schema : engine::GrammarSpec::Kind::gbnf, text});
   if (!g) return Error{path + ": " + g.error()};
   return *g;

@@ -35,6 +35,7 @@ struct ServeArgs {
   std::string device = "cpu";
   std::string chat_template;
   std::string pooling;
+  std::string json_whitespace = "bounded";
   std::string kv_mem;
   KvFlags kv;
   std::string max_body = "8M";
@@ -194,6 +195,7 @@ int run_serve(ServeArgs a) {
                a.model.c_str());
 
   server::BackendOptions bo{.model_path = a.model, .chat_template_path = a.chat_template, .pooling = a.pooling};
+  bo.json_whitespace = a.json_whitespace == "any" ? grammar::JsonWhitespace::any : grammar::JsonWhitespace::bounded;
   bo.prefill_role = a.role == "prefill";
   bo.decode_role = a.role == "decode";
   if (bo.decode_role) {
@@ -278,6 +280,11 @@ void register_serve(CLI::App& app, Handler& handler) {
   cmd->add_option("--served-model-name", a->http.served_model_name, "Model id in the API (default: file stem)");
   cmd->add_option("--pooling", a->pooling, "Embeddings: mean, cls or last (default: the model file's; mean when it declares none)")
       ->check(CLI::IsMember({"mean", "cls", "last"}));
+  cmd->add_option("--json-whitespace", a->json_whitespace,
+                  "Whitespace JSON grammars (response_format, tools) allow: bounded (a space, or a line break and a "
+                  "short indent) or any (any run of blanks, where a model may spin)")
+      ->check(CLI::IsMember({"bounded", "any"}))
+      ->capture_default_str();
   cmd->add_option("--chat-template", a->chat_template, "Jinja chat template file, or a built-in's name: chatml, gemma, llama2, llama3, mistral, phi3, plain (default: the model's own, else its family's built-in)");
   cmd->add_option("--max-seqs", a->max_seqs, "Sequences in a batch at most")->check(CLI::Range(1, 4096));
   cmd->add_option("--max-batch-tokens", a->max_batch_tokens, "Tokens per engine step at most")

@@ -12,20 +12,21 @@ std::shared_ptr<const grammar::TokenIndex> grammar_token_index(const Tokenizer& 
   return std::make_shared<grammar::TokenIndex>(std::move(bytes));
 }
 
-GrammarCache::GrammarCache(std::shared_ptr<const grammar::TokenIndex> tokens, size_t capacity)
-    : tokens_(std::move(tokens)), capacity_(capacity) {}
+GrammarCache::GrammarCache(std::shared_ptr<const grammar::TokenIndex> tokens, grammar::JsonWhitespace whitespace,
+                           size_t capacity)
+    : tokens_(std::move(tokens)), whitespace_(whitespace), capacity_(capacity) {}
 
 namespace {
-Result<grammar::Grammar> build(const GrammarSpec& spec) {
+Result<grammar::Grammar> build(const GrammarSpec& spec, grammar::JsonWhitespace whitespace) {
   switch (spec.kind) {
     case GrammarSpec::Kind::gbnf:
       return grammar::parse_gbnf(spec.text);
     case GrammarSpec::Kind::json_object:
-      return grammar::parse_gbnf(grammar::json_object_gbnf());
+      return grammar::parse_gbnf(grammar::json_object_gbnf(whitespace));
     case GrammarSpec::Kind::json_schema: {
       auto schema = nlohmann::ordered_json::parse(spec.text, nullptr, false);
       if (schema.is_discarded()) return Error{"json_schema: not valid JSON", ErrorCode::invalid_argument};
-      return grammar::compile_json_schema(schema);
+      return grammar::compile_json_schema(schema, whitespace);
     }
   }
   return Error{"unknown grammar kind", ErrorCode::internal};
@@ -41,7 +42,7 @@ Result<std::shared_ptr<const grammar::CompiledGrammar>> GrammarCache::get(const 
       return it->second.first;
     }
   }
-  auto g = build(spec);
+  auto g = build(spec, whitespace_);
   if (!g) return Error{g.error(), g.error_code() == ErrorCode::unknown ? ErrorCode::invalid_argument : g.error_code()};
   auto compiled = grammar::compile(std::move(*g), tokens_);
   std::lock_guard lock(mutex_);

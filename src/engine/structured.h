@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "core/status.h"
+#include "grammar/json_schema.h"
 #include "grammar/matcher.h"
 #include "tokenizer/tokenizer.h"
 
@@ -26,15 +27,19 @@ struct GrammarSpec {
 std::shared_ptr<const grammar::TokenIndex> grammar_token_index(const Tokenizer& tokenizer);
 
 // Compiled grammars by spec, least recently used dropped past `capacity`. Thread-safe; a compile
-// runs outside the lock. Errors are invalid_argument (a 400) naming what is wrong.
+// runs outside the lock. Errors are invalid_argument (a 400) naming what is wrong. JSON grammars
+// (schemas, json_object, and the tool-call grammars callers build) use `whitespace`.
 class GrammarCache {
  public:
-  explicit GrammarCache(std::shared_ptr<const grammar::TokenIndex> tokens, size_t capacity = 64);
+  explicit GrammarCache(std::shared_ptr<const grammar::TokenIndex> tokens,
+                        grammar::JsonWhitespace whitespace = grammar::JsonWhitespace::bounded, size_t capacity = 64);
+  grammar::JsonWhitespace whitespace() const { return whitespace_; }
   Result<std::shared_ptr<const grammar::CompiledGrammar>> get(const GrammarSpec& spec);
   const std::shared_ptr<const grammar::TokenIndex>& tokens() const { return tokens_; }
 
  private:
   std::shared_ptr<const grammar::TokenIndex> tokens_;
+  grammar::JsonWhitespace whitespace_;
   size_t capacity_;
   std::mutex mutex_;
   std::list<std::string> order_;  // most recent first

@@ -11,6 +11,7 @@
 #include <unordered_set>
 
 #include "grammar/gbnf.h"
+#include "grammar/number_range.h"
 #include "grammar/regex_gbnf.h"
 
 namespace kvasir::grammar {
@@ -18,9 +19,17 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
+// Whitespace: `ws` between a structural token and a value (where pretty-printing breaks lines),
+// `sp` around a member's colon.
+constexpr const char* kBoundedWhitespace = R"(ws ::= | " " | "\n" " "{0,8} | "\n" "\t"{1,2}
+sp ::= | " "
+)";
+constexpr const char* kAnyWhitespace = R"(ws ::= [ \t\n\r]*
+sp ::= [ \t\n\r]*
+)";
+
 // The JSON primitives every schema grammar may use.
-constexpr const char* kPrimitives = R"(ws ::= | " " | "\n" [ \t]{0,20}
-string ::= "\"" string-body "\""
+constexpr const char* kPrimitives = R"(string ::= "\"" string-body "\""
 string-body ::= [^"\\\x00-\x1F]* ( "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} ) string-body )?
 string-char ::= [^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} )
 integer ::= "-"? ( "0" | [1-9] [0-9]{0,15} )
@@ -29,7 +38,7 @@ boolean ::= "true" | "false"
 null ::= "null"
 value ::= object | array | string | number | boolean | null
 object ::= "{" ws ( member ( "," ws member )* )? "}"
-member ::= string ws ":" ws value ws
+member ::= string sp ":" sp value ws
 array ::= "[" ws ( value ws ( "," ws value ws )* )? "]"
 date ::= ( [1-9] [0-9]{3} | "0" ( [1-9] [0-9]{2} | "0" ( [1-9] [0-9] | "0" [1-9] ) ) ) "-" ( ( "0" [13578] | "1" [02] ) "-" ( "0" [1-9] | [12] [0-9] | "3" [01] ) | ( "0" [469] | "11" ) "-" ( "0" [1-9] | [12] [0-9] | "30" ) | "02-" ( "0" [1-9] | "1" [0-9] | "2" [0-8] ) )
 time ::= ( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] ":" [0-5] [0-9] ( "." [0-9]{1,6} )? ( "Z" | [+-] ( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] )
@@ -39,13 +48,15 @@ uuid ::= [0-9a-f]{8} "-" [0-9a-f]{4} "-" [0-9a-f]{4} "-" [0-9a-f]{4} "-" [0-9a-f
 
 constexpr int kMaxDepth = 64;
 
+const char* whitespace_rules(JsonWhitespace w) { return w == JsonWhitespace::any ? kAnyWhitespace : kBoundedWhitespace; }
+
 const std::set<std::string, std::less<>> kAnnotations = {
     "title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated",
     "readOnly", "writeOnly", "$defs", "definitions", "strict", "discriminator"};
 const std::set<std::string, std::less<>> kKeywords = {
     "type", "properties", "required", "additionalProperties", "items", "prefixItems", "minItems", "maxItems",
     "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "minLength", "maxLength", "pattern", "format",
-    "minimum", "uniqueItems"};
+    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "uniqueItems"};
 
 }  // namespace
 
@@ -76,6 +87,7 @@ std::string sanitize(std::string_view hint) {
 
 class SchemaGrammar::Converter {
  public:
+  explicit Converter(JsonWhitespace whitespace) : whitespace_(whitespace) {}
   Result<std::string> add(const json& schema, const std::string& hint) {
     root_ = &schema;
     refs_.clear();  // a $ref resolves within its own schema
@@ -92,7 +104,7 @@ class SchemaGrammar::Converter {
   std::string gbnf(const std::string& root_body) const {
     std::string out = "root ::= " + root_body + "\n";
     for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
-    return out + kPrimitives;
+    return out + whitespace_rules(whitespace_) + kPrimitives;
   }
 
  private:
@@ -151,7 +163,7 @@ class SchemaGrammar::Converter {
     if (!error_) rules_.push_back({name, body});
   }
   static bool is_primitive(const std::string& name) {
-    static const std::set<std::string> p = {"root", "ws", "string", "string-body", "string-char", "integer", "number",
+    static const std::set<std::string> p = {"root", "ws", "sp", "string", "string-body", "string-char", "integer", "number",
                                             "boolean", "null", "value", "object", "member", "array", "date", "time",
                                             "date-time", "uuid"};
     return p.count(name) > 0;
@@ -252,7 +264,7 @@ class SchemaGrammar::Converter {
       type = "array";
     } else if (s.contains("pattern") || s.contains("format") || s.contains("minLength") || s.contains("maxLength")) {
       type = "string";
-    } else if (s.contains("minimum")) {
+    } else if (has_numeric_bounds(s)) {
       type = "number";
     } else {
       return "value";
@@ -260,11 +272,7 @@ class SchemaGrammar::Converter {
     if (type == "object") return visit_object(s, hint, depth);
     if (type == "array") return visit_array(s, hint, depth);
     if (type == "string") return visit_string(s, hint);
-    if (type == "integer") return visit_integer(s, hint);
-    if (type == "number") {
-      if (s.contains("minimum")) return fail("'minimum' on a number"), "value";
-      return "number";
-    }
+    if (type == "integer" || type == "number") return visit_number(s, hint, type == "integer");
     if (type == "boolean") return "boolean";
     if (type == "null") return "null";
     return fail("unknown type '" + type + "'"), "value";
@@ -413,13 +421,13 @@ class SchemaGrammar::Converter {
       if (!s.contains("additionalProperties") || s["additionalProperties"] == true) return "object";
       if (s["additionalProperties"] == false) return rule(hint, "\"{\" ws \"}\"");
       const std::string v = visit(s["additionalProperties"], hint + "-value", depth + 1);
-      const std::string m = rule(hint + "-member", "string ws \":\" ws " + v + " ws");
+      const std::string m = rule(hint + "-member", "string sp \":\" sp " + v + " ws");
       return rule(hint, "\"{\" ws ( " + m + " ( \",\" ws " + m + " )* )? \"}\"");
     }
     auto member = [&](const std::string& key, const json& schema) {
       const std::string key_json = json(key).dump(-1, ' ', false, json::error_handler_t::replace);
       const std::string v = visit(schema, hint + "-" + key, depth + 1);
-      return rule(hint + "-" + key + "-kv", gbnf_literal(key_json) + " ws \":\" ws " + v + " ws");
+      return rule(hint + "-" + key + "-kv", gbnf_literal(key_json) + " sp \":\" sp " + v + " ws");
     };
     std::vector<std::string> req, opt;
     std::unordered_set<std::string> defined;
@@ -512,11 +520,12 @@ class SchemaGrammar::Converter {
     if (s.contains("format")) {
       if (!s["format"].is_string()) return fail("'format' must be a string"), "value";
       const std::string f = s["format"].get<std::string>();
-      if (f != "date" && f != "time" && f != "date-time" && f != "uuid")
-        return fail("unsupported string format '" + f + "' (date, time, date-time, uuid)"), "value";
       if (s.contains("pattern") || s.contains("minLength") || s.contains("maxLength"))
         return fail("'format' together with 'pattern' or a length"), "value";
-      return rule(hint, "\"\\\"\" " + f + " \"\\\"\"");
+      const std::string body = format_rule(f);
+      if (body.empty())
+        return fail("unsupported string format '" + f + "' (date, time, date-time, uuid, email, uri, ipv4)"), "value";
+      return rule(hint, "\"\\\"\" " + body + " \"\\\"\"");
     }
     if (s.contains("pattern")) {
       if (!s["pattern"].is_string()) return fail("'pattern' must be a string"), "value";
@@ -535,14 +544,45 @@ class SchemaGrammar::Converter {
     return "string";
   }
 
-  std::string visit_integer(const json& s, const std::string& hint) {
-    if (!s.contains("minimum")) return "integer";
-    const json& m = s["minimum"];
-    if (m == 0) return rule(hint, "\"0\" | [1-9] [0-9]{0,15}");
-    if (m == 1) return rule(hint, "[1-9] [0-9]{0,15}");
-    return fail("'minimum' other than 0 or 1"), "value";
+  // The rule for a string format's text (without its quotes), made once; empty: not supported.
+  // email: RFC 5321's dot-atom local part @ a host name; uri: RFC 3986 with a scheme (host a name
+  // or an IPv4 address, no IP literals); ipv4: four decimal octets without leading zeros.
+  std::string format_rule(const std::string& f) {
+    if (f == "date" || f == "time" || f == "date-time" || f == "uuid") return f;
+    if (f == "ipv4") {
+      const std::string octet = rule("ipv4-octet", "\"25\" [0-5] | \"2\" [0-4] [0-9] | \"1\" [0-9] [0-9] | [1-9] [0-9] | [0-9]");
+      return rule("format-ipv4", octet + " \".\" " + octet + " \".\" " + octet + " \".\" " + octet);
+    }
+    if (f == "email") {
+      const std::string atom = rule("email-atom", "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]{1,64}");
+      const std::string label = rule("host-label", "[A-Za-z0-9] ( [A-Za-z0-9-]{0,61} [A-Za-z0-9] )?");
+      return rule("format-email", atom + " ( \".\" " + atom + " ){0,15} \"@\" " + label + " ( \".\" " + label + " ){1,8}");
+    }
+    if (f == "uri") {
+      const std::string pct = "\"%\" [0-9A-Fa-f] [0-9A-Fa-f]";
+      const std::string pchar = rule("uri-pchar", "[A-Za-z0-9._~!$&'()*+,;=:@-] | " + pct);
+      const std::string segment = rule("uri-segment", "( " + pchar + " )*");
+      const std::string path = rule("uri-path", "( \"/\" " + segment + " )*");
+      const std::string nz = rule("uri-segment-nz", "( " + pchar + " )+");
+      const std::string host = rule("uri-host", "( [A-Za-z0-9._~!$&'()*+,;=-] | " + pct + " )*");
+      const std::string user = rule("uri-userinfo", "( [A-Za-z0-9._~!$&'()*+,;=:-] | " + pct + " )*");
+      const std::string authority = rule("uri-authority", "( " + user + " \"@\" )? " + host + " ( \":\" [0-9]{0,5} )?");
+      const std::string hier = rule("uri-hier", "| \"//\" " + authority + " " + path + " | \"/\" ( " + nz + " " + path +
+                                                    " )? | " + nz + " " + path);
+      const std::string tail = rule("uri-query", "( " + pchar + " | [/?] )*");
+      return rule("format-uri", "[A-Za-z] [A-Za-z0-9+.-]{0,31} \":\" " + hier + " ( \"?\" " + tail + " )? ( \"#\" " + tail + " )?");
+    }
+    return "";
   }
 
+  std::string visit_number(const json& s, const std::string& hint, bool integer) {
+    if (!has_numeric_bounds(s)) return integer ? "integer" : "number";
+    auto body = numeric_range_gbnf(s, integer, hint, [this](const std::string& h, const std::string& b) { return rule(h, b); });
+    if (!body) return fail(body.error()), "value";
+    return rule(hint, *body);
+  }
+
+  const JsonWhitespace whitespace_;
   const json* root_ = nullptr;
   std::vector<std::pair<std::string, std::string>> rules_;
   std::map<std::string, std::string> by_body_;
@@ -556,26 +596,28 @@ class SchemaGrammar::Converter {
   std::chrono::steady_clock::time_point deadline_;
 };
 
-SchemaGrammar::SchemaGrammar() : c_(std::make_unique<Converter>()) {}
+SchemaGrammar::SchemaGrammar(JsonWhitespace whitespace) : c_(std::make_unique<Converter>(whitespace)) {}
 SchemaGrammar::~SchemaGrammar() = default;
 Result<std::string> SchemaGrammar::add(const nlohmann::ordered_json& schema, const std::string& hint) {
   return c_->add(schema, hint);
 }
 std::string SchemaGrammar::gbnf(const std::string& root_body) const { return c_->gbnf(root_body); }
 
-Result<std::string> json_schema_to_gbnf(const nlohmann::ordered_json& schema) {
-  SchemaGrammar g;
+Result<std::string> json_schema_to_gbnf(const nlohmann::ordered_json& schema, JsonWhitespace whitespace) {
+  SchemaGrammar g(whitespace);
   auto top = g.add(schema, "root-value");
   if (!top) return Error{top.error(), top.error_code()};
   return g.gbnf("ws " + *top + " ws");
 }
 
-Result<Grammar> compile_json_schema(const nlohmann::ordered_json& schema) {
-  auto text = json_schema_to_gbnf(schema);
+Result<Grammar> compile_json_schema(const nlohmann::ordered_json& schema, JsonWhitespace whitespace) {
+  auto text = json_schema_to_gbnf(schema, whitespace);
   if (!text) return Error{text.error(), text.error_code()};
   return parse_gbnf(*text);
 }
 
-std::string json_object_gbnf() { return std::string("root ::= ws object ws\n") + kPrimitives; }
+std::string json_object_gbnf(JsonWhitespace whitespace) {
+  return std::string("root ::= ws object ws\n") + whitespace_rules(whitespace) + kPrimitives;
+}
 
 }  // namespace kvasir::grammar

@@ -7,12 +7,16 @@
 // properties), items, prefixItems, minItems / maxItems, enum, const, anyOf, oneOf (as anyOf),
 // allOf of object schemas, $ref into #/$defs, #/definitions or # (recursion allowed), string
 // minLength / maxLength, pattern (a regular-expression subset), format (date, time, date-time,
-// uuid), integer minimum 0 or 1; annotations (title, description, default, examples, ...) are
-// ignored. Anything else is refused with an error that names the keyword.
+// uuid, email, uri, ipv4), minimum / maximum / exclusiveMinimum / exclusiveMaximum / multipleOf
+// on integers and numbers (exact: grammar/number_range.h); annotations (title, description,
+// default, examples, ...) are ignored. Anything else is refused with an error that names the
+// keyword.
 //
-// Whitespace between tokens is at most a newline and 20 spaces or tabs, or one space, and numbers
-// have at most 16 integer digits, 16 fraction digits and 2 exponent digits (integers fit in 64
-// bits, numbers in a double): a model cannot spin in an endless run of blanks or digits.
+// Whitespace is bounded by default: one space or a line break with up to 8 spaces (or 2 tabs)
+// after a structural token or a value, at most one space around a member's colon, so that a
+// document ends within a few tokens of its content (JsonWhitespace::any opts out: any run of
+// blanks anywhere). Numbers have at most 16 integer digits, 16 fraction digits and 2 exponent
+// digits (integers fit in 64 bits, numbers in a double): a model cannot spin in digits.
 //
 // Compilation is budgeted while it runs, not judged afterwards: the limits below are checked as
 // rules are made and nodes visited, so a hostile schema costs at most about their worth in time
@@ -41,14 +45,17 @@ inline constexpr size_t kSchemaMaxOneOf = 64;               // branches of one o
 inline constexpr size_t kSchemaMaxOptionalProperties = 1024;
 inline constexpr std::chrono::milliseconds kSchemaMaxTime{250};
 
-Result<std::string> json_schema_to_gbnf(const nlohmann::ordered_json& schema);
+enum class JsonWhitespace { bounded, any };
+
+Result<std::string> json_schema_to_gbnf(const nlohmann::ordered_json& schema,
+                                        JsonWhitespace whitespace = JsonWhitespace::bounded);
 
 // Several schemas in one grammar (tool calls: one per function): add() returns the rule that
 // matches a schema's documents; gbnf() is the grammar text with `root ::= root_body`, every
-// rule added so far and the JSON primitives (ws, string, number, value, ...).
+// rule added so far and the JSON primitives (ws, sp, string, number, value, ...).
 class SchemaGrammar {
  public:
-  SchemaGrammar();
+  explicit SchemaGrammar(JsonWhitespace whitespace = JsonWhitespace::bounded);
   ~SchemaGrammar();
   Result<std::string> add(const nlohmann::ordered_json& schema, const std::string& hint);
   std::string gbnf(const std::string& root_body) const;
@@ -60,8 +67,9 @@ class SchemaGrammar {
 
 // A GBNF string literal that matches `text` exactly.
 std::string gbnf_literal(std::string_view text);
-Result<Grammar> compile_json_schema(const nlohmann::ordered_json& schema);
+Result<Grammar> compile_json_schema(const nlohmann::ordered_json& schema,
+                                    JsonWhitespace whitespace = JsonWhitespace::bounded);
 // Any JSON object (response_format {"type": "json_object"}).
-std::string json_object_gbnf();
+std::string json_object_gbnf(JsonWhitespace whitespace = JsonWhitespace::bounded);
 
 }  // namespace kvasir::grammar

@@ -18,7 +18,7 @@ Result<std::unique_ptr<Backend>> load_backend(const BackendOptions& options) {
   b->tool_syntax = tool_syntax_for(b->chat.source());
   // The vocabulary's grammar index, warmed with the JSON primitives (their string-body table), so
   // that the first structured request pays only for its own schema.
-  b->grammars = std::make_unique<engine::GrammarCache>(engine::grammar_token_index(*b->tokenizer));
+  b->grammars = std::make_unique<engine::GrammarCache>(engine::grammar_token_index(*b->tokenizer), options.json_whitespace);
   if (auto g = b->grammars->get({engine::GrammarSpec::Kind::json_object, ""}); !g) return Error{g.error()};
   auto pooling = engine::choose_pooling(b->model->config(), options.pooling);
   if (!pooling) return Error{pooling.error()};

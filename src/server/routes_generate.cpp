@@ -351,7 +351,7 @@ void handle_chat(ServerState& st, const http::Request& req, http::Response& res)
     if (r->gen.format)
       return send_error(res, bad_request("'" + r->gen.format->param + "' cannot be combined with 'tools'", r->gen.format->param));
     const ToolSyntax syntax = b->tool_syntax;
-    auto plan = plan_tool_calls(syntax, r->tool_list, r->tool_choice, r->parallel_tool_calls);
+    auto plan = plan_tool_calls(syntax, r->tool_list, r->tool_choice, r->parallel_tool_calls, b->grammars->whitespace());
     if (!plan) return send_error(res, bad_request(plan.error(), "tools", "invalid_grammar"));
     auto g = b->grammars->get({engine::GrammarSpec::Kind::gbnf, plan->gbnf});
     if (!g) return send_error(res, bad_request(g.error(), "tools", "invalid_grammar"));

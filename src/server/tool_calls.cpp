@@ -56,8 +56,8 @@ const char* tool_syntax_name(ToolSyntax s) {
 }
 
 Result<ToolCallPlan> plan_tool_calls(ToolSyntax syntax, std::span<const Tool> tools, const ToolChoice& choice,
-                                     bool parallel) {
-  grammar::SchemaGrammar sg;
+                                     bool parallel, grammar::JsonWhitespace whitespace) {
+  grammar::SchemaGrammar sg(whitespace);
   std::string calls;
   const std::string key = syntax == ToolSyntax::llama3 ? "\"parameters\"" : "\"arguments\"";
   for (const Tool& t : tools) {

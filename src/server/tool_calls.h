@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/status.h"
+#include "grammar/json_schema.h"
 
 namespace kvasir::server {
 
@@ -53,7 +54,7 @@ struct ToolCallPlan {
 
 // The grammar of the calls `choice` allows (named: that function only; parallel: one or more calls).
 Result<ToolCallPlan> plan_tool_calls(ToolSyntax syntax, std::span<const Tool> tools, const ToolChoice& choice,
-                                     bool parallel);
+                                     bool parallel, grammar::JsonWhitespace whitespace = grammar::JsonWhitespace::bounded);
 
 // For the generic syntax: the system text that describes the tools and the answer format.
 std::string generic_tool_prompt(std::span<const Tool> tools);

@@ -58,6 +58,25 @@ SCHEMAS = {
     },
     "optional_only": {"type": "object", "properties": {"a": {"type": "boolean"}, "b": {"type": "null"}}},
     "string_lengths": {"type": "string", "minLength": 3, "maxLength": 8},
+    "numeric_ranges": {
+        "type": "object",
+        "properties": {
+            "age": {"type": "integer", "minimum": 0, "maximum": 150},
+            "score": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+            "price": {"type": "number", "multipleOf": 0.25, "minimum": 0.5, "exclusiveMaximum": 1000},
+            "even": {"type": "integer", "multipleOf": 2, "minimum": -10, "maximum": 10},
+            "offset": {"type": "number", "minimum": -2.5, "maximum": -0.25},
+        },
+        "required": ["age", "score", "price", "even", "offset"],
+    },
+    "string_formats": {
+        "type": "object",
+        "properties": {"mail": {"type": "string", "format": "email"},
+                       "site": {"type": "string", "format": "uri"},
+                       "addr": {"type": "string", "format": "ipv4"},
+                       "at": {"type": "string", "format": "date-time"}},
+        "required": ["mail", "site", "addr", "at"],
+    },
 }
 
 
@@ -91,7 +110,9 @@ def test_sampled_documents_validate(client, model_id, name):
 def test_openai_parse_helper_returns_typed_objects(client, model_id):
     class Pet(pydantic.BaseModel):
         name: str = pydantic.Field(max_length=8)
-        legs: int
+        legs: int = pydantic.Field(ge=0, le=8)
+        age: int = pydantic.Field(ge=0, le=150)
+        weight: float = pydantic.Field(gt=0, lt=100)
         sound: str = pydantic.Field(max_length=6)
 
     done = 0
@@ -137,8 +158,9 @@ def test_gbnf_grammar_and_llamacpp_json_schema(client, model_id):
 
 
 def test_unenforceable_schemas_are_refused_by_name(client, model_id):
-    for schema, word in (({"type": "string", "format": "email"}, "email"),
-                         ({"type": "integer", "maximum": 9}, "maximum"),
+    for schema, word in (({"type": "string", "format": "hostname"}, "hostname"),
+                         ({"type": "integer", "multipleOf": 1000}, "multipleOf"),
+                         ({"type": "number", "minimum": 1e-9}, "decimals"),
                          ({"type": "array", "uniqueItems": True}, "uniqueItems"),
                          ({"not": {"type": "null"}}, "not")):
         with pytest.raises(openai.BadRequestError) as e:

@@ -133,7 +133,7 @@ def test_bad_tools_are_refused(family):
              ({"tools": [{"type": "retrieval"}]}, "tools[0].type"),
              ({"tool_choice": "required"}, "tool_choice"),
              ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "string",
-                                                                                      "format": "email"}}}],
+                                                                                      "format": "hostname"}}}],
                "tool_choice": "required"}, "tools")]
     for extra, param in cases:
         with pytest.raises(openai.BadRequestError) as e:

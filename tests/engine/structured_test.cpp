@@ -196,7 +196,7 @@ TEST(Structured, EndsWhenTheDocumentIsCompleteAndRejectsBadGrammars) {
     EXPECT_EQ(o.finish, FinishReason::Stop);
   }
   EXPECT_FALSE(cache.get({GrammarSpec::Kind::gbnf, "root ::= nothing\n"}).ok());
-  auto bad = cache.get({GrammarSpec::Kind::json_schema, R"({"type":"string","format":"email"})"});
+  auto bad = cache.get({GrammarSpec::Kind::json_schema, R"({"type":"string","format":"hostname"})"});
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.error_code(), ErrorCode::invalid_argument);
   EXPECT_FALSE(cache.get({GrammarSpec::Kind::json_schema, "{not json"}).ok());

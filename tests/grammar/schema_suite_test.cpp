@@ -21,7 +21,10 @@ const char* kSuite = "/usr/share/json-schema-test-suite/tests/draft7";
 // The keywords the compiler claims; each has a file of cases in the suite.
 const char* kFiles[] = {"type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
                         "enum", "const", "anyOf", "oneOf", "allOf", "ref", "definitions", "minLength", "maxLength",
-                        "pattern", "boolean_schema", "default"};
+                        "pattern", "boolean_schema", "default", "minimum", "maximum", "exclusiveMinimum",
+                        "exclusiveMaximum", "multipleOf", "optional/format/date", "optional/format/time",
+                        "optional/format/date-time", "optional/format/email", "optional/format/uri",
+                        "optional/format/ipv4"};
 
 }  // namespace
 
