@@ -43,13 +43,13 @@ const char* kSchema = R"({
   "type": "object",
   "properties": {
     "name": {"type": "string"},
-    "age": {"type": "integer", "minimum": 0},
-    "email": {"type": "string"},
+    "age": {"type": "integer", "minimum": 0, "maximum": 150},
+    "email": {"type": "string", "format": "email"},
     "active": {"type": "boolean"},
     "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 8},
     "address": {"type": "object", "properties": {"street": {"type": "string"}, "city": {"type": "string"},
                 "zip": {"type": "string", "pattern": "^[0-9]{5}$"}}, "required": ["street", "city", "zip"]},
-    "score": {"type": "number"}
+    "score": {"type": "number", "minimum": 0, "maximum": 10}
   },
   "required": ["name", "age", "email", "active", "tags", "address"]
 })";

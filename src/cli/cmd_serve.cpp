@@ -36,6 +36,7 @@ struct ServeArgs {
   std::string chat_template;
   std::string pooling;
   std::string json_whitespace = "bounded";
+  int32_t default_max_tokens = 0;
   std::string kv_mem;
   KvFlags kv;
   std::string max_body = "8M";
@@ -155,6 +156,9 @@ Result<uint64_t> parse_size(const std::string& text, const std::string& flag) {
 
 int run_serve(ServeArgs a) {
   a.model = model_path(a.model);
+  // Said before the port is taken and "listening" printed: a missing file is the commonest mistake.
+  if (std::error_code ec; !std::filesystem::is_regular_file(a.model, ec))
+    return fail("cannot open '" + a.model + "': no such file (a GGUF file, or a model `kvasir pull` fetched)");
   auto kv_type = parse_kv_type(a.kv.type);
   if (!kv_type) return fail(kv_type.error());
   auto spec = a.spec.to_options();
@@ -196,6 +200,7 @@ int run_serve(ServeArgs a) {
 
   server::BackendOptions bo{.model_path = a.model, .chat_template_path = a.chat_template, .pooling = a.pooling};
   bo.json_whitespace = a.json_whitespace == "any" ? grammar::JsonWhitespace::any : grammar::JsonWhitespace::bounded;
+  bo.default_max_tokens = a.default_max_tokens;
   bo.prefill_role = a.role == "prefill";
   bo.decode_role = a.role == "decode";
   if (bo.decode_role) {
@@ -280,6 +285,10 @@ void register_serve(CLI::App& app, Handler& handler) {
   cmd->add_option("--served-model-name", a->http.served_model_name, "Model id in the API (default: file stem)");
   cmd->add_option("--pooling", a->pooling, "Embeddings: mean, cls or last (default: the model file's; mean when it declares none)")
       ->check(CLI::IsMember({"mean", "cls", "last"}));
+  cmd->add_option("--default-max-tokens", a->default_max_tokens,
+                  "Tokens generated for a request that names no max_tokens (num_predict, max_output_tokens); 0: "
+                  "OpenAI's defaults (16 for completions, the rest of the context for chat)")
+      ->check(CLI::Range(0, 1 << 30));
   cmd->add_option("--json-whitespace", a->json_whitespace,
                   "Whitespace JSON grammars (response_format, tools) allow: bounded (a space, or a line break and a "
                   "short indent) or any (any run of blanks, where a model may spin)")

@@ -3,12 +3,14 @@
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <utility>
 
 namespace kvasir::cli {
 
 int main(int argc, char** argv) {
   CLI::App app{"kvasir: LLM inference engine"};
   app.require_subcommand(1);
+  app.option_defaults()->always_capture_default();  // --help shows each option's default
   app.set_version_flag("--version", std::string("kvasir ") + KVASIR_VERSION);
   Handler handler;
   register_run(app, handler);
@@ -29,6 +31,19 @@ int main(int argc, char** argv) {
   register_serve(app, handler);
   register_router(app, handler);
   register_loadgen(app, handler);
+  // An unknown command is named as such (CLI11 would only say that a subcommand is required).
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string names;
+    bool known = false;
+    for (const CLI::App* sub : std::as_const(app).get_subcommands([](const CLI::App*) { return true; })) {
+      known = known || sub->check_name(argv[1]);
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!known) {
+      std::fprintf(stderr, "kvasir: unknown command '%s'; the commands are %s (kvasir --help)\n", argv[1], names.c_str());
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -553,10 +553,10 @@ class SchemaGrammar::Converter {
       const std::string octet = rule("ipv4-octet", "\"25\" [0-5] | \"2\" [0-4] [0-9] | \"1\" [0-9] [0-9] | [1-9] [0-9] | [0-9]");
       return rule("format-ipv4", octet + " \".\" " + octet + " \".\" " + octet + " \".\" " + octet);
     }
-    if (f == "email") {
-      const std::string atom = rule("email-atom", "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]{1,64}");
-      const std::string label = rule("host-label", "[A-Za-z0-9] ( [A-Za-z0-9-]{0,61} [A-Za-z0-9] )?");
-      return rule("format-email", atom + " ( \".\" " + atom + " ){0,15} \"@\" " + label + " ( \".\" " + label + " ){1,8}");
+    if (f == "email") {  // unambiguous runs (a bounded count would multiply the matcher's parses)
+      const std::string atom = rule("email-atom", "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+");
+      const std::string label = rule("host-label", "[A-Za-z0-9]+ ( \"-\"+ [A-Za-z0-9]+ )*");
+      return rule("format-email", atom + " ( \".\" " + atom + " )* \"@\" " + label + " ( \".\" " + label + " )+");
     }
     if (f == "uri") {
       const std::string pct = "\"%\" [0-9A-Fa-f] [0-9A-Fa-f]";

@@ -214,6 +214,27 @@ struct Matcher::Impl {
           continue;
         }
       }
+      // `[S]+` (Chars(S) then Star(S)): the star's tables too, keeping only tokens that begin
+      // with a character of S (a trie walk here would visit most of the vocabulary).
+      if (sym.kind == Symbol::Kind::Chars && k.utf8 == 0 && k.pos.back() + 1 < symbols.size() &&
+          symbols[k.pos.back() + 1].kind == Symbol::Kind::Star && symbols[k.pos.back() + 1].index == sym.index &&
+          g.stars[sym.index]) {
+        const CharSet& set = g.grammar.sets[sym.index];
+        Stack exit = k;
+        exit.pos.back() += 2;
+        std::vector<Stack> after;
+        expand(std::move(exit), after);
+        const bool disjoint = std::all_of(after.begin(), after.end(), [&](const Stack& a) {
+          return a.pos.empty() || !g.grammar.sets[symbols[a.pos.back()].index].intersects(set);
+        });
+        if (disjoint) {
+          const StarTable& table = *g.stars[sym.index];
+          std::vector<uint64_t> plus = table.inside;
+          walk(table.rest, intern(std::move(after)), plus);
+          for (size_t w = 0; w < bits.size(); ++w) bits[w] |= plus[w] & table.leading[w];
+          continue;
+        }
+      }
       others.push_back(k);
     }
     // A stack after a star is covered by the star's walk (its tokens are the star's with an

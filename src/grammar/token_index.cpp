@@ -45,7 +45,7 @@ TokenIndex::TokenIndex(std::vector<std::string> token_bytes) : bytes_(std::move(
 bool TokenIndex::worth_a_table(const CharSet& set) {
   int printable = 0;
   for (uint32_t c = 0x20; c < 0x7F; ++c) printable += set.contains(c);
-  return printable >= 64;
+  return printable >= 62;
 }
 
 std::shared_ptr<const StarTable> TokenIndex::star_table(const CharSet& set) const {
@@ -56,6 +56,7 @@ std::shared_ptr<const StarTable> TokenIndex::star_table(const CharSet& set) cons
   auto& slot = stars_[set.ranges];
   auto table = std::make_shared<StarTable>();
   table->inside.assign(words(), 0);
+  table->leading.assign(words(), 0);
   std::vector<std::pair<std::string_view, int32_t>> rest;
   for (size_t id = 0; id < bytes_.size(); ++id) {
     const std::string_view b = bytes_[id];
@@ -82,6 +83,7 @@ std::shared_ptr<const StarTable> TokenIndex::star_table(const CharSet& set) cons
       inside = i == b.size() && p.in_progress() && p.lo() <= p.hi() && set.intersects(p.lo(), p.hi());
       break;
     }
+    if (inside || run > 0) table->leading[id / 64] |= uint64_t(1) << (id % 64);
     if (inside) table->inside[id / 64] |= uint64_t(1) << (id % 64);
     else rest.push_back({b.substr(run), int32_t(id)});
   }

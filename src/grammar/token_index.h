@@ -43,8 +43,9 @@ struct Trie {
 };
 
 struct StarTable {
-  std::vector<uint64_t> inside;  // one bit per token id
-  Trie rest;
+  std::vector<uint64_t> inside;   // one bit per token id: tokens made of the set's characters only
+  std::vector<uint64_t> leading;  // tokens that begin with one of them (for a `+`: at least one)
+  Trie rest;                      // the others, keyed by what follows their leading run
 };
 
 class TokenIndex {
@@ -56,8 +57,8 @@ class TokenIndex {
   size_t words() const { return (bytes_.size() + 63) / 64; }
   const std::string& bytes(int32_t id) const { return bytes_[size_t(id)]; }
   const Trie& trie() const { return trie_; }
-  // The table for Star(set), or null where it would not pay: a set without most of printable
-  // ASCII leaves few tokens inside it, and the plain trie walk rejects the rest at their first
+  // The table for Star(set), or null where it would not pay: a set without the letters and digits
+  // or more of printable ASCII (62 of its 95 characters) leaves few tokens inside it, and the plain trie walk rejects the rest at their first
   // bytes anyway (and its `rest` trie would be nearly the whole vocabulary); also null past
   // kMaxStarTables distinct sets (a hostile grammar cannot make the index grow without bound).
   std::shared_ptr<const StarTable> star_table(const CharSet& set) const;

@@ -415,8 +415,11 @@ Status Transport::bind(const std::string& host, int port) {
   if (a.open(ep.protocol(), ec); ec) return Error{"cannot open a socket: " + ec.message()};
   a.set_option(net::socket_base::reuse_address(true), ec);
   if (a.bind(ep, ec); ec) {
-    a.close(ec);
-    return Error{"cannot bind to " + host + ":" + std::to_string(port) + ": " + ec.message()};
+    const std::string why = ec == net::error::address_in_use ? "the port is in use (another server? --port picks another)"
+                                                             : ec.message();
+    error_code ignored;
+    a.close(ignored);
+    return Error{"cannot bind to " + host + ":" + std::to_string(port) + ": " + why};
   }
   if (a.listen(net::socket_base::max_listen_connections, ec); ec) return Error{"cannot listen: " + ec.message()};
   return Status{};

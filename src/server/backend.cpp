@@ -29,6 +29,7 @@ Result<std::unique_ptr<Backend>> load_backend(const BackendOptions& options) {
   b->kv_guard_kld = serving.kv_guard_kld;
   auto core = backends::create_engine_core(*b->model, *b->tokenizer, serving);
   if (!core) return Error{core.error()};
+  b->default_max_tokens = options.default_max_tokens;
   b->max_model_len = (*core)->stats().max_model_len;  // the Engine's copy fills in after its first step
   b->engine = std::make_unique<engine::Engine>(std::move(*core));
   if (options.prefill_role) {

@@ -17,6 +17,7 @@ struct BackendOptions {
   std::string chat_template_path = {};  // a file or a built-in's name; empty: the model's own (else its family's built-in)
   std::string pooling = {};  // embeddings: mean, cls or last; empty: the file's (mean when it declares none)
   grammar::JsonWhitespace json_whitespace = grammar::JsonWhitespace::bounded;  // --json-whitespace
+  int32_t default_max_tokens = 0;  // --default-max-tokens
   backends::ServingOptions serving = {};
   // How the model is loaded (the CLI's --quantize quantizes in memory); empty: Model::load(model_path).
   std::function<Result<std::unique_ptr<Model>>()> load_model = {};

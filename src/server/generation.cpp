@@ -20,7 +20,7 @@ ApiError context_error(std::string message) {
 }  // namespace
 
 Parsed<int32_t> check_prompt(const std::vector<int32_t>& prompt, const GenerationRequest& request, Endpoint endpoint,
-                             const Tokenizer& tokenizer, int32_t max_model_len) {
+                             const Tokenizer& tokenizer, int32_t max_model_len, int32_t default_max_tokens) {
   const char* param = endpoint == Endpoint::chat ? "messages" : "prompt";
   if (prompt.empty()) return bad_request("the prompt is empty (it tokenizes to no tokens)", param);
   for (int32_t id : prompt) {
@@ -38,7 +38,10 @@ Parsed<int32_t> check_prompt(const std::vector<int32_t>& prompt, const Generatio
     return e;
   }
   const int32_t room = int32_t(max_model_len - n);
-  if (!request.max_tokens) return endpoint == Endpoint::chat ? room : std::min<int32_t>(16, room);
+  if (!request.max_tokens) {
+    if (default_max_tokens > 0) return std::min(default_max_tokens, room);
+    return endpoint == Endpoint::chat ? room : std::min<int32_t>(16, room);
+  }
   if (int64_t(*request.max_tokens) > room) {
     ApiError e = context_error("This model's maximum context length is " + std::to_string(max_model_len) +
                                " tokens. However, you requested " + std::to_string(n + *request.max_tokens) +

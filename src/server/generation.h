@@ -21,11 +21,12 @@
 namespace kvasir::server {
 
 // Checks a tokenized prompt against the model and resolves max_tokens: the request's value, or
-// the endpoint default (16 for completions as in OpenAI; the rest of the context for chat).
+// the server's default (serve --default-max-tokens, within the context left), or without one the
+// endpoint's (16 for completions as in OpenAI; the rest of the context for chat).
 // A prompt that leaves no room, or prompt + max_tokens beyond the context, is a 400 with code
 // context_length_exceeded.
 Parsed<int32_t> check_prompt(const std::vector<int32_t>& prompt, const GenerationRequest& request, Endpoint endpoint,
-                             const Tokenizer& tokenizer, int32_t max_model_len);
+                             const Tokenizer& tokenizer, int32_t max_model_len, int32_t default_max_tokens = 0);
 // Before tokenizing: a text of `text_bytes` bytes encodes to at least
 // ceil(text_bytes / tokenizer.max_piece_bytes()) tokens, so when that many already fill the
 // context the prompt is rejected as check_prompt would (400 context_length_exceeded) without

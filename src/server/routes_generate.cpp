@@ -319,7 +319,7 @@ void handle_completions(ServerState& st, const http::Request& req, http::Respons
         return send_error(res, *e);
     }
     std::vector<int32_t> ids = in.is_ids ? std::move(in.ids) : b->tokenizer->encode(in.text);
-    auto max_tokens = check_prompt(ids, r->gen, Endpoint::completions, *b->tokenizer, b->max_model_len);
+    auto max_tokens = check_prompt(ids, r->gen, Endpoint::completions, *b->tokenizer, b->max_model_len, b->default_max_tokens);
     if (!max_tokens) return send_error(res, max_tokens.error());
     std::string echo;
     if (r->echo) echo = in.is_ids ? b->tokenizer->decode(ids, /*skip_special=*/true) : in.text;
@@ -387,7 +387,7 @@ Parsed<ChatPrompt> chat_prompt(const Backend& b, const ordered_json& messages, c
   if (!text) return bad_request("chat template: " + text.error(), messages_param);
   if (auto e = check_text_length(text->size(), *b.tokenizer, b.max_model_len, Endpoint::chat)) return *e;
   ChatPrompt p{.ids = b.chat.tokenize(*b.tokenizer, *text)};
-  auto max_tokens = check_prompt(p.ids, gen, Endpoint::chat, *b.tokenizer, b.max_model_len);
+  auto max_tokens = check_prompt(p.ids, gen, Endpoint::chat, *b.tokenizer, b.max_model_len, b.default_max_tokens);
   if (!max_tokens) return max_tokens.error();
   p.max_tokens = *max_tokens;
   return p;

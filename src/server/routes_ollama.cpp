@@ -183,7 +183,7 @@ void handle_generation(ServerState& st, const http::Request& req, http::Response
     if (auto e = check_text_length(r->prompt.size(), *b->tokenizer, b->max_model_len, Endpoint::completions))
       return send_ollama_error(res, *e);
     prompt.ids = b->tokenizer->encode(r->prompt);
-    auto max_tokens = check_prompt(prompt.ids, r->gen, Endpoint::chat, *b->tokenizer, b->max_model_len);
+    auto max_tokens = check_prompt(prompt.ids, r->gen, Endpoint::chat, *b->tokenizer, b->max_model_len, b->default_max_tokens);
     if (!max_tokens) return send_ollama_error(res, max_tokens.error());
     prompt.max_tokens = *max_tokens;
   } else {

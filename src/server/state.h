@@ -48,6 +48,7 @@ struct Backend {
   std::unique_ptr<engine::GrammarCache> grammars;  // structured output, compiled per vocabulary
   engine::PoolingChoice pooling;                   // what /v1/embeddings pools
   int32_t max_model_len = 0;
+  int32_t default_max_tokens = 0;  // serve --default-max-tokens: for requests that name none (0: the endpoint's)
   double kv_guard_kld = -1;  // what the KV guard measured for the served KV types (-1: no guard)
 };
 

@@ -222,6 +222,9 @@ TEST(Matcher, MaskEqualsBruteForceOnSmallGrammars) {
   check_against_reference("root ::= \"{\" [^\"\\\\\\x00-\\x1F]* \"\\\"\" \"}\"\n", 40, 10, 11);
   check_against_reference("root ::= ( [^\\\\\"]* \"\\\\\" [n\"] )* \"\\\"\"\n", 40, 10, 12);
   check_against_reference("root ::= x{2,4} \"-\"\nx ::= \"a\" | \"tr\" \"ue\"\n", 30, 8, 8);
+  // `+` over table-sized sets (the star's tables, keeping tokens that begin with the set).
+  check_against_reference("root ::= [^\"\\\\\\x00-\\x1F]+ \"\\\"\" ( \",\" | \"}\" )\n", 40, 10, 13);
+  check_against_reference("root ::= [a-zA-Z0-9]+ ( \"-\"+ [a-zA-Z0-9]+ )* \".\" [a-zA-Z0-9]+ \"\\\"\"\n", 40, 10, 14);
 }
 
 TEST(Matcher, JsonSchemaGrammarAgreesWithReference) {
@@ -231,6 +234,12 @@ TEST(Matcher, JsonSchemaGrammarAgreesWithReference) {
   ASSERT_TRUE(text.ok()) << text.error();
   check_against_reference(*text, 40, 14, 9);
   check_against_reference(json_object_gbnf(), 40, 12, 10);
+  const json formats = json::parse(R"({"type":"object","properties":{"m":{"type":"string","format":"email"},
+    "u":{"type":"string","format":"uri"},"n":{"type":"number","minimum":-1.5,"exclusiveMaximum":12},
+    "k":{"type":"integer","multipleOf":3,"maximum":20}},"required":["m","u","n","k"]})");
+  auto formats_text = json_schema_to_gbnf(formats);
+  ASSERT_TRUE(formats_text.ok()) << formats_text.error();
+  check_against_reference(*formats_text, 60, 24, 15);
 }
 
 TEST(Matcher, TracksStateAndEnd) {
