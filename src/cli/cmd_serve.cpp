@@ -157,8 +157,10 @@ Result<uint64_t> parse_size(const std::string& text, const std::string& flag) {
 int run_serve(ServeArgs a) {
   a.model = model_path(a.model);
   // Said before the port is taken and "listening" printed: a missing file is the commonest mistake.
-  if (std::error_code ec; !std::filesystem::is_regular_file(a.model, ec))
+  if (std::error_code ec; !std::filesystem::exists(a.model, ec))
     return fail("cannot open '" + a.model + "': no such file (a GGUF file, or a model `kvasir pull` fetched)");
+  if (std::error_code ec; std::filesystem::is_directory(a.model, ec))
+    return fail("'" + a.model + "' is a directory, not a GGUF file");
   auto kv_type = parse_kv_type(a.kv.type);
   if (!kv_type) return fail(kv_type.error());
   auto spec = a.spec.to_options();

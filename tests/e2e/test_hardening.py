@@ -155,6 +155,38 @@ def test_load_failure_prints_and_exits_nonzero(tmp_path, kind):
         assert b"error" in p.stderr.lower(), p.stderr
 
 
+def test_cli_mistakes_get_plain_messages(tmp_path):
+    missing = subprocess.run([BIN, "serve", "-m", str(tmp_path / "nope.gguf"), "--port", "0"], capture_output=True,
+                             timeout=20)
+    assert missing.returncode == 1 and b"no such file" in missing.stderr, missing.stderr
+    assert b"listening" not in missing.stderr  # refused before the port is taken
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        p = subprocess.run([BIN, "serve", "-m", str(STORIES), "--port", str(busy.getsockname()[1])],
+                           capture_output=True, timeout=20)
+    assert p.returncode == 1 and b"in use" in p.stderr and b"Success" not in p.stderr, p.stderr
+    unknown = subprocess.run([BIN, "frobnicate"], capture_output=True, timeout=20)
+    assert unknown.returncode == 2 and b"unknown command 'frobnicate'" in unknown.stderr and b"serve" in unknown.stderr
+    helptext = subprocess.run([BIN, "serve", "--help"], capture_output=True, timeout=20).stdout
+    assert b"--max-seqs" in helptext and b"]=64" in helptext, helptext  # defaults are shown
+
+
+def test_default_max_tokens_bounds_requests_that_name_none():
+    s = Server(STORIES, extra=["--default-max-tokens", "5"])
+    try:
+        for path, body in (("/v1/chat/completions", {"messages": [{"role": "user", "content": PROMPT}]}),
+                           ("/v1/completions", {"prompt": PROMPT, "ignore_eos": True})):
+            status, _, data = s.request("POST", path, {**body, "ignore_eos": True})
+            assert status == 200, data
+            doc = json.loads(data)
+            assert doc["usage"]["completion_tokens"] == 5 and doc["choices"][0]["finish_reason"] == "length", doc
+        status, _, data = s.request("POST", "/v1/completions", {"prompt": PROMPT, "max_tokens": 9, "ignore_eos": True})
+        assert json.loads(data)["usage"]["completion_tokens"] == 9  # a request's own value wins
+    finally:
+        s.stop()
+
+
 def test_signal_while_loading_stops_at_once(tmp_path):
     for sig in (signal.SIGTERM, signal.SIGINT):
         p = subprocess.Popen([BIN, "serve", "-m", str(GEMMA), "--port", "0", "--kv-mem", "64M"],
