@@ -219,6 +219,7 @@ int run_serve(ServeArgs a) {
   bo.serving.engine.max_batch_tokens = a.max_batch_tokens;
   bo.serving.kv.n_blocks = a.kv_blocks;
   bo.serving.kv.mem_bytes = kv_mem;
+  bo.serving.kv.populate_in_background = true;  // ready in a second; the pool is committed meanwhile
   bo.serving.kv.type = *kv_type;
   bo.prepare_engine = [a](const Model& m, const Tokenizer& t, backends::ServingOptions& o) -> Status {
     if (auto s = a.kv.apply(m, t, a.threads, o); !s) return s;

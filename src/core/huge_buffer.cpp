@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <utility>
@@ -37,10 +38,26 @@ void HugeBuffer::populate() {
   for (size_t off = 0; off < mapped_; off += kPage) reinterpret_cast<volatile uint8_t*>(data_)[off] = 0;
 }
 
+void HugeBuffer::populate_in_background() {
+  if (!data_ || filler_.joinable()) return;
+  // One huge page first: EINVAL says the kernel cannot populate without writing.
+  if (::madvise(data_, std::min(mapped_, kHugePage), MADV_POPULATE_WRITE) != 0 && errno == EINVAL) return populate();
+  stop_filling_ = std::make_shared<std::atomic<bool>>(false);
+  filler_ = std::thread([data = data_, mapped = mapped_, stop = stop_filling_] {
+    constexpr size_t kChunk = size_t(64) << 20;  // a stop request waits for one chunk at most
+    for (size_t off = 0; off < mapped && !stop->load(std::memory_order_relaxed); off += kChunk)
+      if (::madvise(data + off, std::min(kChunk, mapped - off), MADV_POPULATE_WRITE) != 0) return;  // out of memory: lazy
+  });
+}
+
 HugeBuffer::~HugeBuffer() { release(); }
 
 HugeBuffer::HugeBuffer(HugeBuffer&& o) noexcept
-    : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)), mapped_(std::exchange(o.mapped_, 0)) {}
+    : data_(std::exchange(o.data_, nullptr)),
+      size_(std::exchange(o.size_, 0)),
+      mapped_(std::exchange(o.mapped_, 0)),
+      filler_(std::move(o.filler_)),
+      stop_filling_(std::move(o.stop_filling_)) {}
 
 HugeBuffer& HugeBuffer::operator=(HugeBuffer&& o) noexcept {
   if (this != &o) {
@@ -48,11 +65,17 @@ HugeBuffer& HugeBuffer::operator=(HugeBuffer&& o) noexcept {
     data_ = std::exchange(o.data_, nullptr);
     size_ = std::exchange(o.size_, 0);
     mapped_ = std::exchange(o.mapped_, 0);
+    filler_ = std::move(o.filler_);
+    stop_filling_ = std::move(o.stop_filling_);
   }
   return *this;
 }
 
 void HugeBuffer::release() {
+  if (filler_.joinable()) {
+    stop_filling_->store(true);
+    filler_.join();
+  }
   if (data_) ::munmap(data_, mapped_);
   data_ = nullptr;
   size_ = mapped_ = 0;

@@ -63,7 +63,8 @@ Result<KvCache> KvCache::create(const ModelConfig& c, const KvOptions& o) {
   kv.memory_ = HugeBuffer(total);
   if (!kv.memory_.data()) return Error{"cannot allocate " + std::to_string(total >> 20) + " MiB of KV cache"};
   // Committed at start-up, like a GPU engine's KV tensors: no request pays the page faults.
-  kv.memory_.populate();
+  if (o.populate_in_background) kv.memory_.populate_in_background();
+  else kv.memory_.populate();
   return kv;
 }
 

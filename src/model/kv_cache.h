@@ -27,6 +27,9 @@ struct KvOptions {
   bool rotate_k = true;  // Q4_0 layers store K and V Hadamard-rotated (a power-of-two head_dim)
   // Quantized layers store K and V in this basis (KV calibration); null: as they are.
   std::shared_ptr<const KvTransform> transform = nullptr;
+  // The pool's pages are committed by a background thread (serve: ready at once, its first
+  // requests may meet a page fault) instead of before create() returns.
+  bool populate_in_background = false;
   DType layer_type(int64_t il) const { return layer_types.empty() ? type : layer_types[size_t(il)]; }
 };
 

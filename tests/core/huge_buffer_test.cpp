@@ -58,3 +58,32 @@ TEST(HugeBuffer, PopulateCommitsEveryPageAndKeepsZeros) {
   none.populate();  // nothing mapped: a no-op
   EXPECT_EQ(none.data(), nullptr);
 }
+
+// populate_in_background() commits every page while the owner writes: what was written stays
+// (the kernel populates without writing), every page ends resident, the buffer moves with its
+// filler, and one destroyed mid-way stops it at once.
+TEST(HugeBuffer, BackgroundPopulateKeepsWritesAndCommitsEveryPage) {
+  const size_t bytes = (size_t(96) << 20) + 4096 + 5;
+  HugeBuffer a(bytes);
+  ASSERT_NE(a.data(), nullptr);
+  a.populate_in_background();
+  for (size_t i = 0; i < bytes; i += 4093) a.data()[i] = uint8_t(1 + i % 251);  // meanwhile
+  HugeBuffer b(std::move(a));
+  const size_t page = size_t(sysconf(_SC_PAGESIZE)), pages = (bytes + page - 1) / page;
+  std::vector<unsigned char> resident(pages);
+  size_t missing = pages;
+  for (int tries = 0; tries < 500 && missing > 0; ++tries) {
+    ASSERT_EQ(mincore(b.data(), bytes, resident.data()), 0);
+    missing = 0;
+    for (unsigned char r : resident) missing += (r & 1) == 0;
+    if (missing) usleep(10000);
+  }
+  EXPECT_EQ(missing, 0u) << "of " << pages << " pages";
+  size_t wrong = 0;
+  for (size_t i = 0; i < bytes; ++i) wrong += b.data()[i] != (i % 4093 == 0 ? uint8_t(1 + i % 251) : 0);
+  EXPECT_EQ(wrong, 0u);
+  {
+    HugeBuffer gone(size_t(512) << 20);
+    gone.populate_in_background();
+  }  // stopped and joined here, within a chunk
+}

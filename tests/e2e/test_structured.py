@@ -69,13 +69,14 @@ SCHEMAS = {
         },
         "required": ["age", "score", "price", "even", "offset"],
     },
+    # email and uri are open-ended runs that this tiny model rarely ends; they are sampled on the
+    # default model by bench/structured_sampling.py and checked against the Test-Suite in the unit tests.
     "string_formats": {
         "type": "object",
-        "properties": {"mail": {"type": "string", "format": "email"},
-                       "site": {"type": "string", "format": "uri"},
-                       "addr": {"type": "string", "format": "ipv4"},
-                       "at": {"type": "string", "format": "date-time"}},
-        "required": ["mail", "site", "addr", "at"],
+        "properties": {"addr": {"type": "string", "format": "ipv4"},
+                       "at": {"type": "string", "format": "date-time"},
+                       "day": {"type": "string", "format": "date"}},
+        "required": ["addr", "at", "day"],
     },
 }
 
