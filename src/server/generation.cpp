@@ -170,6 +170,19 @@ Parsed<std::unique_ptr<GenerationJob>> GenerationJob::submit(engine::Engine& eng
 
 GenerationJob::~GenerationJob() { abort_all(); }
 
+void GenerationJob::stop(int32_t choice) {
+  Choice& c = choices_.at(size_t(choice));
+  if (c.finished) return;
+  engine_.abort(c.stream->id());
+  c.finished = true;
+  engine::Delta done;
+  done.finish = engine::FinishReason::Stop;
+  done.usage.prompt_tokens = c.prompt_tokens;
+  done.usage.completion_tokens = int32_t(c.tokens_seen);
+  c.usage = done.usage;
+  record(c, done);
+}
+
 void GenerationJob::abort_all() {
   for (Choice& c : choices_) {
     if (c.finished) continue;

@@ -91,6 +91,9 @@ class GenerationJob {
   // still queued can probe its connection meanwhile.
   bool wait_ready(std::chrono::milliseconds timeout);
   void abort_all();
+  // Ends one choice now as if it had stopped (its engine request aborted, its KV freed): the
+  // answer is complete, e.g. a tool call repeated.
+  void stop(int32_t choice);
   bool all_finished() const;
   const std::vector<Choice>& choices() const { return choices_; }
   // Prompt tokens count once per prompt, completion tokens once per choice.

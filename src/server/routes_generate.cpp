@@ -169,6 +169,10 @@ bool pump_once(StreamState& s, http::StreamSink& sink) {
       ToolCallParser& p = s.parsers[size_t(choice)];
       std::vector<ToolCallParser::Event> events;
       p.feed(text, events);
+      if (p.repeated() && d.finish == engine::FinishReason::None) {  // the answer ends with its calls
+        s.job->stop(choice);
+        d.finish = engine::FinishReason::Stop;
+      }
       if (d.finish != engine::FinishReason::None) p.finish(events);
       text.clear();
       apply_events(events, p.calls(), text, tool_calls);
@@ -218,6 +222,11 @@ void respond_whole(Backend& b, const http::Request& req, http::Response& res, co
                    const std::optional<ToolContext>& tools, ScoringOptions scoring, const std::vector<int32_t>& scorer) {
   std::vector<ChoiceOutput> outs(job.choices().size());
   for (size_t i = 0; i < outs.size(); ++i) outs[i] = ChoiceOutput{.index = int32_t(i), .text = echo[i], .echo_bytes = int64_t(echo[i].size())};
+  // Tool calls are parsed as the text comes, so that a repeated call ends the answer at once.
+  std::vector<ToolCallParser> parsers;
+  std::vector<std::string> content(outs.size());
+  if (tools)
+    for (size_t i = 0; i < outs.size(); ++i) parsers.push_back(tools->parser());
   int32_t choice = 0;
   engine::Delta d;
   for (;;) {
@@ -226,6 +235,18 @@ void respond_whole(Backend& b, const http::Request& req, http::Response& res, co
     if (!job.wait_ready(kHangupCheckEvery)) continue;
     if (!job.next(choice, d)) break;
     ChoiceOutput& o = outs[size_t(choice)];
+    if (tools) {
+      ToolCallParser& p = parsers[size_t(choice)];
+      std::vector<ToolCallParser::Event> events;
+      p.feed(d.text, events);
+      if (p.repeated() && d.finish == engine::FinishReason::None) {
+        job.stop(choice);
+        d.finish = engine::FinishReason::Stop;
+      }
+      if (d.finish != engine::FinishReason::None) p.finish(events);
+      ordered_json unused = nullptr;
+      apply_events(events, p.calls(), content[size_t(choice)], unused);
+    }
     o.text += d.text;
     for (auto& lp : d.logprobs) o.logprobs.push_back(std::move(lp));
     if (!d.prompt_logprobs.empty()) o.prompt_logprobs = std::move(d.prompt_logprobs);
@@ -234,17 +255,10 @@ void respond_whole(Backend& b, const http::Request& req, http::Response& res, co
   for (size_t i = 0; i < scorer.size(); ++i)
     if (scorer[i] != int32_t(i)) outs[i].prompt_logprobs = outs[size_t(scorer[i])].prompt_logprobs;
   if (tools) {
-    for (ChoiceOutput& o : outs) {
-      ToolCallParser p = tools->parser();
-      std::vector<ToolCallParser::Event> events;
-      p.feed(o.text, events);
-      p.finish(events);
-      std::string content;
-      ordered_json unused = nullptr;
-      apply_events(events, p.calls(), content, unused);
-      for (const ToolCall& c : p.calls())
-        if (c.complete) o.tool_calls.push_back(c);
-      o.text = o.tool_calls.empty() && !p.calls().empty() ? o.text : content;  // a cut call stays text
+    for (size_t i = 0; i < outs.size(); ++i) {
+      for (const ToolCall& c : parsers[i].calls())
+        if (c.complete) outs[i].tool_calls.push_back(c);
+      outs[i].text = std::move(content[i]);  // a call cut by max_tokens is left out, never shown as text
     }
   }
   send_json(res, 200,

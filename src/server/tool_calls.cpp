@@ -141,9 +141,48 @@ void ToolCallParser::feed(std::string_view text, std::vector<Event>& out) {
 void ToolCallParser::finish(std::vector<Event>& out) {
   if (!pending_.empty()) out.push_back({Event::Kind::content, 0, std::move(pending_)});
   pending_.clear();
-  // A section that held no call (free text that only looked like the start of one) is shown as
-  // it was written.
-  if (in_section_ && calls_.empty() && !section_.empty()) out.push_back({Event::Kind::content, 0, section_});
+  // A section that is not a call after all (malformed: text that only looked like the start of
+  // one) is shown as it was written; one cut by max_tokens before its first call is not.
+  if (in_section_ && calls_.empty() && broken_ && !section_.empty()) out.push_back({Event::Kind::content, 0, section_});
+}
+
+namespace {
+
+// JSON text without the blanks between tokens, so that `{"a": 1}` and `{"a":1}` compare equal.
+std::string squeeze(std::string_view json_text) {
+  std::string out;
+  bool in_string = false, escaped = false;
+  for (char c : json_text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (is_space(c)) {
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+// The current call's events go out, unless it may still be a repeat of an earlier complete call:
+// the same name, and its arguments so far a prefix of that call's.
+void ToolCallParser::hold_or_emit(Event e, std::vector<Event>& out) {
+  if (!holding_) return out.push_back(std::move(e));
+  const ToolCall& now = calls_.back();
+  const std::string so_far = squeeze(now.arguments);
+  bool may_repeat = false;
+  for (size_t i = 0; i + 1 < calls_.size() && !may_repeat; ++i)
+    may_repeat = calls_[i].complete && calls_[i].name == now.name && squeeze(calls_[i].arguments).starts_with(so_far);
+  held_.push_back(std::move(e));
+  if (may_repeat) return;
+  holding_ = false;
+  for (Event& h : held_) out.push_back(std::move(h));
+  held_.clear();
 }
 
 // Phases: 0 find "name", 1 ':', 2 '"', 3 the name, 4 ',', 5 the arguments key, 6 ':', 7 the value's
@@ -154,7 +193,7 @@ void ToolCallParser::scan(std::vector<Event>& out) {
     while (pos_ < s.size() && is_space(s[pos_])) ++pos_;
     return pos_ < s.size();
   };
-  while (!broken_ && pos_ < s.size()) {
+  while (!broken_ && !repeated_ && pos_ < s.size()) {
     switch (phase_) {
       case 0: {
         const size_t at = s.find("\"name\"", pos_);
@@ -192,7 +231,9 @@ void ToolCallParser::scan(std::vector<Event>& out) {
         pos_ = close + 1;
         if (phase_ == 2) {
           calls_.push_back({random_id(syntax_), word, "", false});
-          out.push_back({Event::Kind::call, int32_t(calls_.size() - 1), word});
+          holding_ = true;
+          held_.clear();
+          hold_or_emit({Event::Kind::call, int32_t(calls_.size() - 1), word}, out);
           phase_ = 4;
         } else {
           if (word != "arguments" && word != "parameters") {
@@ -228,10 +269,19 @@ void ToolCallParser::scan(std::vector<Event>& out) {
           }
         }
         if (pos_ > from) {
-          out.push_back({Event::Kind::arguments, int32_t(calls_.size() - 1), s.substr(from, pos_ - from)});
           calls_.back().arguments.append(s, from, pos_ - from);
+          hold_or_emit({Event::Kind::arguments, int32_t(calls_.size() - 1), s.substr(from, pos_ - from)}, out);
         }
-        if (ended) phase_ = 0, calls_.back().complete = true;
+        if (ended) {
+          phase_ = 0;
+          calls_.back().complete = true;
+          if (holding_) {  // every byte matched an earlier call's, and it closed: a repeat
+            calls_.pop_back();
+            held_.clear();
+            holding_ = false;
+            repeated_ = true;
+          }
+        }
         break;
       }
     }

@@ -79,6 +79,11 @@ class ToolCallParser {
   // End of the answer: held-back text comes out as content.
   void finish(std::vector<Event>& out);
   const std::vector<ToolCall>& calls() const { return calls_; }
+  // A call repeated an earlier one of this answer (same function, same arguments): it was left
+  // out, nothing after it is read, and the answer should end here (a small model forced to call
+  // tools would otherwise repeat the call until max_tokens). While a call may still turn out to be
+  // such a repeat (its name and arguments so far an earlier call's), its events are held back.
+  bool repeated() const { return repeated_; }
 
  private:
   void scan(std::vector<Event>& out);
@@ -93,6 +98,10 @@ class ToolCallParser {
   bool in_string_ = false, escaped_ = false, broken_ = false;
   size_t args_begin_ = 0;
   std::vector<ToolCall> calls_;
+  bool repeated_ = false;
+  std::vector<Event> held_;  // the current call's events while it may be a repeat
+  bool holding_ = false;
+  void hold_or_emit(Event e, std::vector<Event>& out);
 };
 
 }  // namespace kvasir::server

@@ -139,3 +139,44 @@ def test_bad_tools_are_refused(family):
         with pytest.raises(openai.BadRequestError) as e:
             client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=4, **extra)
         assert e.value.body["param"] == param, (extra, e.value.body)
+
+
+def test_forced_calls_end_instead_of_repeating(family):
+    """tool_choice "required" with parallel calls allowed (the default): a call that repeats an
+    earlier one ends the answer (finish_reason "tool_calls", well before max_tokens) instead of
+    being repeated until max_tokens; no answer has two identical calls, and call syntax never
+    shows up as text, also when max_tokens cuts a call."""
+    _, client, model = family
+    ended_early = 0
+    for seed in range(6):
+        for stream in (False, True):
+            kw = dict(model=model, messages=MESSAGES, tools=TOOLS, tool_choice="required", max_tokens=300,
+                      seed=seed, temperature=1.0)
+            if stream:
+                calls, content, finish = {}, "", None
+                for chunk in client.chat.completions.create(stream=True, **kw):
+                    if not chunk.choices:
+                        continue
+                    delta = chunk.choices[0].delta
+                    content += delta.content or ""
+                    for tc in delta.tool_calls or []:
+                        c = calls.setdefault(tc.index, {"name": "", "arguments": ""})
+                        c["name"] += (tc.function.name or "") if tc.function else ""
+                        c["arguments"] += (tc.function.arguments or "") if tc.function else ""
+                    finish = chunk.choices[0].finish_reason or finish
+                pairs = [(c["name"], json.dumps(json.loads(c["arguments"]), sort_keys=True))
+                         for c in calls.values() if finish == "tool_calls"]
+            else:
+                r = client.chat.completions.create(**kw)
+                content, finish = r.choices[0].message.content or "", r.choices[0].finish_reason
+                pairs = [(c.function.name, json.dumps(json.loads(c.function.arguments), sort_keys=True))
+                         for c in r.choices[0].message.tool_calls or []]
+                ended_early += finish == "tool_calls" and r.usage.completion_tokens < 300
+            assert len(pairs) == len(set(pairs)), (seed, stream, pairs)
+            assert "tool_call" not in content and '"name"' not in content, (seed, stream, content)
+    assert ended_early >= 3, ended_early
+    # Cut by max_tokens in the middle of a call: no text, no call, finish_reason "length".
+    r = client.chat.completions.create(model=model, messages=MESSAGES, tools=TOOLS, tool_choice="required",
+                                       max_tokens=6, seed=1)
+    assert r.choices[0].finish_reason == "length"
+    assert not r.choices[0].message.tool_calls and not (r.choices[0].message.content or "")

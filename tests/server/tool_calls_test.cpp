@@ -124,7 +124,8 @@ TEST(ToolCalls, ParserKeepsTextThatIsNotACall) {
   for (const auto& e : events) content += e.text;
   EXPECT_EQ(content, "a <toolbox> b");
   EXPECT_TRUE(p.calls().empty());
-  // A call cut by max_tokens is incomplete; a section without any call comes back as text.
+  // A call cut by max_tokens is incomplete; a section cut before its first call is not content
+  // (raw call syntax never leaks into the answer's text), a malformed one is.
   ToolCallParser cut(ToolSyntax::mistral, "[TOOL_CALLS]", false);
   std::vector<ToolCallParser::Event> ev;
   cut.feed("[TOOL_CALLS][{\"name\": \"get_time\", \"arguments\": {\"zo", ev);
@@ -135,14 +136,58 @@ TEST(ToolCalls, ParserKeepsTextThatIsNotACall) {
   std::vector<ToolCallParser::Event> ev2;
   none.feed("{\"tool_calls\": [", ev2);
   none.finish(ev2);
-  ASSERT_FALSE(ev2.empty());
-  EXPECT_EQ(ev2.back().text, "{\"tool_calls\": [");
+  EXPECT_TRUE(ev2.empty());
+  ToolCallParser malformed(ToolSyntax::generic, "{\"tool_calls\"", true);
+  std::vector<ToolCallParser::Event> ev4;
+  malformed.feed("{\"tool_calls\": [{\"name\" 5}]} is how it looks", ev4);
+  malformed.finish(ev4);
+  ASSERT_FALSE(ev4.empty());
+  EXPECT_EQ(ev4.back().text, "{\"tool_calls\": [{\"name\" 5}]} is how it looks");
   // Mistral ids are 9 characters (its template refuses others when they come back).
   ToolCallParser m(ToolSyntax::mistral, "[TOOL_CALLS]", true);
   std::vector<ToolCallParser::Event> ev3;
   m.feed("[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}]", ev3);
   ASSERT_EQ(m.calls().size(), 1u);
   EXPECT_EQ(m.calls()[0].id.size(), 9u);
+}
+
+
+// Parallel calls stay possible, a repeat does not: the second identical call (blanks aside) is left
+// out, its events never reach the stream, and the parser says the answer should end; a call that
+// starts like an earlier one and then differs comes out whole, in order.
+TEST(ToolCalls, ARepeatedCallEndsTheAnswer) {
+  const std::string answer =
+      "<tool_call>{\"name\": \"get_time\", \"arguments\": {\"zone\": \"UTC\"}}</tool_call>\n"
+      "<tool_call>{\"name\": \"get_time\", \"arguments\": {\"zone\": \"UTC+1\"}}</tool_call>\n"
+      "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"zone\": \"UTC\"}}</tool_call>\n"
+      "<tool_call>{\"name\": \"get_time\", \"arguments\": {\"zone\":\"UTC\"}}</tool_call>\n"
+      "<tool_call>{\"name\": \"get_time\", \"arguments\": {\"zone\": \"EST\"}}</tool_call>";
+  for (size_t piece : {size_t(1), size_t(3), size_t(11), answer.size()}) {
+    ToolCallParser p(ToolSyntax::hermes, "<tool_call>", /*lazy=*/false);
+    std::vector<ToolCallParser::Event> events;
+    bool said = false;
+    for (size_t i = 0; i < answer.size(); i += piece) {
+      p.feed(answer.substr(i, piece), events);
+      if (p.repeated() && !said) {
+        said = true;
+        EXPECT_GE(i + piece, answer.find("{\"zone\":\"UTC\"}}") + 14) << "said before the repeat closed";
+      }
+    }
+    p.finish(events);
+    EXPECT_TRUE(p.repeated()) << piece;
+    ASSERT_EQ(p.calls().size(), 3u) << piece;
+    EXPECT_EQ(p.calls()[1].arguments, R"({"zone": "UTC+1"})");
+    EXPECT_EQ(p.calls()[2].name, "get_weather");
+    std::vector<std::string> names, args(4);
+    for (const auto& e : events) {
+      ASSERT_LT(e.index, 3) << "an event of the repeat was streamed";
+      if (e.kind == ToolCallParser::Event::Kind::call) names.push_back(e.text);
+      else if (e.kind == ToolCallParser::Event::Kind::arguments) args[size_t(e.index)] += e.text;
+      else ADD_FAILURE() << "content: " << e.text;
+    }
+    EXPECT_EQ(names, (std::vector<std::string>{"get_time", "get_time", "get_weather"})) << piece;
+    EXPECT_EQ(args[1], R"({"zone": "UTC+1"})") << piece;  // held while it matched call 0, then sent whole
+  }
 }
 
 }  // namespace kvasir::server
