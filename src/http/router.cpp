@@ -68,9 +68,9 @@ bool Router::handle_inline(Request& req, Response& res) {
   if (!route) {
     const std::string allow = allowed_methods(req.path);
     if (allow.empty()) {
-      res = error(404, "no route for " + req.method + " " + req.path, "not_found");
+      res = error_at(req.path, 404, "no route for " + req.method + " " + req.path, "not_found");
     } else {
-      res = error(405, "method " + req.method + " is not allowed on " + req.path + " (allowed: " + allow + ")",
+      res = error_at(req.path, 405, "method " + req.method + " is not allowed on " + req.path + " (allowed: " + allow + ")",
                   "method_not_allowed");
       res.headers.set("Allow", allow);
     }
@@ -80,7 +80,7 @@ bool Router::handle_inline(Request& req, Response& res) {
     const std::string type = media_type(req.header("Content-Type"));
     // curl -d sends its JSON as a form unless told otherwise; the body is parsed as JSON either way.
     if (!iequals(type, "application/json") && !iequals(type, "application/x-www-form-urlencoded")) {
-      res = error(415, "the body must be JSON sent as 'Content-Type: application/json', got '" + type + "'",
+      res = error_at(req.path, 415, "the body must be JSON sent as 'Content-Type: application/json', got '" + type + "'",
                   "unsupported_media_type");
       return finish(req, res), true;
     }
@@ -97,13 +97,17 @@ void Router::handle(Request& req, Response& res) {
     req.parsed.reset();
     if (admission_.done) admission_.done(req);
   } else {
-    res = error(404, "no route for " + req.method + " " + req.path, "not_found");
+    res = error_at(req.path, 404, "no route for " + req.method + " " + req.path, "not_found");
   }
   finish(req, res);
 }
 
 Response Router::error(int status, const std::string& message, const std::string& code) {
-  if (error_builder_) return error_builder_(status, message, code);
+  return error_at({}, status, message, code);
+}
+
+Response Router::error_at(std::string_view path, int status, const std::string& message, const std::string& code) {
+  if (error_builder_) return error_builder_(status, message, code, path);
   Response res;
   res.status = status;
   res.set_content(message + "\n", "text/plain; charset=utf-8");

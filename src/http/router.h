@@ -53,7 +53,9 @@ class Router : public Service {
   // Adjusts every response before it is sent (e.g. CORS headers).
   using Finisher = std::function<void(const Request&, Response&)>;
   // Builds an error response: status, message, machine-readable code.
-  using ErrorBuilder = std::function<Response(int status, const std::string& message, const std::string& code)>;
+  // `path`: the request's, where there is one (an API can shape its errors by route family).
+  using ErrorBuilder = std::function<Response(int status, const std::string& message, const std::string& code,
+                                              std::string_view path)>;
 
   // The admission steps the server supplies; each answers (returns true) or lets the request on.
   struct Admission {
@@ -78,6 +80,7 @@ class Router : public Service {
   bool handle_inline(Request& req, Response& res) override;
   void handle(Request& req, Response& res) override;
   Response error(int status, const std::string& message, const std::string& code) override;
+  Response error_at(std::string_view path, int status, const std::string& message, const std::string& code);
 
  private:
   struct Route {

@@ -60,7 +60,7 @@ RouterServer::RouterServer(RouterOptions options)
                                                             : options_.upstream_api_key}) {
   router_.set_admission(server::make_admission(access_));
   router_.set_finisher([this](const http::Request& req, http::Response& res) { access_.decorate(req, res); });
-  router_.set_error_builder([](int status, const std::string& message, const std::string& code) {
+  router_.set_error_builder([](int status, const std::string& message, const std::string& code, std::string_view) {
     return server::error_response(ApiError{.status = status, .message = message,
                                            .type = status >= 500 ? "server_error" : "invalid_request_error", .code = code});
   });

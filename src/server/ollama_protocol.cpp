@@ -128,10 +128,15 @@ Parsed<Request> parse_chat(std::string_view body) {
 Parsed<Request> parse_chat(JsonBody body) {
   if (!body.doc.is_object()) return bad_request("the request body must be a JSON object", {}, "invalid_json");
   ordered_json* doc = &body.doc;
-  if (auto e = only_known(*doc, {"model", "messages", "stream", "options", "keep_alive", "think", "format"}, "")) return *e;
+  if (auto e = only_known(*doc, {"model", "messages", "stream", "options", "keep_alive", "think", "format", "tools"}, ""))
+    return *e;
   Request r;
   r.is_chat = true;
   if (auto e = read_common(*doc, r)) return *e;
+  if (auto t = doc->find("tools"); t != doc->end() && !t->is_null() && !(t->is_array() && t->empty())) {
+    if (auto e = read_function_tools(*t, r.tool_list)) return *e;
+    r.tools = *t;
+  }
   auto it = doc->find("messages");
   if (it == doc->end() || !it->is_array() || it->empty())
     return bad_request("'messages' must be a non-empty array", "messages");
@@ -140,14 +145,33 @@ Parsed<Request> parse_chat(JsonBody body) {
     const auto& m = (*it)[i];
     const std::string at = "messages[" + std::to_string(i) + "]";
     if (!m.is_object()) return bad_request("'" + at + "' must be an object", at);
-    if (auto e = only_known(m, {"role", "content"}, at + ".")) return *e;
+    if (auto e = only_known(m, {"role", "content", "tool_calls", "tool_name"}, at + ".")) return *e;
     if (!m.contains("role") || !m["role"].is_string()) return bad_request("'" + at + ".role' must be a string", at + ".role");
     if (const std::string& role = m["role"].get_ref<const std::string&>();
         role != "system" && role != "user" && role != "assistant" && role != "tool")
       return bad_request("'" + at + ".role' is '" + role + "'; it must be system, user, assistant or tool", at + ".role");
     const ordered_json content = m.value("content", ordered_json(""));
     if (!content.is_string()) return bad_request("'" + at + ".content' must be a string", at + ".content");
-    r.messages.push_back({{"role", m["role"]}, {"content", content}});
+    ordered_json out{{"role", m["role"]}, {"content", content}};
+    // Earlier calls ({"function": {"name", "arguments": {...}}}) and the results' function names,
+    // as the chat templates read them.
+    if (auto tc = m.find("tool_calls"); tc != m.end() && !tc->is_null() && !(tc->is_array() && tc->empty())) {
+      if (!tc->is_array()) return bad_request("'" + at + ".tool_calls' must be an array", at + ".tool_calls");
+      out["tool_calls"] = ordered_json::array();
+      for (size_t k = 0; k < tc->size(); ++k) {
+        const ordered_json& c = (*tc)[k];
+        const std::string cat = at + ".tool_calls[" + std::to_string(k) + "]";
+        const auto fn = c.is_object() ? c.find("function") : c.end();
+        if (!c.is_object() || fn == c.end() || !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string())
+          return bad_request("'" + cat + "' must be {\"function\": {\"name\", \"arguments\"}}", cat);
+        ordered_json args = fn->value("arguments", ordered_json::object());
+        if (!args.is_object()) return bad_request("'" + cat + ".function.arguments' must be an object", cat + ".function.arguments");
+        out["tool_calls"].push_back({{"type", "function"}, {"function", {{"name", (*fn)["name"]}, {"arguments", std::move(args)}}}});
+      }
+    }
+    if (auto tn = m.find("tool_name"); tn != m.end() && tn->is_string() && !tn->get_ref<const std::string&>().empty())
+      out["name"] = *tn;
+    r.messages.push_back(std::move(out));
   }
   return r;
 }
@@ -204,10 +228,16 @@ std::string timestamp_now() {
 }
 
 ordered_json chunk(bool is_chat, const std::string& model, const std::string& text, bool done,
-                   engine::FinishReason finish, const Stats* stats) {
+                   engine::FinishReason finish, const Stats* stats, const std::vector<ToolCall>& calls) {
   ordered_json out{{"model", model}, {"created_at", timestamp_now()}};
   if (is_chat) out["message"] = {{"role", "assistant"}, {"content", text}};
   else out["response"] = text;
+  if (is_chat && !calls.empty()) {
+    ordered_json list = ordered_json::array();
+    for (const ToolCall& c : calls)
+      list.push_back({{"function", {{"name", c.name}, {"arguments", ordered_json::parse(c.arguments, nullptr, false)}}}});
+    out["message"]["tool_calls"] = std::move(list);
+  }
   out["done"] = done;
   if (!done) return out;
   out["done_reason"] = done_reason(finish);

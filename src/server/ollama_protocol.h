@@ -12,6 +12,7 @@
 
 #include "engine/engine.h"
 #include "server/protocol.h"
+#include "server/tool_calls.h"
 
 namespace kvasir::server::ollama {
 
@@ -21,6 +22,8 @@ struct Request {
   std::string prompt;          // /api/generate
   bool raw = false;            // /api/generate: the prompt as is, no template
   bool is_chat = false;
+  std::vector<Tool> tool_list;  // /api/chat "tools" (OpenAI's function tools); the model may call them
+  ordered_json tools;           // the same, for the chat template (null: none)
 };
 
 Parsed<Request> parse_chat(JsonBody body);
@@ -41,8 +44,10 @@ struct Stats {
   int64_t prompt_tokens = 0, completion_tokens = 0;
   engine::Timings timings;
 };
-// One streamed piece (done false) or the final object (done true) of either endpoint.
+// One streamed piece (done false) or the final object (done true) of either endpoint; a chat
+// message may carry tool calls (Ollama's shape: {"function": {"name", "arguments": {...}}}).
 ordered_json chunk(bool is_chat, const std::string& model, const std::string& text, bool done,
-                   engine::FinishReason finish = engine::FinishReason::None, const Stats* stats = nullptr);
+                   engine::FinishReason finish = engine::FinishReason::None, const Stats* stats = nullptr,
+                   const std::vector<ToolCall>& calls = {});
 
 }  // namespace kvasir::server::ollama

@@ -630,8 +630,7 @@ Parsed<ChatRequest> parse_chat_request(JsonBody body) {
   f.boolean("continue_final_message", r.continue_final_message);
   if (const ordered_json* t = f.find("tools"); t && !f.error) {
     if (!t->is_array()) f.fail("tools", "'tools' must be an array");
-    else if (auto e = check_tools_size(*t)) f.error = e;
-    else if (auto e = read_tools(*t, r.tool_list)) f.error = e;
+    else if (auto e = read_function_tools(*t, r.tool_list)) f.error = e;
     else if (!t->empty()) r.tools = take(*doc, "tools");
   }
   f.boolean("parallel_tool_calls", r.parallel_tool_calls);
@@ -737,6 +736,12 @@ Parsed<DetokenizeRequest> parse_detokenize_request(JsonBody body) {
   if (!t) return bad_request("'tokens' is required", "tokens");
   if (auto e = read_ids(*t, "tokens", r.tokens)) return *e;
   return r;
+}
+
+std::optional<ApiError> read_function_tools(const ordered_json& tools, std::vector<Tool>& out) {
+  if (!tools.is_array()) return bad_request("'tools' must be an array", "tools");
+  if (auto e = check_tools_size(tools)) return e;
+  return read_tools(tools, out);
 }
 
 }  // namespace kvasir::server

@@ -81,6 +81,10 @@ struct OutputFormat {
 std::optional<ApiError> read_response_format(const ordered_json& rf, const std::string& param, bool flat,
                                              std::optional<OutputFormat>& out);
 
+// `tools` of any API that takes OpenAI's function tools ([{"type": "function", "function": {name,
+// description, parameters}}]): bounded in count and size, each name and schema checked.
+std::optional<ApiError> read_function_tools(const ordered_json& tools, std::vector<Tool>& out);
+
 // Fields shared by /v1/completions and /v1/chat/completions.
 struct GenerationRequest {
   std::string model;                 // empty: the served model

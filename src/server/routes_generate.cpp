@@ -4,7 +4,6 @@
 #include <deque>
 #include <map>
 
-#include "chat/tool_messages.h"
 #include "server/admission.h"
 #include "server/generation.h"
 #include "server/http_util.h"
@@ -12,6 +11,7 @@
 #include "server/responses.h"
 #include "server/routes.h"
 #include "server/sse.h"
+#include "server/tool_setup.h"
 
 namespace kvasir::server {
 
@@ -22,14 +22,6 @@ struct PreparedChoices {
   std::vector<engine::GenerationParams> params;
   std::vector<int32_t> prompt_of;  // per choice
   std::vector<std::string> echo;   // per choice: text to print before the answer (completions echo)
-};
-
-// Tool calls of a chat request: how its answers are parsed.
-struct ToolContext {
-  ToolSyntax syntax = ToolSyntax::generic;
-  std::string trigger;
-  bool lazy = true;
-  ToolCallParser parser() const { return ToolCallParser(syntax, trigger, lazy); }
 };
 
 // Tool-parser events -> the chunk's content text and delta.tool_calls entries.
@@ -357,23 +349,10 @@ void handle_chat(ServerState& st, const http::Request& req, http::Response& res)
   auto grammar = request_grammar(r->gen, *b->grammars);
   if (!grammar) return send_error(res, grammar.error());
   // Tools: the family's call syntax, held to each function's schema by a grammar (lazy for "auto").
-  std::optional<ToolContext> tools;
-  std::string trigger;
-  // Only conversations that carry tool calls or results are reshaped (for templates without tool syntax).
-  if (b->tool_syntax == ToolSyntax::generic && chat::has_tool_messages(r->messages)) chat::generic_tool_history(r->messages);
-  if (!r->tool_list.empty() && r->tool_choice.mode != ToolChoice::Mode::none) {
-    if (r->gen.format)
-      return send_error(res, bad_request("'" + r->gen.format->param + "' cannot be combined with 'tools'", r->gen.format->param));
-    const ToolSyntax syntax = b->tool_syntax;
-    auto plan = plan_tool_calls(syntax, r->tool_list, r->tool_choice, r->parallel_tool_calls, b->grammars->whitespace());
-    if (!plan) return send_error(res, bad_request(plan.error(), "tools", "invalid_grammar"));
-    auto g = b->grammars->get({engine::GrammarSpec::Kind::gbnf, plan->gbnf});
-    if (!g) return send_error(res, bad_request(g.error(), "tools", "invalid_grammar"));
-    *grammar = *g;
-    if (plan->lazy) trigger = plan->trigger;
-    tools = ToolContext{syntax, plan->trigger, plan->lazy};
-    if (syntax == ToolSyntax::generic) chat::add_tool_prompt(r->messages, generic_tool_prompt(r->tool_list), b->chat);
-  }
+  auto setup = prepare_tools(*b, r->tool_list, r->tool_choice, r->parallel_tool_calls, r->gen.format, r->messages, *grammar);
+  if (!setup) return send_error(res, setup.error());
+  std::optional<ToolContext> tools = std::move(setup->context);
+  const std::string trigger = std::move(setup->trigger);
   r->gen.cache_salt = tenant_salt(req, r->gen.cache_salt);
   auto prompt = chat_prompt(*b, r->messages,
                             chat::ChatRenderOptions{.add_generation_prompt = r->add_generation_prompt,

@@ -9,6 +9,7 @@
 #include "server/http_util.h"
 #include "server/ollama_protocol.h"
 #include "server/routes.h"
+#include "server/tool_setup.h"
 
 namespace kvasir::server {
 namespace {
@@ -127,7 +128,8 @@ void handle_show(ServerState& st, const http::Request& req, http::Response& res)
                          {"template", b->chat.source()},
                          {"details", details(*b)},
                          {"model_info", std::move(info)},
-                         {"capabilities", ordered_json::array({"completion"})},
+                         // Tools work with every template (a generic call format where it has none).
+                         {"capabilities", ordered_json::array({"completion", "tools"})},
                          {"modified_at", file_info(*b).modified_at}});
 }
 
@@ -137,7 +139,27 @@ struct NdjsonStream {
   std::unique_ptr<GenerationJob> job;
   std::string model;
   bool is_chat = false;
+  std::optional<ToolCallParser> tools;  // a chat with tools: calls come out of the text
+  size_t calls_sent = 0;
 };
+
+// New answer text through the tool-call parser: the content to show, and the calls completed
+// since `sent` (each sent once, whole, as Ollama does). A repeated call stops the answer.
+std::string take_tool_text(ToolCallParser& p, GenerationJob& job, engine::Delta& d, size_t& sent,
+                           std::vector<ToolCall>& completed) {
+  std::vector<ToolCallParser::Event> events;
+  p.feed(d.text, events);
+  if (p.repeated() && d.finish == engine::FinishReason::None) {
+    job.stop(0);
+    d.finish = engine::FinishReason::Stop;
+  }
+  if (d.finish != engine::FinishReason::None) p.finish(events);
+  std::string content;
+  for (const auto& e : events)
+    if (e.kind == ToolCallParser::Event::Kind::content) content += e.text;
+  for (; sent < p.calls().size() && p.calls()[sent].complete; ++sent) completed.push_back(p.calls()[sent]);
+  return content;
+}
 
 constexpr std::chrono::milliseconds kWaitSlice{100};
 
@@ -149,8 +171,11 @@ bool pump(NdjsonStream& s, http::StreamSink& sink) {
   if (!s.job->wait_ready(kWaitSlice)) return true;
   if (!s.job->next(choice, d)) return false;
   std::string out;
+  std::vector<ToolCall> calls;
+  if (s.tools) d.text = take_tool_text(*s.tools, *s.job, d, s.calls_sent, calls);
   const bool done = d.finish != engine::FinishReason::None;
-  if (!d.text.empty()) out += ollama::chunk(s.is_chat, s.model, d.text, false).dump() + "\n";
+  if (!d.text.empty() || !calls.empty())
+    out += ollama::chunk(s.is_chat, s.model, d.text, false, engine::FinishReason::None, nullptr, calls).dump() + "\n";
   if (done) {
     const auto usage = s.job->usage();
     const ollama::Stats stats{usage.prompt_tokens, usage.completion_tokens, d.timings};
@@ -186,40 +211,51 @@ void handle_generation(ServerState& st, const http::Request& req, http::Response
     auto max_tokens = check_prompt(prompt.ids, r->gen, Endpoint::chat, *b->tokenizer, b->max_model_len, b->default_max_tokens);
     if (!max_tokens) return send_ollama_error(res, max_tokens.error());
     prompt.max_tokens = *max_tokens;
-  } else {
-    auto p = chat_prompt(*b, r->messages, chat::ChatRenderOptions{}, r->gen, "messages");
-    if (!p) return send_ollama_error(res, p.error());
-    prompt = std::move(*p);
   }
   auto grammar = request_grammar(r->gen, *b->grammars);
   if (!grammar) return send_ollama_error(res, grammar.error());
+  // Tools ("auto", as Ollama): the call grammar from the moment the model starts a call.
+  auto setup = prepare_tools(*b, r->tool_list, ToolChoice{}, /*parallel=*/true, r->gen.format, r->messages, *grammar);
+  if (!setup) return send_ollama_error(res, setup.error());
+  if (is_chat || !r->raw) {
+    auto p = chat_prompt(*b, r->messages, chat::ChatRenderOptions{.tools = r->tools}, r->gen, "messages");
+    if (!p) return send_ollama_error(res, p.error());
+    prompt = std::move(*p);
+  }
   const uint64_t seed = r->gen.sampling.seed ? *r->gen.sampling.seed : random_seed();
   std::vector<engine::GenerationParams> params;
   params.push_back(engine_params(r->gen, std::move(prompt.ids), prompt.max_tokens, seed, 0, *grammar));
+  params.back().grammar_trigger = setup->trigger;
   auto guard = std::make_shared<ActiveGuard>(st);
   auto job = GenerationJob::submit(*b->engine, st.metrics, std::move(params), {0}, kv_fetch_for(*b, req));
   if (!job) return send_ollama_error(res, job.error());
 
+  std::optional<ToolCallParser> parser;
+  if (setup->context) parser = setup->context->parser();
   if (!r->gen.stream) {
     std::string text;
+    std::vector<ToolCall> calls;
+    size_t sent = 0;
     engine::Delta d, last;
     int32_t choice = 0;
     for (;;) {
       if (req.client_gone()) return (*job)->abort_all();
       if (!(*job)->wait_ready(kWaitSlice)) continue;
       if (!(*job)->next(choice, d)) break;
+      if (parser) d.text = take_tool_text(*parser, **job, d, sent, calls);
       text += d.text;
       if (d.finish != engine::FinishReason::None) last = d;
     }
     const auto usage = (*job)->usage();
     const ollama::Stats stats{usage.prompt_tokens, usage.completion_tokens, last.timings};
-    return send_json(res, 200, ollama::chunk(is_chat, model, text, true, last.finish, &stats));
+    return send_json(res, 200, ollama::chunk(is_chat, model, text, true, last.finish, &stats, calls));
   }
   auto s = std::make_shared<NdjsonStream>();
   s->guard = std::move(guard);
   s->job = std::move(*job);
   s->model = model;
   s->is_chat = is_chat;
+  s->tools = std::move(parser);
   stream_body(res, "application/x-ndjson", [s](http::StreamSink& sink) { return pump(*s, sink); },
               [s] { s->job->abort_all(); });
 }

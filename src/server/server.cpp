@@ -49,10 +49,17 @@ HttpServer::HttpServer(ServerOptions options)
     if (res.status >= 400) state_.metrics.count_http_error(res.status);
   });
   const size_t max_body = state_.options.max_body_bytes;
-  router_.set_error_builder([max_body](int status, const std::string& message, const std::string& code) {
+  router_.set_error_builder([max_body](int status, const std::string& message, const std::string& code,
+                                       std::string_view path) {
     ApiError e{.status = status, .message = message, .code = code};
     if (status == 413) e.message = "the request body exceeds the limit of " + std::to_string(max_body) + " bytes";
     if (status >= 500) e.type = "server_error";
+    if (path.starts_with("/api/")) {  // Ollama's routes and clients: {"error": "..."}
+      http::Response res;
+      res.status = status;
+      res.set_content(ordered_json{{"error", e.message}}.dump() + "\n", "application/json");
+      return res;
+    }
     return error_response(e);
   });
   state_.http_gauges = [this] {

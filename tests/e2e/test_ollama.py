@@ -85,3 +85,39 @@ def test_errors_in_ollamas_shape(server, oc):
     with pytest.raises(ollama.ResponseError) as e:
         oc.generate(model="stories260K", prompt="x", images=["aGk="])
     assert e.value.status_code == 400
+
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
+                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                           "required": ["city"]}}}
+
+
+def test_chat_takes_tools_and_tool_history(server, oc):
+    """/api/chat with tools (Ollama has no tool_choice: the model may call them): the tools reach the
+    prompt, a conversation with an earlier call and its result goes through the template, whole and
+    streamed answers parse, any call comes back in Ollama's shape and validates, and call syntax never
+    shows as text. /api/show lists the capability; an unknown /api route answers in Ollama's shape."""
+    plain = oc.chat(model="stories260K", messages=MESSAGES, options=GREEDY)
+    with_tools = oc.chat(model="stories260K", messages=MESSAGES, tools=[WEATHER], options=GREEDY)
+    assert with_tools.prompt_eval_count > plain.prompt_eval_count  # the tools were described to the model
+    history = MESSAGES + [
+        {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "get_weather",
+                                                                          "arguments": {"city": "Paris"}}}]},
+        {"role": "tool", "content": "sunny", "tool_name": "get_weather"}]
+    for stream in (False, True):
+        for seed in range(4):
+            opts = {**GREEDY, "temperature": 1.0, "seed": seed, "num_predict": 40}
+            if stream:
+                content, calls = "", []
+                for part in oc.chat(model="stories260K", messages=history, tools=[WEATHER], options=opts, stream=True):
+                    content += part.message.content or ""
+                    calls += part.message.tool_calls or []
+            else:
+                r = oc.chat(model="stories260K", messages=history, tools=[WEATHER], options=opts)
+                content, calls = r.message.content or "", r.message.tool_calls or []
+            for c in calls:
+                assert c.function.name == "get_weather" and isinstance(c.function.arguments["city"], str)
+            assert "tool_calls" not in content
+    assert "tools" in oc.show("stories260K").capabilities
+    status, _, body = server.request("POST", "/api/pull", {"model": "x"})
+    assert status == 404 and "error" in json.loads(body) and "message" not in json.loads(body)

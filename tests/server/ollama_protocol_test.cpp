@@ -95,5 +95,42 @@ TEST(OllamaProtocol, FinalChunkCarriesTimings) {
   EXPECT_FALSE(g.contains("done_reason"));
 }
 
+// Tools on /api/chat: OpenAI's function tools, earlier calls with their arguments as objects and
+// results with the function's name, in the shape the chat templates read; calls come back in
+// Ollama's shape (arguments an object, not a string); malformed ones are named.
+TEST(OllamaProtocol, ChatToolsCallsAndResults) {
+  auto r = parse_chat(R"({"model": "m", "tools": [{"type": "function", "function": {"name": "get_weather",
+      "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}],
+      "messages": [{"role": "user", "content": "Paris?"},
+                   {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "get_weather",
+                                                                                   "arguments": {"city": "Paris"}}}]},
+                   {"role": "tool", "content": "sunny", "tool_name": "get_weather"}]})");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  ASSERT_EQ(r->tool_list.size(), 1u);
+  EXPECT_EQ(r->tool_list[0].name, "get_weather");
+  ASSERT_TRUE(r->tools.is_array());
+  const auto& call = r->messages[1]["tool_calls"][0];
+  EXPECT_EQ(call["type"], "function");
+  EXPECT_EQ(call["function"]["arguments"]["city"], "Paris");
+  EXPECT_EQ(r->messages[2]["name"], "get_weather");
+  const std::pair<const char*, const char*> bad[] = {
+      {R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": [{"type": "retrieval"}]})", "tools[0].type"},
+      {R"({"model": "m", "messages": [{"role": "assistant", "content": "", "tool_calls": [{"name": "f"}]}]})",
+       "messages[0].tool_calls[0]"},
+      {R"({"model": "m", "messages": [{"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f",
+           "arguments": "{}"}}]}]})", "messages[0].tool_calls[0].function.arguments"},
+  };
+  for (const auto& [body, param] : bad) {
+    auto e = parse_chat(body);
+    ASSERT_FALSE(e.ok()) << body;
+    EXPECT_EQ(e.error().param, param) << body;
+  }
+  const ordered_json out = chunk(true, "m", "", true, engine::FinishReason::Stop, nullptr,
+                                 {ToolCall{"call_1", "get_weather", R"({"city": "Oslo"})", true}});
+  EXPECT_EQ(out["message"]["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(out["message"]["tool_calls"][0]["function"]["arguments"]["city"], "Oslo");
+  EXPECT_EQ(out["done_reason"], "stop");
+}
+
 }  // namespace
 }  // namespace kvasir::server::ollama
