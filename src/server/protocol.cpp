@@ -744,4 +744,9 @@ std::optional<ApiError> read_function_tools(const ordered_json& tools, std::vect
   return read_tools(tools, out);
 }
 
+std::optional<ApiError> read_function_tool_choice(const ordered_json& choice, const std::vector<Tool>& tools,
+                                                  ToolChoice& out) {
+  return read_tool_choice(choice, tools, out);
+}
+
 }  // namespace kvasir::server

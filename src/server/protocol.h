@@ -84,6 +84,9 @@ std::optional<ApiError> read_response_format(const ordered_json& rf, const std::
 // `tools` of any API that takes OpenAI's function tools ([{"type": "function", "function": {name,
 // description, parameters}}]): bounded in count and size, each name and schema checked.
 std::optional<ApiError> read_function_tools(const ordered_json& tools, std::vector<Tool>& out);
+// `tool_choice`: "none", "auto", "required" or {"type": "function", "function": {"name"}} (a name in `tools`).
+std::optional<ApiError> read_function_tool_choice(const ordered_json& choice, const std::vector<Tool>& tools,
+                                                  ToolChoice& out);
 
 // Fields shared by /v1/completions and /v1/chat/completions.
 struct GenerationRequest {

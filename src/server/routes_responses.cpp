@@ -11,6 +11,7 @@
 #include "server/http_util.h"
 #include "server/openai_responses.h"
 #include "server/routes.h"
+#include "server/tool_setup.h"
 
 namespace kvasir::server {
 namespace {
@@ -76,6 +77,7 @@ struct ResponseStream {
   ra::Result result;
   int64_t seq = 0;
   bool started = false;
+  std::optional<ToolCallParser> tools;  // function tools: calls come out of the text
 
   ordered_json ev(const char* type) { return ordered_json{{"type", type}, {"sequence_number", seq++}}; }
   ordered_json part_ev(const char* type) {
@@ -94,9 +96,32 @@ void finish(ResponseStream& s, engine::FinishReason reason) {
   s.result.output_tokens = u.completion_tokens;
   s.result.cached_tokens = u.cached_tokens;
   if (s.store_it && reason != engine::FinishReason::Abort) {
-    s.conversation.push_back({{"role", "assistant"}, {"content", s.result.text}});
+    s.conversation.push_back(ra::assistant_turn(s.result));
     s.store->put(s.key, std::move(s.conversation));
   }
+}
+
+// New answer text through the tool-call parser: the content, and the calls completed since the
+// last call (each becomes a function_call output item). A repeated call ends the answer.
+std::string take_text(ResponseStream& s, engine::Delta& d, std::vector<ToolCall>& completed) {
+  if (!s.tools) return std::move(d.text);
+  std::vector<ToolCallParser::Event> events;
+  s.tools->feed(d.text, events);
+  if (s.tools->repeated() && d.finish == engine::FinishReason::None) {
+    s.job->stop(0);
+    d.finish = engine::FinishReason::Stop;
+  }
+  if (d.finish != engine::FinishReason::None) s.tools->finish(events);
+  std::string content;
+  for (const auto& e : events)
+    if (e.kind == ToolCallParser::Event::Kind::content) content += e.text;
+  const auto& calls = s.tools->calls();
+  for (size_t i = s.result.calls.size(); i < calls.size() && calls[i].complete; ++i) {
+    s.result.calls.push_back(calls[i]);
+    s.result.call_item_ids.push_back(ra::new_id("fc_"));
+    completed.push_back(calls[i]);
+  }
+  return content;
 }
 
 constexpr std::chrono::milliseconds kWaitSlice{100};
@@ -105,6 +130,7 @@ bool pump(ResponseStream& s, http::StreamSink& sink) {
   std::string out;
   if (!s.started) {
     s.started = true;
+    s.result.message_opened = true;
     for (const char* type : {"response.created", "response.in_progress"}) {
       ordered_json e = s.ev(type);
       e["response"] = ra::response_json(s.result);
@@ -122,12 +148,35 @@ bool pump(ResponseStream& s, http::StreamSink& sink) {
     engine::Delta d;
     if (!s.job->wait_ready(kWaitSlice)) return true;
     if (!s.job->next(choice, d)) return false;
-    if (!d.text.empty()) {
-      s.result.text += d.text;
+    std::vector<ToolCall> calls;
+    const std::string text = take_text(s, d, calls);
+    if (!text.empty()) {
+      s.result.text += text;
       ordered_json e = s.part_ev("response.output_text.delta");
-      e["delta"] = d.text;
+      e["delta"] = text;
       e["logprobs"] = ordered_json::array();
       out += event(e);
+    }
+    // Each completed call: its own output item, after the message (index 0).
+    for (size_t k = s.result.calls.size() - calls.size(); k < s.result.calls.size(); ++k) {
+      const ToolCall& c = s.result.calls[k];
+      const std::string& item_id = s.result.call_item_ids[k];
+      const int64_t index = int64_t(k) + 1;
+      ordered_json added = s.ev("response.output_item.added");
+      added["output_index"] = index;
+      added["item"] = ra::function_call_item(c, item_id, false);
+      out += event(added);
+      for (const char* type : {"response.function_call_arguments.delta", "response.function_call_arguments.done"}) {
+        ordered_json e = s.ev(type);
+        e["item_id"] = item_id;
+        e["output_index"] = index;
+        e[std::string(type).ends_with("delta") ? "delta" : "arguments"] = c.arguments;
+        out += event(e);
+      }
+      ordered_json item_done = s.ev("response.output_item.done");
+      item_done["output_index"] = index;
+      item_done["item"] = ra::function_call_item(c, item_id, true);
+      out += event(item_done);
     }
     if (d.finish != engine::FinishReason::None) {
       finish(s, d.finish);
@@ -179,13 +228,16 @@ void handle_responses(ServerState& st, const std::shared_ptr<ResponseStore>& sto
   if (!r->instructions.empty()) messages.push_back({{"role", "system"}, {"content", r->instructions}});
   for (const auto& m : conversation) messages.push_back(m);
 
-  auto prompt = chat_prompt(*b, messages, chat::ChatRenderOptions{}, r->gen, "input");
-  if (!prompt) return send_error(res, prompt.error());
   auto grammar = request_grammar(r->gen, *b->grammars);
   if (!grammar) return send_error(res, grammar.error());
+  auto setup = prepare_tools(*b, r->tool_list, r->tool_choice, r->parallel_tool_calls, r->gen.format, messages, *grammar);
+  if (!setup) return send_error(res, setup.error());
+  auto prompt = chat_prompt(*b, messages, chat::ChatRenderOptions{.tools = r->tools}, r->gen, "input");
+  if (!prompt) return send_error(res, prompt.error());
   const uint64_t seed = r->gen.sampling.seed ? *r->gen.sampling.seed : random_seed();
   std::vector<engine::GenerationParams> params;
   params.push_back(engine_params(r->gen, std::move(prompt->ids), prompt->max_tokens, seed, 0, *grammar));
+  params.back().grammar_trigger = setup->trigger;
   auto guard = std::make_shared<ActiveGuard>(st);
   auto job = GenerationJob::submit(*b->engine, st.metrics, std::move(params), {0}, kv_fetch_for(*b, req));
   if (!job) return send_error(res, job.error());
@@ -196,7 +248,11 @@ void handle_responses(ServerState& st, const std::shared_ptr<ResponseStore>& sto
   s->store = store;
   s->store_it = r->store;
   s->conversation = std::move(conversation);
+  if (setup->context) s->tools = setup->context->parser();
   ra::Result& out = s->result;
+  out.tools = r->tools_echo;
+  out.tool_choice = r->tool_choice_echo;
+  out.parallel_tool_calls = r->parallel_tool_calls;
   out.id = ra::new_id("resp_");
   out.item_id = ra::new_id("msg_");
   out.model = st.options.served_model_name;
@@ -217,7 +273,8 @@ void handle_responses(ServerState& st, const std::shared_ptr<ResponseStore>& sto
       if (req.client_gone()) return s->job->abort_all();
       if (!s->job->wait_ready(kWaitSlice)) continue;
       if (!s->job->next(choice, d)) break;
-      out.text += d.text;
+      std::vector<ToolCall> calls;
+      out.text += take_text(*s, d, calls);
       if (d.finish != engine::FinishReason::None) reason = d.finish;
     }
     finish(*s, reason);

@@ -1,5 +1,7 @@
 """OpenAI's Responses API with the real `openai` client: responses.create plain and streamed
 (typed events), message-list input, previous_response_id conversations, and refused fields."""
+import json
+
 import openai
 import pytest
 
@@ -57,7 +59,7 @@ def test_previous_response_id_continues(client, model_id):
 
 
 def test_refused_fields(client, model_id):
-    cases = [{"tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}]},
+    cases = [{"tools": [{"type": "web_search_preview"}]},
              {"text": {"format": {"type": "xml"}}}, {"reasoning": {"effort": "low"}},
              {"truncation": "auto"}]
     for extra in cases:
@@ -65,4 +67,50 @@ def test_refused_fields(client, model_id):
             client.responses.create(model=model_id, input="x", max_output_tokens=4, **extra)
         assert e.value.body["param"].startswith(next(iter(extra))), extra
     with pytest.raises(openai.BadRequestError):
-        client.responses.create(model=model_id, input=[{"type": "function_call_output", "call_id": "c", "output": "o"}])
+        client.responses.create(model=model_id, input=[{"type": "file_search_call", "id": "c"}])
+
+
+TIME_TOOL = {"type": "function", "name": "get_time", "description": "The time in a zone",
+             "parameters": {"type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}}, "required": ["zone"]}}
+
+
+def test_function_tools(client, model_id):
+    """tool_choice "required": the output is function_call items (the client's own types), whole and
+    streamed (output_item.added / function_call_arguments.delta / .done / output_item.done); their
+    outputs go back as function_call_output items, with previous_response_id or in full."""
+    done = 0
+    for seed in range(4):
+        r = client.responses.create(model=model_id, input="What time is it?", tools=[TIME_TOOL],
+                                    tool_choice="required", max_output_tokens=400, temperature=1.0 - 0.1 * seed)
+        calls = [o for o in r.output if o.type == "function_call"]
+        if r.status != "completed":
+            continue
+        done += 1
+        assert calls and all(c.name == "get_time" and json.loads(c.arguments)["zone"] in ("UTC", "CET") for c in calls)
+        assert len({(c.name, c.arguments) for c in calls}) == len(calls)  # no repeats
+        assert r.tools[0].name == "get_time" and r.tool_choice == "required"
+        follow = client.responses.create(
+            model=model_id, previous_response_id=r.id, max_output_tokens=8,
+            input=[{"type": "function_call_output", "call_id": c.call_id, "output": "12:00"} for c in calls])
+        assert follow.status in ("completed", "incomplete")
+        full = client.responses.create(
+            model=model_id, max_output_tokens=8,
+            input=[{"role": "user", "content": "What time is it?"},
+                   *[{"type": "function_call", "call_id": c.call_id, "name": c.name, "arguments": c.arguments}
+                     for c in calls],
+                   *[{"type": "function_call_output", "call_id": c.call_id, "output": "12:00"} for c in calls]])
+        assert full.usage.input_tokens > follow.usage.input_tokens - 50
+    assert done >= 2
+    events, args = [], {}
+    with client.responses.stream(model=model_id, input="What time is it?", tools=[TIME_TOOL], tool_choice="required",
+                                 max_output_tokens=400) as stream:
+        for ev in stream:
+            events.append(ev.type)
+            if ev.type == "response.function_call_arguments.delta":
+                args[ev.item_id] = args.get(ev.item_id, "") + ev.delta
+        final = stream.get_final_response()
+    if final.status == "completed":
+        calls = [o for o in final.output if o.type == "function_call"]
+        assert calls and events.count("response.function_call_arguments.done") == len(calls)
+        assert all(args[c.id] == c.arguments for c in calls)
+        assert events[-1] == "response.completed"
