@@ -292,6 +292,11 @@ void register_serve(CLI::App& app, Handler& handler) {
                   "Tokens generated for a request that names no max_tokens (num_predict, max_output_tokens); 0: "
                   "OpenAI's defaults (16 for completions, the rest of the context for chat)")
       ->check(CLI::Range(0, 1 << 30));
+  cmd->add_option_function<std::string>(
+         "--metrics-prefix", [a](const std::string& v) { a->http.metrics_prefix = v + ":"; },
+         "Prefix of /metrics' families: kvasir, or vllm (vLLM's names, for its dashboards)")
+      ->check(CLI::IsMember({"kvasir", "vllm"}))
+      ->default_str("kvasir");
   cmd->add_option("--json-whitespace", a->json_whitespace,
                   "Whitespace JSON grammars (response_format, tools) allow: bounded (a space, or a line break and a "
                   "short indent) or any (any run of blanks, where a model may spin)")

@@ -34,17 +34,18 @@ std::string escape_label(const std::string& v) {
   return out;
 }
 
-// Upper bound of n's power-of-two bucket: 1, 2, 4, 8, ...
-int64_t bucket_upper(int64_t n) {
-  int64_t b = 1;
-  while (b < n && b < (int64_t(1) << 62)) b <<= 1;
-  return n <= 0 ? 0 : b;
+std::string length_class(int64_t n, std::initializer_list<int64_t> uppers) {
+  if (n <= 0) return "0";
+  int64_t lower = 1;
+  for (int64_t u : uppers) {
+    if (n <= u) return std::to_string(lower) + "-" + std::to_string(u);
+    lower = u + 1;
+  }
+  return std::to_string(lower) + "+";
 }
 
-std::string bucket_label(int64_t upper) {
-  if (upper <= 2) return std::to_string(upper);
-  return std::to_string(upper / 2 + 1) + "-" + std::to_string(upper);
-}
+// vLLM's buckets for token counts per request.
+const std::vector<double> kTokenCountBounds = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000};
 
 class Writer {
  public:
@@ -88,16 +89,23 @@ void Histogram::observe(double value) {
   ++count_;
 }
 
-std::string length_bucket(int64_t n) { return bucket_label(bucket_upper(n)); }
+std::string input_length_class(int64_t n) { return length_class(n, {512, 2048, 8192}); }
+std::string output_length_class(int64_t n) { return length_class(n, {128, 1024}); }
 
 Metrics::Latencies::Latencies()
     : ttft(kTtftBounds), itl(kTokenBounds), e2e(kRequestBounds), queue(kRequestBounds), tpot(kTokenBounds) {}
 
-Metrics::Metrics(std::string model_name) : model_name_(std::move(model_name)) {}
+Metrics::Metrics(std::string model_name, std::string prefix)
+    : model_name_(std::move(model_name)),
+      prefix_(std::move(prefix)),
+      prompt_tokens_(kTokenCountBounds),
+      generation_tokens_(kTokenCountBounds) {}
 
 void Metrics::observe(const RequestRecord& r) {
   std::lock_guard lock(mutex_);
-  Latencies& cell = by_length_[{bucket_upper(r.prompt_tokens), bucket_upper(r.completion_tokens)}];
+  prompt_tokens_.observe(double(r.prompt_tokens));
+  generation_tokens_.observe(double(r.completion_tokens));
+  Latencies& cell = by_length_[{input_length_class(r.prompt_tokens), output_length_class(r.completion_tokens)}];
   for (Latencies* l : {&all_, &cell}) {
     if (r.ttft_s >= 0) l->ttft.observe(r.ttft_s);
     if (r.e2e_s >= 0) l->e2e.observe(r.e2e_s);
@@ -215,25 +223,50 @@ std::string Metrics::render(const EngineGauges* g, const HttpGauges* http) const
       {"request_queue_time_seconds", "Arrival to first scheduling.", &Latencies::queue},
       {"request_time_per_output_token_seconds", "Mean time per output token after the first, per request.",
        &Latencies::tpot},
+      // vLLM's older name for the gaps between output tokens (its dashboards still plot it).
+      {"time_per_output_token_seconds", "Time between consecutive output tokens (as inter_token_latency_seconds).",
+       &Latencies::itl},
   };
   for (const Family& f : families) {
     const std::string name = std::string("kvasir:") + f.name;
     w.header(name, "histogram", f.help);
     w.histogram(name, "", all_.*f.member);
   }
-  for (const Family& f : families) {
+  w.header("kvasir:request_prompt_tokens", "histogram", "Prompt tokens per finished request.");
+  w.histogram("kvasir:request_prompt_tokens", "", prompt_tokens_);
+  w.header("kvasir:request_generation_tokens", "histogram", "Generated tokens per finished request.");
+  w.histogram("kvasir:request_generation_tokens", "", generation_tokens_);
+  // By length class: the latencies an SLO is set on (TTFT, TPOT), in a fixed number of series.
+  for (const Family& f : {families[0], families[4]}) {
     // kvasir:time_to_first_token_seconds -> kvasir:time_to_first_token_by_length_seconds
     std::string base = f.name;
     base.erase(base.size() - std::string("_seconds").size());
     const std::string name = "kvasir:" + base + "_by_length_seconds";
-    w.header(name, "histogram", (std::string(f.help) + " By power-of-two input and output length bucket.").c_str());
+    w.header(name, "histogram", (std::string(f.help) + " By input and output length class.").c_str());
     for (const auto& [key, cell] : by_length_) {
       const Histogram& h = cell.*f.member;
       if (!h.count()) continue;
-      w.histogram(name, "input_len=\"" + bucket_label(key.first) + "\",output_len=\"" + bucket_label(key.second) + "\"", h);
+      w.histogram(name, "input_len=\"" + key.first + "\",output_len=\"" + key.second + "\"", h);
     }
   }
-  return std::move(w.out);
+  if (prefix_ == "kvasir:") return std::move(w.out);
+  // Another prefix (vLLM's): every family name, in its samples and its HELP and TYPE lines.
+  std::string out;
+  out.reserve(w.out.size());
+  for (size_t at = 0; at < w.out.size();) {
+    const size_t nl = w.out.find('\n', at);
+    std::string_view line(w.out.data() + at, (nl == std::string::npos ? w.out.size() : nl + 1) - at);
+    at += line.size();
+    for (std::string_view lead : {"", "# HELP ", "# TYPE "})
+      if (line.starts_with(std::string(lead) + "kvasir:")) {
+        out += lead;
+        out += prefix_;
+        line.remove_prefix(lead.size() + 7);
+        break;
+      }
+    out += line;
+  }
+  return out;
 }
 
 }  // namespace kvasir::server

@@ -1,10 +1,12 @@
 // Prometheus metrics in the text exposition format (0.0.4), named like vLLM's with a `kvasir:`
-// prefix so that vLLM dashboards work after a rename. Engine gauges and counters are read from
-// EngineStats when scraped; latency histograms are observed by the server as requests finish.
+// prefix (`serve --metrics-prefix vllm` writes `vllm:`, so that vLLM's dashboards work as they
+// are). Engine gauges and counters are read from EngineStats when scraped; latency histograms are
+// observed by the server as requests finish.
 //
-// Besides the plain histograms, each latency is also kept per (input length, output length) bucket,
-// powers of two, as `kvasir:<name>_by_length_seconds{input_len="65-128",output_len="17-32"}`, so a
-// scrape shows how TTFT grows with the prompt and TPOT with the answer.
+// Besides the plain histograms, TTFT and TPOT are also kept per (input length, output length)
+// class, fixed classes, as `kvasir:<name>_by_length_seconds{input_len="513-2048",output_len="1-128"}`,
+// so a scrape shows how TTFT grows with the prompt and TPOT with the answer, in a bounded number
+// of series whatever the traffic.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -36,8 +38,10 @@ class Histogram {
   uint64_t count_ = 0;
 };
 
-// "1", "2", "3-4", "5-8", ...: the power-of-two bucket (2^(k-1), 2^k] that holds n (n >= 1; 0 -> "0").
-std::string length_bucket(int64_t n);
+// The by-length histograms' classes, fixed so that the exposition does not grow with traffic:
+// input "1-512", "513-2048", "2049-8192", "8193+"; output "1-128", "129-1024", "1025+"; 0 -> "0".
+std::string input_length_class(int64_t n);
+std::string output_length_class(int64_t n);
 
 // What the server saw of one finished engine request. Times in seconds; negative: not applicable.
 struct RequestRecord {
@@ -72,7 +76,8 @@ struct HttpGauges {
 
 class Metrics {
  public:
-  explicit Metrics(std::string model_name);
+  // `prefix`: every family's name starts with it ("kvasir:", or "vllm:" for vLLM's dashboards).
+  explicit Metrics(std::string model_name, std::string prefix = "kvasir:");
   void observe(const RequestRecord& record);  // thread-safe
   void count_http_error(int status);          // 4xx/5xx answers, by status code
   // The whole exposition. `gauges` is null while the model is loading; `http` may be null.
@@ -83,10 +88,11 @@ class Metrics {
     Latencies();
     Histogram ttft, itl, e2e, queue, tpot;
   };
-  std::string model_name_;
+  std::string model_name_, prefix_;
   mutable std::mutex mutex_;
   Latencies all_;
-  std::map<std::pair<int64_t, int64_t>, Latencies> by_length_;  // key: bucket upper bounds (input, output)
+  Histogram prompt_tokens_, generation_tokens_;                 // per finished request
+  std::map<std::pair<std::string, std::string>, Latencies> by_length_;  // key: length classes (input, output)
   std::map<std::string, uint64_t> finished_;                    // by finish reason
   std::map<int, uint64_t> http_errors_;
 };

@@ -31,6 +31,7 @@ struct ServerOptions {
   int http_threads = 0;              // worker threads for blocking handlers; 0: 256
   size_t max_connections = 4096;     // open connections at most (idle ones cost no thread)
   std::string served_model_name;     // the id clients name in "model"
+  std::string metrics_prefix = "kvasir:";  // --metrics-prefix
 };
 
 // Everything loaded from the model file. Members are declared so that the engine, which holds
@@ -56,7 +57,7 @@ enum class Phase { loading, ready, draining, failed };
 
 class ServerState {
  public:
-  explicit ServerState(ServerOptions options) : options(std::move(options)), metrics(this->options.served_model_name) {}
+  explicit ServerState(ServerOptions options) : options(std::move(options)), metrics(this->options.served_model_name, this->options.metrics_prefix) {}
 
   const ServerOptions options;
   Metrics metrics;

@@ -173,7 +173,7 @@ def test_cli_mistakes_get_plain_messages(tmp_path):
 
 
 def test_default_max_tokens_bounds_requests_that_name_none():
-    s = Server(STORIES, extra=["--default-max-tokens", "5"])
+    s = Server(STORIES, extra=["--default-max-tokens", "5", "--metrics-prefix", "vllm"])
     try:
         for path, body in (("/v1/chat/completions", {"messages": [{"role": "user", "content": PROMPT}]}),
                            ("/v1/completions", {"prompt": PROMPT, "ignore_eos": True})):
@@ -183,6 +183,10 @@ def test_default_max_tokens_bounds_requests_that_name_none():
             assert doc["usage"]["completion_tokens"] == 5 and doc["choices"][0]["finish_reason"] == "length", doc
         status, _, data = s.request("POST", "/v1/completions", {"prompt": PROMPT, "max_tokens": 9, "ignore_eos": True})
         assert json.loads(data)["usage"]["completion_tokens"] == 9  # a request's own value wins
+        status, _, data = s.request("GET", "/metrics")  # vLLM's names, for its dashboards
+        text = data.decode()
+        assert status == 200 and "kvasir:" not in text
+        assert "vllm:request_generation_tokens_count" in text and "vllm:num_requests_running" in text
     finally:
         s.stop()
 

@@ -1,6 +1,8 @@
 // Prometheus exposition: exact lines, cumulative buckets, length buckets.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "server/metrics.h"
 
 namespace kvasir::server {
@@ -10,15 +12,51 @@ bool has_line(const std::string& text, const std::string& line) {
   return text.find("\n" + line + "\n") != std::string::npos || text.rfind(line + "\n", 0) == 0;
 }
 
-TEST(Metrics, LengthBuckets) {
-  EXPECT_EQ(length_bucket(0), "0");
-  EXPECT_EQ(length_bucket(1), "1");
-  EXPECT_EQ(length_bucket(2), "2");
-  EXPECT_EQ(length_bucket(3), "3-4");
-  EXPECT_EQ(length_bucket(4), "3-4");
-  EXPECT_EQ(length_bucket(5), "5-8");
-  EXPECT_EQ(length_bucket(128), "65-128");
-  EXPECT_EQ(length_bucket(129), "129-256");
+TEST(Metrics, LengthClasses) {
+  EXPECT_EQ(input_length_class(0), "0");
+  EXPECT_EQ(input_length_class(1), "1-512");
+  EXPECT_EQ(input_length_class(512), "1-512");
+  EXPECT_EQ(input_length_class(513), "513-2048");
+  EXPECT_EQ(input_length_class(8192), "2049-8192");
+  EXPECT_EQ(input_length_class(8193), "8193+");
+  EXPECT_EQ(input_length_class(int64_t(1) << 40), "8193+");
+  EXPECT_EQ(output_length_class(128), "1-128");
+  EXPECT_EQ(output_length_class(129), "129-1024");
+  EXPECT_EQ(output_length_class(5000), "1025+");
+}
+
+// The exposition is bounded: requests of every length add no series past the fixed classes.
+TEST(Metrics, ExpositionSizeDoesNotGrowWithTraffic) {
+  Metrics m("m");
+  RequestRecord r;
+  r.ttft_s = r.e2e_s = r.tpot_s = r.queue_s = 0.01;
+  r.itl_s = {0.01};
+  r.finish_reason = "stop";
+  auto lines = [](const std::string& text) { return std::count(text.begin(), text.end(), '\n'); };
+  std::ptrdiff_t after_first_round = 0;
+  size_t bytes = 0;
+  for (int round = 0; round < 2; ++round) {
+    for (int64_t p = 1; p <= 40000; p = p * 3 / 2 + 1)
+      for (int64_t c = 1; c <= 5000; c = c * 2 + 1) {
+        r.prompt_tokens = p;
+        r.completion_tokens = c;
+        m.observe(r);
+      }
+    const std::string text = m.render(nullptr);
+    if (round == 0) after_first_round = lines(text), bytes = text.size();
+    else EXPECT_EQ(lines(text), after_first_round);  // the same series, larger counts
+  }
+  EXPECT_LT(bytes, size_t(100) << 10);
+}
+
+// --metrics-prefix vllm: every family renamed, in samples and in HELP / TYPE lines.
+TEST(Metrics, VllmPrefix) {
+  Metrics m("m", "vllm:");
+  const std::string text = m.render(nullptr);
+  EXPECT_EQ(text.find("kvasir:"), std::string::npos) << text;
+  EXPECT_TRUE(has_line(text, "# TYPE vllm:time_to_first_token_seconds histogram"));
+  EXPECT_TRUE(has_line(text, "vllm:model_loaded{model_name=\"m\"} 0"));
+  EXPECT_TRUE(has_line(text, "vllm:time_per_output_token_seconds_count{model_name=\"m\"} 0"));
 }
 
 TEST(Metrics, HistogramBucketsAreUpperInclusive) {
@@ -99,11 +137,16 @@ TEST(Metrics, RenderGaugesCountersAndHistograms) {
            "kvasir:e2e_request_latency_seconds_count{" + L + "} 2",
            "kvasir:request_queue_time_seconds_count{" + L + "} 2",
            "kvasir:request_time_per_output_token_seconds_count{" + L + "} 2",
+           "kvasir:time_per_output_token_seconds_count{" + L + "} 4",
+           "kvasir:request_prompt_tokens_bucket{" + L + ",le=\"1\"} 1",
+           "kvasir:request_prompt_tokens_bucket{" + L + ",le=\"100\"} 2",
+           "kvasir:request_prompt_tokens_sum{" + L + "} 101",
+           "kvasir:request_generation_tokens_bucket{" + L + ",le=\"2\"} 0",
+           "kvasir:request_generation_tokens_bucket{" + L + ",le=\"5\"} 2",
            std::string("# TYPE kvasir:time_to_first_token_by_length_seconds histogram"),
-           "kvasir:time_to_first_token_by_length_seconds_count{" + L + ",input_len=\"65-128\",output_len=\"3-4\"} 1",
-           "kvasir:time_to_first_token_by_length_seconds_count{" + L + ",input_len=\"1\",output_len=\"3-4\"} 1",
-           "kvasir:inter_token_latency_by_length_seconds_count{" + L + ",input_len=\"65-128\",output_len=\"3-4\"} 2",
-           "kvasir:e2e_request_latency_by_length_seconds_bucket{" + L + ",input_len=\"1\",output_len=\"3-4\",le=\"+Inf\"} 1",
+           "kvasir:time_to_first_token_by_length_seconds_count{" + L + ",input_len=\"1-512\",output_len=\"1-128\"} 2",
+           "kvasir:request_time_per_output_token_by_length_seconds_count{" + L + ",input_len=\"1-512\",output_len=\"1-128\"} 2",
+           "kvasir:request_time_per_output_token_by_length_seconds_bucket{" + L + ",input_len=\"1-512\",output_len=\"1-128\",le=\"+Inf\"} 2",
        }) {
     EXPECT_TRUE(has_line(text, line)) << "missing: " << line << "\n" << text;
   }
