@@ -192,48 +192,40 @@ struct Matcher::Impl {
     std::vector<uint64_t> bits(g.tokens->words(), 0);
     const std::vector<Stack> stacks = states[s].stacks;  // interning below may move states
     std::vector<Stack> covered, others;
+    // The stacks after a star of set `set` (its symbol `skip` - 1 places past k's top), when
+    // nothing there can begin with one of its characters: then a token's leading run of them is
+    // all the star's, and the rest must follow the star (the star's tables are exact).
+    auto disjoint_after = [&](const Stack& k, size_t skip, const CharSet& set, std::vector<Stack>& after) {
+      Stack exit = k;
+      exit.pos.back() += uint32_t(skip);
+      expand(std::move(exit), after);
+      return std::all_of(after.begin(), after.end(), [&](const Stack& a) {
+        return a.pos.empty() || !g.grammar.sets[symbols[a.pos.back()].index].intersects(set);
+      });
+    };
     for (const Stack& k : stacks) {
       if (k.pos.empty()) continue;
       const Symbol& sym = symbols[k.pos.back()];
-      if (sym.kind == Symbol::Kind::Star && k.utf8 == 0 && g.stars[sym.index]) {
-        const CharSet& set = g.grammar.sets[sym.index];
-        Stack exit = k;
-        exit.pos.back() += 1;
-        std::vector<Stack> after;
-        expand(std::move(exit), after);
-        // Exact only when nothing after the star can begin with one of its characters: then a
-        // token's leading run of them is all the star's, and the rest must follow the star.
-        const bool disjoint = std::all_of(after.begin(), after.end(), [&](const Stack& a) {
-          return a.pos.empty() || !g.grammar.sets[symbols[a.pos.back()].index].intersects(set);
-        });
-        if (disjoint) {
-          const StarTable& table = *g.stars[sym.index];
-          for (size_t w = 0; w < bits.size(); ++w) bits[w] |= table.inside[w];
-          covered.insert(covered.end(), after.begin(), after.end());
-          walk(table.rest, intern(std::move(after)), bits);
-          continue;
-        }
+      std::vector<Stack> after;
+      if (sym.kind == Symbol::Kind::Star && k.utf8 == 0 && g.stars[sym.index] &&
+          disjoint_after(k, 1, g.grammar.sets[sym.index], after)) {
+        const StarTable& table = *g.stars[sym.index];
+        for (size_t w = 0; w < bits.size(); ++w) bits[w] |= table.inside[w];
+        covered.insert(covered.end(), after.begin(), after.end());
+        walk(table.rest, intern(std::move(after)), bits);
+        continue;
       }
       // `[S]+` (Chars(S) then Star(S)): the star's tables too, keeping only tokens that begin
       // with a character of S (a trie walk here would visit most of the vocabulary).
+      after.clear();
       if (sym.kind == Symbol::Kind::Chars && k.utf8 == 0 && k.pos.back() + 1 < symbols.size() &&
           symbols[k.pos.back() + 1].kind == Symbol::Kind::Star && symbols[k.pos.back() + 1].index == sym.index &&
-          g.stars[sym.index]) {
-        const CharSet& set = g.grammar.sets[sym.index];
-        Stack exit = k;
-        exit.pos.back() += 2;
-        std::vector<Stack> after;
-        expand(std::move(exit), after);
-        const bool disjoint = std::all_of(after.begin(), after.end(), [&](const Stack& a) {
-          return a.pos.empty() || !g.grammar.sets[symbols[a.pos.back()].index].intersects(set);
-        });
-        if (disjoint) {
-          const StarTable& table = *g.stars[sym.index];
-          std::vector<uint64_t> plus = table.inside;
-          walk(table.rest, intern(std::move(after)), plus);
-          for (size_t w = 0; w < bits.size(); ++w) bits[w] |= plus[w] & table.leading[w];
-          continue;
-        }
+          g.stars[sym.index] && disjoint_after(k, 2, g.grammar.sets[sym.index], after)) {
+        const StarTable& table = *g.stars[sym.index];
+        std::vector<uint64_t> plus = table.inside;
+        walk(table.rest, intern(std::move(after)), plus);
+        for (size_t w = 0; w < bits.size(); ++w) bits[w] |= plus[w] & table.leading[w];
+        continue;
       }
       others.push_back(k);
     }

@@ -170,30 +170,22 @@ Parsed<std::unique_ptr<GenerationJob>> GenerationJob::submit(engine::Engine& eng
 
 GenerationJob::~GenerationJob() { abort_all(); }
 
-void GenerationJob::stop(int32_t choice) {
-  Choice& c = choices_.at(size_t(choice));
+void GenerationJob::end_now(Choice& c, engine::FinishReason reason) {
   if (c.finished) return;
   engine_.abort(c.stream->id());
   c.finished = true;
-  engine::Delta done;
-  done.finish = engine::FinishReason::Stop;
-  done.usage.prompt_tokens = c.prompt_tokens;
-  done.usage.completion_tokens = int32_t(c.tokens_seen);
-  c.usage = done.usage;
-  record(c, done);
+  engine::Delta last;
+  last.finish = reason;
+  last.usage.prompt_tokens = c.prompt_tokens;
+  last.usage.completion_tokens = int32_t(c.tokens_seen);
+  c.usage = last.usage;
+  record(c, last);
 }
 
+void GenerationJob::stop(int32_t choice) { end_now(choices_.at(size_t(choice)), engine::FinishReason::Stop); }
+
 void GenerationJob::abort_all() {
-  for (Choice& c : choices_) {
-    if (c.finished) continue;
-    engine_.abort(c.stream->id());
-    c.finished = true;
-    engine::Delta gone;
-    gone.finish = engine::FinishReason::Abort;
-    gone.usage.prompt_tokens = c.prompt_tokens;
-    gone.usage.completion_tokens = int32_t(c.tokens_seen);
-    record(c, gone);
-  }
+  for (Choice& c : choices_) end_now(c, engine::FinishReason::Abort);
 }
 
 bool GenerationJob::all_finished() const {

@@ -102,6 +102,7 @@ class GenerationJob {
  private:
   GenerationJob(engine::Engine& engine, Metrics& metrics) : engine_(engine), metrics_(metrics) {}
   void record(Choice& c, const engine::Delta& final_delta);
+  void end_now(Choice& c, engine::FinishReason reason);  // the engine request aborted, recorded as `reason`
 
   engine::Engine& engine_;
   Metrics& metrics_;
