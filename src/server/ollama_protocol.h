@@ -1,10 +1,11 @@
 // Ollama's API (/api/generate, /api/chat, /api/tags, /api/show, /api/version, /api/ps) mapped onto
 // the engine: its requests parsed into the same GenerationRequest the OpenAI routes use (Ollama's
 // names and defaults: `options.num_predict`, `repeat_penalty`, temperature 0.8, top_k 40, top_p
-// 0.9, streaming on unless "stream": false), and its response objects. Fields that would change
-// the output and are not implemented (images, format, tools, suffix, template, context, raw
-// mirostat, think...) are a 400 naming them, as on the OpenAI routes; empty values ("tools": [],
-// "format": "", which Ollama's client sends when not given) count as absent.
+// 0.9, streaming on unless "stream": false), and its response objects; `format` constrains the
+// answer, `tools` on /api/chat are function tools. Fields that would change the output and are not
+// implemented (images, suffix, template, context, mirostat, think...) are a 400 naming them, as on
+// the OpenAI routes; empty values ("tools": [], "format": "", which Ollama's client sends when not
+// given) count as absent.
 #pragma once
 #include <cstdint>
 #include <string>
