@@ -1,8 +1,11 @@
 // POST /v1/embeddings (OpenAI) and Ollama's /api/embed and /api/embeddings: each input one
 // prefill-only engine request with the backend's pooling, batched by the scheduler like any other;
-// the result is the pooled final hidden state, L2-normalized.
+// the result is the pooled final hidden state, L2-normalized. /v1/rerank (and llama-server's
+// /rerank) and vLLM's /v1/score rank texts by the cosine similarity of those embeddings.
 #include <algorithm>
 #include <chrono>
+#include <ctime>
+#include <initializer_list>
 
 #include "server/admission.h"
 #include "server/generation.h"
@@ -169,6 +172,132 @@ void handle_ollama_embed(ServerState& st, const http::Request& req, http::Respon
                                    {"prompt_eval_count", got->prompt_tokens}});
 }
 
+// A list of texts from `value` (a string, or strings, or {"text": string} objects where
+// `objects`), at least one, each non-empty; errors name `param`.
+Parsed<std::vector<PromptInput>> texts(const ordered_json* value, const std::string& param, bool objects) {
+  std::vector<PromptInput> out;
+  auto bad = [&] {
+    return bad_request("'" + param + "' must be a non-empty string or a non-empty array of them" +
+                           (objects ? " (or of {\"text\": string})" : ""),
+                       param);
+  };
+  if (!value) return bad();
+  if (value->is_string()) {
+    out.push_back({.text = value->get<std::string>()});
+  } else if (value->is_array() && !value->empty()) {
+    for (const auto& x : *value) {
+      if (x.is_string()) out.push_back({.text = x.get<std::string>()});
+      else if (objects && x.is_object() && x.contains("text") && x["text"].is_string()) out.push_back({.text = x["text"].get<std::string>()});
+      else return bad();
+    }
+  } else {
+    return bad();
+  }
+  if (out.size() > kMaxEmbeddingInputs - 1)
+    return bad_request("'" + param + "' lists " + std::to_string(out.size()) + " texts; at most " +
+                           std::to_string(kMaxEmbeddingInputs - 1),
+                       param);
+  for (const PromptInput& t : out)
+    if (t.text.empty()) return bad();
+  return out;
+}
+
+double cosine(const std::vector<float>& a, const std::vector<float>& b) {  // both unit length
+  double dot = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) dot += double(a[i]) * double(b[i]);
+  return dot;
+}
+
+// Only `known` fields (null counts as absent); else a 400 naming the field.
+std::optional<ApiError> only_fields(const ordered_json& doc, std::initializer_list<std::string_view> known) {
+  if (!doc.is_object()) return bad_request("the request body must be a JSON object", {}, "invalid_json");
+  for (const auto& [k, v] : doc.items())
+    if (!v.is_null() && std::find(known.begin(), known.end(), k) == known.end())
+      return bad_request("'" + k + "' is not supported by this server (see docs/API.md)", k, "unsupported_field");
+  return std::nullopt;
+}
+
+// {"query", "documents": [string | {"text"}], "top_n", "return_documents"} -> results by relevance.
+void handle_rerank(ServerState& st, const http::Request& req, http::Response& res) {
+  Backend* b = serving_backend(st, res);
+  if (!b) return;
+  const ordered_json& doc = json_body(req).doc;
+  if (auto e = only_fields(doc, {"model", "query", "documents", "top_n", "return_documents"})) return send_error(res, *e);
+  if (doc.contains("model") && !doc["model"].is_null()) {
+    if (!doc["model"].is_string()) return send_error(res, bad_request("'model' must be a string", "model"));
+    if (auto e = check_model(doc["model"].get<std::string>(), st)) return send_error(res, *e);
+  }
+  const auto q = doc.find("query");
+  if (q == doc.end() || !q->is_string() || q->get_ref<const std::string&>().empty())
+    return send_error(res, bad_request("'query' must be a non-empty string", "query"));
+  const auto d = doc.find("documents");
+  auto documents = texts(d == doc.end() || !d->is_array() ? nullptr : &*d, "documents", true);
+  if (!documents) return send_error(res, documents.error());
+  int64_t top_n = int64_t(documents->size());
+  if (auto t = doc.find("top_n"); t != doc.end() && !t->is_null()) {
+    if (!t->is_number_integer() || t->get<int64_t>() < 1) return send_error(res, bad_request("'top_n' must be an integer >= 1", "top_n"));
+    top_n = std::min(top_n, t->get<int64_t>());
+  }
+  bool return_documents = false;
+  if (auto r = doc.find("return_documents"); r != doc.end() && !r->is_null()) {
+    if (!r->is_boolean()) return send_error(res, bad_request("'return_documents' must be a boolean", "return_documents"));
+    return_documents = r->get<bool>();
+  }
+  std::vector<PromptInput> inputs{{.text = q->get<std::string>()}};
+  for (const PromptInput& t : *documents) inputs.push_back(t);
+  auto got = embed(st, *b, req, std::move(inputs), /*truncate=*/true, "documents");
+  if (!got) return send_error(res, got.error());
+  std::vector<std::pair<double, size_t>> ranked;
+  for (size_t i = 1; i < got->vectors.size(); ++i) ranked.push_back({cosine(got->vectors[0], got->vectors[i]), i - 1});
+  std::stable_sort(ranked.begin(), ranked.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+  ordered_json results = ordered_json::array();
+  for (int64_t k = 0; k < top_n; ++k) {
+    const auto& [score, index] = ranked[size_t(k)];
+    ordered_json r{{"index", index}, {"relevance_score", score}};
+    if (return_documents) r["document"] = {{"text", (*documents)[index].text}};
+    results.push_back(std::move(r));
+  }
+  send_json(res, 200, ordered_json{{"id", "rerank-" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count())},
+                                   {"model", st.options.served_model_name},
+                                   {"usage", {{"prompt_tokens", got->prompt_tokens}, {"total_tokens", got->prompt_tokens}}},
+                                   {"results", std::move(results)}});
+}
+
+// vLLM's {"text_1", "text_2"}: one text against each of a list, or two lists pair by pair.
+void handle_score(ServerState& st, const http::Request& req, http::Response& res) {
+  Backend* b = serving_backend(st, res);
+  if (!b) return;
+  const ordered_json& doc = json_body(req).doc;
+  if (auto e = only_fields(doc, {"model", "text_1", "text_2"}))
+    return send_error(res, *e);
+  if (doc.contains("model") && !doc["model"].is_null()) {
+    if (!doc["model"].is_string()) return send_error(res, bad_request("'model' must be a string", "model"));
+    if (auto e = check_model(doc["model"].get<std::string>(), st)) return send_error(res, *e);
+  }
+  auto field = [&](const char* k) { auto it = doc.find(k); return it == doc.end() ? nullptr : &*it; };
+  auto left = texts(field("text_1"), "text_1", false);
+  if (!left) return send_error(res, left.error());
+  auto right = texts(field("text_2"), "text_2", false);
+  if (!right) return send_error(res, right.error());
+  if (left->size() != 1 && left->size() != right->size())
+    return send_error(res, bad_request("'text_1' must be one text, or as many as 'text_2'", "text_1"));
+  const size_t n_left = left->size();
+  std::vector<PromptInput> inputs = std::move(*left);
+  for (PromptInput& t : *right) inputs.push_back(std::move(t));
+  auto got = embed(st, *b, req, std::move(inputs), /*truncate=*/true, "text_2");
+  if (!got) return send_error(res, got.error());
+  ordered_json data = ordered_json::array();
+  for (size_t i = 0; i < got->vectors.size() - n_left; ++i)
+    data.push_back({{"index", i}, {"object", "score"},
+                    {"score", cosine(got->vectors[n_left == 1 ? 0 : i], got->vectors[n_left + i])}});
+  send_json(res, 200, ordered_json{{"id", "score-" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count())},
+                                   {"object", "list"},
+                                   {"created", int64_t(std::time(nullptr))},
+                                   {"model", st.options.served_model_name},
+                                   {"data", std::move(data)},
+                                   {"usage", {{"prompt_tokens", got->prompt_tokens}, {"total_tokens", got->prompt_tokens}}}});
+}
+
 }  // namespace
 
 void register_embedding_routes(http::Router& router, ServerState& st) {
@@ -182,6 +311,10 @@ void register_embedding_routes(http::Router& router, ServerState& st) {
   router.add("POST", "/api/embeddings", [&st](const http::Request& req, http::Response& res) {
     handle_ollama_embed(st, req, res, true);
   }, json_post);
+  for (const char* path : {"/v1/rerank", "/rerank"})
+    router.add("POST", path, [&st](const http::Request& req, http::Response& res) { handle_rerank(st, req, res); }, json_post);
+  router.add("POST", "/v1/score", [&st](const http::Request& req, http::Response& res) { handle_score(st, req, res); },
+             json_post);
 }
 
 }  // namespace kvasir::server

@@ -93,3 +93,41 @@ def test_ollama_embed(server, client, model_id):
     assert len(oc.embed(model="stories260K", input=long).embeddings[0]) == 64
     with pytest.raises(ollama.ResponseError):
         oc.embed(model="stories260K", input=long, truncate=False)
+
+
+def test_rerank_and_score(server, model_id):
+    """/v1/rerank (and llama-server's /rerank) and vLLM's /v1/score rank by the cosine similarity of
+    the same embeddings /v1/embeddings returns: the query's own text ranks first with score ~1, every
+    score equals the dot product of the two unit vectors, top_n and return_documents hold, and bad
+    requests are 400s naming the field."""
+    query = "The little dog ran to the park."
+    docs = ["Numbers and tables of prices.", query, {"text": "A cat slept in the sun."}, "The dog ran."]
+    plain = [d if isinstance(d, str) else d["text"] for d in docs]
+    _, emb = server.json("POST", "/v1/embeddings", {"input": [query] + plain, "encoding_format": "float"})
+    vecs = [d["embedding"] for d in emb["data"]]
+    want = [sum(a * b for a, b in zip(vecs[0], v)) for v in vecs[1:]]
+    for path in ("/v1/rerank", "/rerank"):
+        status, r = server.json("POST", path, {"model": model_id, "query": query, "documents": docs, "top_n": 3,
+                                               "return_documents": True})
+        assert status == 200, r
+        res = r["results"]
+        assert len(res) == 3 and res[0]["index"] == 1 and res[0]["relevance_score"] == pytest.approx(1.0, abs=1e-4)
+        assert res[0]["document"]["text"] == query
+        assert [x["relevance_score"] for x in res] == sorted((x["relevance_score"] for x in res), reverse=True)
+        for x in res:
+            assert x["relevance_score"] == pytest.approx(want[x["index"]], abs=1e-5)
+        assert r["usage"]["total_tokens"] > 0
+    status, s = server.json("POST", "/v1/score", {"text_1": query, "text_2": plain})
+    assert status == 200 and [d["index"] for d in s["data"]] == [0, 1, 2, 3]
+    assert [d["score"] for d in s["data"]] == pytest.approx(want, abs=1e-5)
+    status, pairs = server.json("POST", "/v1/score", {"text_1": [query, plain[0]], "text_2": [plain[1], plain[0]]})
+    assert status == 200 and all(d["score"] == pytest.approx(1.0, abs=1e-4) for d in pairs["data"])
+    for path, body, param in (("/v1/rerank", {"documents": plain}, "query"),
+                              ("/v1/rerank", {"query": "q", "documents": []}, "documents"),
+                              ("/v1/rerank", {"query": "q", "documents": ["a"] * 3000}, "documents"),
+                              ("/v1/rerank", {"query": "q", "documents": ["a"], "top_n": 0}, "top_n"),
+                              ("/v1/rerank", {"query": "q", "documents": ["a"], "rank_fields": ["x"]}, "rank_fields"),
+                              ("/v1/score", {"text_1": ["a", "b"], "text_2": ["c", "d", "e"]}, "text_1"),
+                              ("/v1/score", {"text_1": "a", "text_2": [""]}, "text_2")):
+        status, e = server.json("POST", path, body)
+        assert status == 400 and e["error"]["param"] == param, (path, body, e)
