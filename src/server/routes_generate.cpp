@@ -154,21 +154,15 @@ bool pump_once(StreamState& s, http::StreamSink& sink) {
       prompt_lps = nullptr;
     }
     const bool first = chat && !s.opened[size_t(choice)];
-    std::string text = std::move(d.text);
+    std::string text;
     ordered_json tool_calls = nullptr;
     bool called = false;
     if (!s.parsers.empty()) {  // tool calls come out of the text as delta.tool_calls
       ToolCallParser& p = s.parsers[size_t(choice)];
-      std::vector<ToolCallParser::Event> events;
-      p.feed(text, events);
-      if (p.repeated() && d.finish == engine::FinishReason::None) {  // the answer ends with its calls
-        s.job->stop(choice);
-        d.finish = engine::FinishReason::Stop;
-      }
-      if (d.finish != engine::FinishReason::None) p.finish(events);
-      text.clear();
-      apply_events(events, p.calls(), text, tool_calls);
+      apply_events(parse_delta(p, *s.job, choice, d), p.calls(), text, tool_calls);
       called = !p.calls().empty();
+    } else {
+      text = std::move(d.text);
     }
     if (first || !text.empty() || !tool_calls.is_null() || d.finish != engine::FinishReason::None ||
         (!d.logprobs.empty() && s.top_logprobs >= 0) || !prompt_lps.is_null()) {
@@ -229,15 +223,8 @@ void respond_whole(Backend& b, const http::Request& req, http::Response& res, co
     ChoiceOutput& o = outs[size_t(choice)];
     if (tools) {
       ToolCallParser& p = parsers[size_t(choice)];
-      std::vector<ToolCallParser::Event> events;
-      p.feed(d.text, events);
-      if (p.repeated() && d.finish == engine::FinishReason::None) {
-        job.stop(choice);
-        d.finish = engine::FinishReason::Stop;
-      }
-      if (d.finish != engine::FinishReason::None) p.finish(events);
       ordered_json unused = nullptr;
-      apply_events(events, p.calls(), content[size_t(choice)], unused);
+      apply_events(parse_delta(p, job, choice, d), p.calls(), content[size_t(choice)], unused);
     }
     o.text += d.text;
     for (auto& lp : d.logprobs) o.logprobs.push_back(std::move(lp));

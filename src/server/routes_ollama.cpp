@@ -147,16 +147,7 @@ struct NdjsonStream {
 // since `sent` (each sent once, whole, as Ollama does). A repeated call stops the answer.
 std::string take_tool_text(ToolCallParser& p, GenerationJob& job, engine::Delta& d, size_t& sent,
                            std::vector<ToolCall>& completed) {
-  std::vector<ToolCallParser::Event> events;
-  p.feed(d.text, events);
-  if (p.repeated() && d.finish == engine::FinishReason::None) {
-    job.stop(0);
-    d.finish = engine::FinishReason::Stop;
-  }
-  if (d.finish != engine::FinishReason::None) p.finish(events);
-  std::string content;
-  for (const auto& e : events)
-    if (e.kind == ToolCallParser::Event::Kind::content) content += e.text;
+  const std::string content = content_of(parse_delta(p, job, 0, d));
   for (; sent < p.calls().size() && p.calls()[sent].complete; ++sent) completed.push_back(p.calls()[sent]);
   return content;
 }

@@ -105,16 +105,7 @@ void finish(ResponseStream& s, engine::FinishReason reason) {
 // last call (each becomes a function_call output item). A repeated call ends the answer.
 std::string take_text(ResponseStream& s, engine::Delta& d, std::vector<ToolCall>& completed) {
   if (!s.tools) return std::move(d.text);
-  std::vector<ToolCallParser::Event> events;
-  s.tools->feed(d.text, events);
-  if (s.tools->repeated() && d.finish == engine::FinishReason::None) {
-    s.job->stop(0);
-    d.finish = engine::FinishReason::Stop;
-  }
-  if (d.finish != engine::FinishReason::None) s.tools->finish(events);
-  std::string content;
-  for (const auto& e : events)
-    if (e.kind == ToolCallParser::Event::Kind::content) content += e.text;
+  const std::string content = content_of(parse_delta(*s.tools, *s.job, 0, d));
   const auto& calls = s.tools->calls();
   for (size_t i = s.result.calls.size(); i < calls.size() && calls[i].complete; ++i) {
     s.result.calls.push_back(calls[i]);

@@ -24,4 +24,23 @@ Parsed<ToolSetup> prepare_tools(const Backend& b, const std::vector<Tool>& tools
   return out;
 }
 
+std::vector<ToolCallParser::Event> parse_delta(ToolCallParser& parser, GenerationJob& job, int32_t choice,
+                                               engine::Delta& d) {
+  std::vector<ToolCallParser::Event> events;
+  parser.feed(d.text, events);
+  if (parser.repeated() && d.finish == engine::FinishReason::None) {  // the answer ends with its calls
+    job.stop(choice);
+    d.finish = engine::FinishReason::Stop;
+  }
+  if (d.finish != engine::FinishReason::None) parser.finish(events);
+  return events;
+}
+
+std::string content_of(const std::vector<ToolCallParser::Event>& events) {
+  std::string content;
+  for (const auto& e : events)
+    if (e.kind == ToolCallParser::Event::Kind::content) content += e.text;
+  return content;
+}
+
 }  // namespace kvasir::server

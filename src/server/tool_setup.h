@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "server/generation.h"
 #include "server/protocol.h"
 #include "server/state.h"
 #include "server/tool_calls.h"
@@ -31,5 +32,13 @@ struct ToolSetup {
 Parsed<ToolSetup> prepare_tools(const Backend& b, const std::vector<Tool>& tools, const ToolChoice& choice, bool parallel,
                                 const std::optional<OutputFormat>& format, ordered_json& messages,
                                 std::shared_ptr<const grammar::CompiledGrammar>& grammar);
+
+// A delta's text through its choice's parser: the events. A call that repeats an earlier one ends
+// the choice now (its engine request stops, `d.finish` becomes Stop); at the end held-back text
+// comes out.
+std::vector<ToolCallParser::Event> parse_delta(ToolCallParser& parser, GenerationJob& job, int32_t choice,
+                                               engine::Delta& d);
+// The content (text that is not a call) of some events.
+std::string content_of(const std::vector<ToolCallParser::Event>& events);
 
 }  // namespace kvasir::server
