@@ -48,6 +48,8 @@ struct ServeArgs {
   std::string quantize;
   bool no_prefix_cache = false;
   double tpot_target_ms = 0;
+  bool kv_reserve = false;
+  std::string tenant = "key";
   double drain_timeout_s = 30;
   SpecFlags spec;
   std::vector<std::string> api_keys;
@@ -174,9 +176,17 @@ int run_serve(ServeArgs a) {
   auto body = parse_size(a.max_body, "--max-body");
   if (!body) return fail(body.error());
   a.http.max_body_bytes = size_t(*body);
-  auto keys = collect_api_keys(a.api_keys, a.api_key_file);
+  std::vector<std::string> key_settings;
+  auto keys = collect_api_keys(a.api_keys, a.api_key_file, &key_settings);
   if (!keys) return fail(keys.error());
+  for (size_t i = 0; i < keys->size(); ++i) {
+    server::KeySlo k;
+    if (auto e = server::parse_key_slo(key_settings[i], k)) return fail("--api-key-file: key " + std::to_string(i + 1) + ": " + *e);
+    a.http.slo.keys[server::key_label(i)] = std::move(k);
+  }
   a.http.access.api_keys = std::move(*keys);
+  if (auto e = server::parse_tenant_source(a.tenant, a.http.slo)) return fail(*e);
+  a.http.slo.tpot_slo_ms = a.tpot_target_ms;
   raise_descriptor_limit();
   // Request bodies and their copies are megabytes at most and short-lived: from 1 MiB on they get
   // their own mappings, returned to the system when freed. (glibc's default threshold rises with
@@ -233,6 +243,7 @@ int run_serve(ServeArgs a) {
   if (!a.quantize.empty()) bo.load_model = [a] { return load_model(a.model, a.quantize, a.threads); };
   bo.serving.engine.prefix_cache = !a.no_prefix_cache;
   bo.serving.engine.tpot_target_ms = a.tpot_target_ms;
+  bo.serving.engine.reserve_kv = a.kv_reserve;
   bo.serving.engine.spec = *spec;
   const auto t0 = std::chrono::steady_clock::now();
   auto backend = server::load_backend(bo);
@@ -317,6 +328,21 @@ void register_serve(CLI::App& app, Handler& handler) {
                   "Decode latency target, ms per output token: prefill joins running decodes only as far as "
                   "they stay within it (0: throughput first)")
       ->check(CLI::Range(0.0, 1e6));
+  cmd->add_option("--ttft-deadline-ms", a->http.slo.ttft_deadline_ms,
+                  "Interactive requests' TTFT deadline: a request whose first token is forecast later is refused at "
+                  "once (429 + Retry-After) instead of queued; a request's ttft_deadline_ms or its key's overrides it "
+                  "(0: none, everything queues)")
+      ->check(CLI::Range(0.0, 3.6e6));
+  cmd->add_option("--batch-ttft-deadline-ms", a->http.slo.batch_ttft_deadline_ms,
+                  "The same for batch requests (service_tier flex or batch; 0: none)")
+      ->check(CLI::Range(0.0, 3.6e6));
+  cmd->add_option("--tenant", a->tenant,
+                  "Whose a request is, for fair share and the goodput metrics: key (the API key), user (the "
+                  "request's user field, within its key), header:NAME, or none (one tenant: FCFS)")
+      ->capture_default_str();
+  cmd->add_flag("--kv-reserve", a->kv_reserve,
+                "Admit a request only when the KV of its whole answer (prompt + max_tokens) fits beside the running "
+                "ones: preemption becomes rare, concurrency lower");
   cmd->add_option("-t,--threads", a->threads, "Compute threads (default: physical cores)");
   cmd->add_option("--device", a->device, "cpu, cuda or cuda:N (the CUDA runner)");
   cmd->add_option("--quantize", a->quantize, "Quantize an F32/F16/BF16 model in memory at load (q8_0, q4_0, q4_k_m, ...): the same bytes as `kvasir quantize`");

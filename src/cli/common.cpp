@@ -29,8 +29,10 @@ int fail(const std::string& message) {
   return 1;
 }
 
-Result<std::vector<std::string>> collect_api_keys(std::vector<std::string> keys, const std::string& key_file) {
+Result<std::vector<std::string>> collect_api_keys(std::vector<std::string> keys, const std::string& key_file,
+                                                  std::vector<std::string>* settings) {
   if (const char* env = std::getenv("KVASIR_API_KEY"); env && *env) keys.emplace_back(env);
+  if (settings) settings->assign(keys.size(), std::string());
   if (!key_file.empty()) {
     std::ifstream in(key_file);
     if (!in) return Error{"--api-key-file: cannot read " + key_file};
@@ -39,7 +41,12 @@ Result<std::vector<std::string>> collect_api_keys(std::vector<std::string> keys,
       size_t start = 0;
       while (start < line.size() && std::isspace(static_cast<unsigned char>(line[start]))) ++start;
       line.erase(0, start);
-      if (!line.empty() && line[0] != '#') keys.push_back(line);
+      if (line.empty() || line[0] == '#') continue;
+      // "KEY [settings]": a key holds no space, what follows it is the serve's per-key settings.
+      size_t end = 0;
+      while (end < line.size() && !std::isspace(static_cast<unsigned char>(line[end]))) ++end;
+      keys.push_back(line.substr(0, end));
+      if (settings) settings->push_back(end < line.size() ? line.substr(end + 1) : std::string());
     }
     if (keys.empty()) return Error{"--api-key-file: " + key_file + " holds no key"};
   }

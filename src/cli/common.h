@@ -19,7 +19,10 @@ Result<DType> parse_kv_type(const std::string& name);
 // API keys: the given ones (--api-key), KVASIR_API_KEY (which, unlike a flag, does not show in
 // `ps`) and `key_file` (--api-key-file: one per line; blank lines and '#' comments skipped); each
 // checked to be printable without spaces. What `serve` and `router` accept alike.
-Result<std::vector<std::string>> collect_api_keys(std::vector<std::string> keys, const std::string& key_file);
+// Keys from --api-key, KVASIR_API_KEY and the key file (one per line: the key, then optionally
+// settings that `serve` reads, server/slo.h); `settings`, when given, gets each key's text after it.
+Result<std::vector<std::string>> collect_api_keys(std::vector<std::string> keys, const std::string& key_file,
+                                                  std::vector<std::string>* settings = nullptr);
 // The model `run` uses without -m: models/gemma-3-270m-q4_k_m.gguf beside the binary's project,
 // or $KVASIR_MODEL.
 std::string default_model_path();

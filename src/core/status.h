@@ -2,6 +2,7 @@
 // exits. The code lets a caller react (the server maps it to an HTTP status once) without
 // matching message text.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <variant>
@@ -21,6 +22,7 @@ enum class ErrorCode {
 struct Error {
   std::string message;
   ErrorCode code = ErrorCode::unknown;
+  int64_t retry_after_ms = 0;  // exhausted: when trying again may succeed (0: not known)
 };
 
 template <typename T>
@@ -38,6 +40,7 @@ class [[nodiscard]] Result {
   T& operator*() { return value(); }
   const std::string& error() const { return std::get<1>(v_).message; }
   ErrorCode error_code() const { return std::get<1>(v_).code; }
+  const Error& error_info() const { return std::get<1>(v_); }
 
  private:
   std::variant<T, Error> v_;

@@ -2,9 +2,21 @@
 // work under the mutex, so the forward pass never runs while holding it.
 #include "engine/engine.h"
 
+#include <cmath>
 #include <cstdio>
 
+#include "sched/ttft_forecast.h"
+
 namespace kvasir::engine {
+
+namespace {
+
+sched::Arrival arrival_of(const GenerationParams& p) {
+  return {p.service_class, p.priority, p.tenant, p.tenant_weight, int64_t(p.prompt.size())};
+}
+
+}  // namespace
+
 
 void RequestStream::push(Delta d) {
   {
@@ -48,6 +60,11 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(GenerationParams params) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stop_ || draining_) return Error{"the engine is shutting down", ErrorCode::unavailable};
+    if (params.ttft_deadline_ms > 0)
+      if (auto refusal = refuse_late(params)) {
+        ++num_refused_;
+        return *refusal;
+      }
     const RequestId id = next_id_++;
     stream = std::make_shared<RequestStream>(id);
     streams_[id] = stream;
@@ -55,6 +72,19 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(GenerationParams params) {
   }
   work_.notify_all();
   return stream;
+}
+
+std::optional<Error> Engine::refuse_late(const GenerationParams& params) const {
+  sched::QueueLoad load = load_;
+  for (const auto& [id, queued] : pending_adds_) sched::add_arrival(load, arrival_of(queued));
+  const int64_t forecast_ns = sched::forecast_ttft_ns(load, arrival_of(params));
+  const double forecast_ms = double(forecast_ns) / 1e6;
+  if (forecast_ns < 0 || forecast_ms <= params.ttft_deadline_ms) return std::nullopt;
+  char msg[200];
+  std::snprintf(msg, sizeof msg, "the first token cannot come within the TTFT deadline of %.0f ms: it is forecast in %.0f ms",
+                params.ttft_deadline_ms, forecast_ms);
+  // Trying again is worth it once the work ahead has shrunk by the excess.
+  return Error{msg, ErrorCode::exhausted, int64_t(std::ceil(forecast_ms - params.ttft_deadline_ms))};
 }
 
 void Engine::abort(RequestId id) {
@@ -67,7 +97,9 @@ void Engine::abort(RequestId id) {
 
 EngineStats Engine::stats() {
   std::lock_guard<std::mutex> lock(mutex_);
-  return stats_;
+  EngineStats s = stats_;
+  s.num_refused = num_refused_;
+  return s;
 }
 
 bool Engine::call(const std::function<void(EngineCore&)>& fn) {
@@ -127,6 +159,7 @@ void Engine::loop() {
         pending_adds_.clear();
       }
       adds.swap(pending_adds_);
+      for (const auto& [id, params] : adds) sched::add_arrival(load_, arrival_of(params));  // until the step's load
       aborts.swap(pending_aborts_);
       calls.swap(pending_calls_);
     }
@@ -157,6 +190,7 @@ void Engine::loop() {
       if (last) streams_.erase(it);
     }
     stats_ = core_->stats();
+    load_ = core_->load();
     if (streams_.empty()) work_.notify_all();  // wakes drain()
     if (stop_ && streams_.empty() && !core_->has_unfinished()) return;
   }

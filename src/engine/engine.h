@@ -11,6 +11,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <atomic>
@@ -75,7 +76,14 @@ struct GenerationParams {
   std::vector<int32_t> prompt;
   SamplingParams sampling;
   StopConditions stop;
-  int32_t priority = 0;        // lower runs first
+  int32_t priority = 0;        // lower runs first within a service class
+  // Serving under SLOs (sched/wait_queue.h, sched/ttft_forecast.h): batch work yields to
+  // interactive work; tenants of one class and priority share by weight; a request with a TTFT
+  // deadline that its forecast misses is refused at submit (ErrorCode::exhausted, retry_after_ms).
+  sched::ServiceClass service_class = sched::ServiceClass::interactive;
+  std::string tenant;          // fair-share unit; empty: one shared tenant
+  double tenant_weight = 1.0;
+  double ttft_deadline_ms = 0; // 0: no deadline, always queued
   std::string cache_salt;      // tenant isolation of the prefix cache
   int32_t top_logprobs = -1;   // -1: no logprobs; 0..20: chosen token's logprob + that many alternatives
   // Prompt scoring: -1 none; 0..20: every prompt token's logprob under the model given the tokens
@@ -148,6 +156,7 @@ struct EngineOptions {
   std::shared_ptr<ThreadPool> pool = nullptr;
   bool prefix_cache = true;
   double tpot_target_ms = 0;   // decode latency target per output token (sched::SchedulerConfig); 0: off
+  bool reserve_kv = false;     // admit only when the whole answer's KV fits (sched::SchedulerConfig)
   SpecOptions spec;
   sched::Clock clock = {};     // the scheduler's step timing (its cost model); empty: steady clock
 };
@@ -157,6 +166,8 @@ struct EngineStats {
   int64_t kv_blocks_total = 0, kv_blocks_used = 0;
   int64_t prefix_queries = 0, prefix_hits = 0, prefix_query_tokens = 0, prefix_hit_tokens = 0, prefix_evictions = 0;
   int64_t num_preemptions = 0;
+  int64_t num_yields = 0;        // preemptions that gave a seat to a better class or priority
+  int64_t num_refused = 0;       // submits refused because the TTFT forecast missed the deadline
   int64_t num_prefill_held = 0;  // steps in which the TPOT target held prefill back
   int64_t prompt_tokens_total = 0, generation_tokens_total = 0;  // computed prompt tokens, sampled tokens
   int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;  // speculative decoding
@@ -191,6 +202,7 @@ class EngineCore {
   Status step(std::vector<Delta>& out);
   bool has_unfinished() const;
   EngineStats stats() const;
+  sched::QueueLoad load() const;  // for TTFT forecasts (sched/ttft_forecast.h)
   const Tokenizer& tokenizer() const;
   runtime::ModelRunner& runner();
 
@@ -252,6 +264,8 @@ class Engine {
 
  private:
   void loop();
+  // The refusal of a request whose forecast TTFT misses its deadline; called under mutex_.
+  std::optional<Error> refuse_late(const GenerationParams& params) const;
 
   std::unique_ptr<EngineCore> core_;
   std::mutex mutex_;
@@ -263,6 +277,8 @@ class Engine {
   std::atomic<int64_t> next_hold_{-1};
   RequestId next_id_ = 1;
   EngineStats stats_;
+  sched::QueueLoad load_;  // after the last step; submit adds what is pending to it
+  int64_t num_refused_ = 0;
   bool stop_ = false, draining_ = false;
   std::thread thread_;
 };

@@ -52,6 +52,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<runtime::
                                          .max_model_len = len,
                                          .enable_prefix_cache = o.prefix_cache,
                                          .tpot_slo_ns = int64_t(o.tpot_target_ms * 1e6),
+                                         .reserve_kv = o.reserve_kv,
                                          .model_id = info.identity,
                                          .clock = o.clock});
   if (!sched) return Error{sched.error()};
@@ -98,6 +99,8 @@ Status EngineCore::validate(const GenerationParams& p) const {
   if (!(s.repetition_penalty > 0) || !std::isfinite(s.repetition_penalty)) return Error{"repetition_penalty must be > 0"};
   if (!std::isfinite(s.presence_penalty) || !std::isfinite(s.frequency_penalty)) return Error{"penalties must be finite"};
   if (p.stop.max_tokens < 0) return Error{"max_tokens must be >= 0"};
+  if (!(p.tenant_weight > 0) || !std::isfinite(p.tenant_weight)) return Error{"tenant_weight must be positive"};
+  if (!(p.ttft_deadline_ms >= 0) || !std::isfinite(p.ttft_deadline_ms)) return Error{"ttft_deadline_ms must be >= 0"};
   if (p.stop.min_tokens < 0 || p.stop.min_tokens > p.stop.max_tokens) return Error{"min_tokens must be in [0, max_tokens]"};
   if (p.top_logprobs > 20) return Error{"top_logprobs must be <= 20"};
   if (p.prompt_logprobs < -1 || p.prompt_logprobs > 20) return Error{"prompt_logprobs must be in [0, 20]"};
@@ -128,7 +131,8 @@ Status EngineCore::add_request_with_id(RequestId id, GenerationParams params) {
   // Scoring and mean / CLS pooling need rows the prefix cache would skip.
   const bool every_row = params.prompt_logprobs >= 0 || params.pooling == Pooling::mean || params.pooling == Pooling::cls;
   sched::RequestOptions ro{.priority = params.priority, .max_new_tokens = params.stop.max_tokens,
-                           .cache_salt = params.cache_salt, .prefill_only = params.stop.max_tokens == 0,
+                           .service_class = params.service_class, .tenant = params.tenant,
+                           .tenant_weight = params.tenant_weight, .cache_salt = params.cache_salt, .prefill_only = params.stop.max_tokens == 0,
                            .reuse_prefix = !every_row};
   std::vector<int32_t> prompt = params.prompt;
   if (auto s = m.scheduler.add_request(id, std::move(prompt), std::move(ro)); !s) return s;
@@ -428,6 +432,8 @@ Status EngineCore::commit_kv(int64_t hold_id, std::span<const int32_t> tokens) {
 
 void EngineCore::release_kv(int64_t hold_id) { impl_->scheduler.release_kv(hold_id); }
 
+sched::QueueLoad EngineCore::load() const { return impl_->scheduler.load(); }
+
 EngineStats EngineCore::stats() const {
   const Impl& m = *impl_;
   EngineStats s = m.totals;
@@ -443,6 +449,7 @@ EngineStats EngineCore::stats() const {
   s.prefix_hit_tokens = pc.num_hit_tokens;
   s.prefix_evictions = pc.num_evictions;
   s.num_preemptions = m.scheduler.counters().num_preemptions;
+  s.num_yields = m.scheduler.counters().num_yields;
   s.num_prefill_held = m.scheduler.counters().num_prefill_held;
   s.num_steps = m.scheduler.counters().num_steps;
   s.kv_layers = m.runner->info().n_layers;

@@ -20,4 +20,6 @@ std::string_view to_string(FinishReason reason) {
   return "unknown";
 }
 
+std::string_view to_string(ServiceClass c) { return c == ServiceClass::batch ? "batch" : "interactive"; }
+
 }  // namespace kvasir::sched

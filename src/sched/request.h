@@ -20,9 +20,19 @@ enum class RequestState { Waiting, Running, Finished };
 enum class FinishReason { None, Stop, Length, StopString, Abort };
 std::string_view to_string(FinishReason reason);
 
+// Service classes: batch work only gets what interactive work leaves, and gives up its seat and
+// its step budget to interactive work within one step (Scheduler).
+enum class ServiceClass { interactive, batch };
+std::string_view to_string(ServiceClass c);
+
 struct RequestOptions {
-  int32_t priority = 0;        // lower runs first; FCFS among equals
+  int32_t priority = 0;        // within a class: lower runs first; fair share, then FCFS, among equals
   int32_t max_new_tokens = 0;  // 0: only max_model_len bounds the answer
+  ServiceClass service_class = ServiceClass::interactive;
+  // Fair share: waiting requests of one class and priority are admitted tenant by tenant, the
+  // tenant that has received the least service per unit of weight first (sched/wait_queue.h).
+  std::string tenant = {};
+  double tenant_weight = 1.0;  // > 0
   std::string cache_salt = {}; // tenant salt: prefix-cache hits only within the same salt
   // Computes the prompt and finishes (FinishReason::Length) without a generated token: scoring a
   // prompt, embedding it, warming the prefix cache. update() expects no output for it.

@@ -8,6 +8,12 @@ namespace {
 
 std::string str(int64_t v) { return std::to_string(v); }
 
+// Whether a goes before b: a better class, or the same class and a lower priority value.
+bool outranks(const Request& a, const Request& b) {
+  if (a.options.service_class != b.options.service_class) return a.options.service_class < b.options.service_class;
+  return a.options.priority < b.options.priority;
+}
+
 }  // namespace
 
 Result<Scheduler> Scheduler::create(SchedulerConfig config) {
@@ -52,6 +58,7 @@ Status Scheduler::add_request(RequestId id, std::vector<int32_t> prompt, Request
                  " tokens leaves no room to generate within max_model_len " + str(config_.max_model_len)};
   }
   if (options.max_new_tokens < 0) return Error{"request " + str(id) + ": max_new_tokens must be >= 0"};
+  if (!(options.tenant_weight > 0)) return Error{"request " + str(id) + ": tenant_weight must be positive"};
   auto r = std::make_unique<Request>();
   r->id = id;
   r->num_prompt_tokens = int32_t(prompt.size());
@@ -64,7 +71,7 @@ Status Scheduler::add_request(RequestId id, std::vector<int32_t> prompt, Request
   r->options = std::move(options);
   r->arrival_seq = next_arrival_seq_++;
   r->timings.arrival_ns = now();
-  waiting_.emplace(WaitKey{r->options.priority, r->arrival_seq}, r.get());
+  waiting_.push(r.get());
   requests_.emplace(id, std::move(r));
   return {};
 }
@@ -147,17 +154,20 @@ const SchedulerOutput& Scheduler::step() {
   for (Request* r : running_) {
     if (r->num_tokens() - r->num_computed_tokens > 1) candidates_.push_back(r);
   }
+  std::stable_sort(candidates_.begin(), candidates_.end(),
+                   [](const Request* a, const Request* b) { return outranks(*a, *b); });
   // Prefill chunks (running ones, then admissions) share what is left, under the TPOT target;
   // after kMaxHeldSteps steps without any, one small chunk goes regardless.
   const bool prefill_pending = !candidates_.empty() || (!waiting_.empty() && !preempted_this_step_);
   force_progress_ = held_steps_ >= kMaxHeldSteps;
   int32_t prefill_budget = std::min(budget, force_progress_ ? kMinPrefillChunk : prefill_cap());
   const int32_t decode_tokens = out_.num_tokens;
+  // Admitting while preempting for blocks would only thrash.
   for (Request* r : candidates_) {
     if (prefill_budget == 0) break;
-    if (r->state == RequestState::Running) schedule_running(r, &prefill_budget);
+    if (!preempted_this_step_) admit_waiting(&prefill_budget, r);  // those that outrank r go first
+    if (prefill_budget > 0 && r->state == RequestState::Running) schedule_running(r, &prefill_budget);
   }
-  // Admitting while preempting would only thrash.
   if (!preempted_this_step_) admit_waiting(&prefill_budget);
 
   step_prefill_tokens_ = out_.num_tokens - decode_tokens;
@@ -270,30 +280,78 @@ int32_t Scheduler::draft_room(const Request& r, int32_t budget, int32_t fit) con
   return std::max(k, 0);
 }
 
-void Scheduler::admit_waiting(int32_t* budget) {
-  while (*budget > 0 && int32_t(running_.size()) < config_.max_seqs && !waiting_.empty()) {
-    // Under a TPOT target, one more sequence must keep the decode step within it.
-    if (config_.tpot_slo_ns > 0 && !running_.empty() && !force_progress_ &&
-        cost_.decode_time(int32_t(running_.size()) + 1) > double(config_.tpot_slo_ns)) {
-      break;
-    }
-    Request* r = waiting_.begin()->second;
-    const std::string& salt = r->options.cache_salt;
+void Scheduler::admit_waiting(int32_t* budget, const Request* bound) {
+  while (*budget > 0 && !waiting_.empty()) {
+    Request* r = waiting_.front();
+    if (bound && !outranks(*r, *bound)) break;
+    if (!admit(r, budget)) break;  // head of line waits for a seat or blocks
+  }
+}
+
+// Whether a sequence may join the running set: a seat under max_seqs and, under a TPOT target, a
+// decode step of one more sequence within the target (on a slow machine the target caps
+// concurrency; after kMaxHeldSteps one more goes regardless).
+bool Scheduler::seat_free() const {
+  if (running_.empty()) return true;
+  if (int32_t(running_.size()) >= config_.max_seqs) return false;
+  return config_.tpot_slo_ns <= 0 || force_progress_ ||
+         cost_.decode_time(int32_t(running_.size()) + 1) <= double(config_.tpot_slo_ns);
+}
+
+int32_t Scheduler::seats() const {
+  if (config_.tpot_slo_ns <= 0) return config_.max_seqs;
+  int32_t n = 1;
+  while (n < config_.max_seqs && cost_.decode_time(n + 1) <= double(config_.tpot_slo_ns)) ++n;
+  return n;
+}
+
+// A request's length when it ends at the latest.
+int32_t Scheduler::final_length(const Request& r) const {
+  if (r.options.prefill_only) return r.num_prompt_tokens;
+  if (r.options.max_new_tokens == 0) return config_.max_model_len;
+  return int32_t(std::min<int64_t>(int64_t(r.num_prompt_tokens) + r.options.max_new_tokens, config_.max_model_len));
+}
+
+bool Scheduler::kv_reserved_for(const Request& r, const kv::PrefixHit& hit) const {
+  if (!config_.reserve_kv) return true;
+  int64_t committed = 0;  // blocks the running requests may still take
+  for (const Request* x : running_)
+    committed += std::max<int64_t>(0, kv_.blocks_for(final_length(*x)) - int64_t(kv_.seq_blocks(x->id).size()));
+  int64_t hit_free = 0;  // cached blocks nobody references: counted as free, taken by the hit
+  for (kv::BlockId b : hit.blocks) hit_free += kv_.pool().is_free(b) ? 1 : 0;
+  const int64_t need = kv_.blocks_for(final_length(r)) - int64_t(hit.blocks.size());
+  return committed + need + hit_free <= kv_.num_free_blocks();
+}
+
+bool Scheduler::admit(Request* r, int32_t* budget) {
+  const std::string& salt = r->options.cache_salt;
+  kv::PrefixHit hit;
+  int32_t n = 0;
+  while (true) {
     // A preempted request comes back here too: its prompt and generated tokens are recomputed,
     // mostly from its own blocks if they are still cached.
-    kv::PrefixHit hit = r->options.reuse_prefix ? kv_.find_prefix(r->tokens, salt) : kv::PrefixHit{};
-    const int32_t n = chunk_limit(r->num_tokens() - hit.num_tokens, *budget);
-    if (!kv_.seq_admit(r->id, hit, n, salt, r->num_tokens())) break;  // head of line waits for blocks
-    waiting_.erase(waiting_.begin());
-    r->state = RequestState::Running;
-    r->admit_seq = next_admit_seq_++;
-    r->num_computed_tokens = hit.num_tokens;
-    r->num_cached_tokens = hit.num_tokens;
-    if (r->timings.first_scheduled_ns < 0) r->timings.first_scheduled_ns = now();
-    running_.push_back(r);
-    ++counters_.num_admitted;
-    emit(r, n, budget);
+    hit = r->options.reuse_prefix ? kv_.find_prefix(r->tokens, salt) : kv::PrefixHit{};
+    n = chunk_limit(r->num_tokens() - hit.num_tokens, *budget);
+    if (seat_free() && kv_reserved_for(*r, hit) && kv_.seq_admit(r->id, hit, n, salt, r->num_tokens())) break;
+    // No seat or no blocks: one that r outranks gives up its own (a yield, not a thrash: the
+    // victim cannot take them back while r runs).
+    Request* victim = yield_victim(*r);
+    if (!victim) return false;
+    const bool preempted_before = preempted_this_step_;
+    preempt(victim, budget);
+    preempted_this_step_ = preempted_before;
+    ++counters_.num_yields;
   }
+  waiting_.pop_front();
+  r->state = RequestState::Running;
+  r->admit_seq = next_admit_seq_++;
+  r->num_computed_tokens = hit.num_tokens;
+  r->num_cached_tokens = hit.num_tokens;
+  if (r->timings.first_scheduled_ns < 0) r->timings.first_scheduled_ns = now();
+  running_.push_back(r);
+  ++counters_.num_admitted;
+  emit(r, n, budget);
+  return true;
 }
 
 void Scheduler::emit(Request* r, int32_t num_tokens, int32_t* budget, int32_t num_draft) {
@@ -310,6 +368,8 @@ void Scheduler::emit(Request* r, int32_t num_tokens, int32_t* budget, int32_t nu
     counters_.num_draft_tokens += num_draft;
     for (int32_t j = 0; j < num_draft && size_t(j) < counters_.draft_tokens_at.size(); ++j) ++counters_.draft_tokens_at[size_t(j)];
   }
+  const int32_t prompt_rows = std::clamp(r->num_prompt_tokens - s.start, 0, num_tokens);
+  waiting_.charge(r->options.tenant, r->options.tenant_weight, prompt_rows, num_tokens + num_draft - prompt_rows);
   s.block_table = &kv_.seq_blocks(r->id);
   s.want_logits = s.end >= r->num_tokens();
   s.num_draft = num_draft;
@@ -331,6 +391,11 @@ Request* Scheduler::pick_victim() const {
   return victim;
 }
 
+Request* Scheduler::yield_victim(const Request& r) const {
+  Request* victim = pick_victim();
+  return victim && outranks(r, *victim) ? victim : nullptr;
+}
+
 void Scheduler::preempt(Request* victim, int32_t* budget) {
   // Already scheduled in this step: take the chunk back.
   for (auto it = out_.seqs.begin(); it != out_.seqs.end(); ++it) {
@@ -347,8 +412,8 @@ void Scheduler::preempt(Request* victim, int32_t* budget) {
   victim->state = RequestState::Waiting;
   ++victim->num_preemptions;
   running_.erase(std::find(running_.begin(), running_.end(), victim));
-  // Its original arrival puts it ahead of everything that came later with the same priority.
-  waiting_.emplace(WaitKey{victim->options.priority, victim->arrival_seq}, victim);
+  // Its original arrival puts it ahead of its tenant's later requests of the same level.
+  waiting_.push(victim);
   out_.preempted.push_back(victim->id);
   preempted_this_step_ = true;
   ++counters_.num_preemptions;
@@ -443,10 +508,18 @@ Status Scheduler::finish(RequestId id, FinishReason reason) {
 
 void Scheduler::finish_request(Request* r, FinishReason reason) {
   if (r->state == RequestState::Waiting) {
-    waiting_.erase(WaitKey{r->options.priority, r->arrival_seq});
+    waiting_.erase(r);
   } else if (r->state == RequestState::Running) {
     kv_.seq_free(r->id);
     running_.erase(std::find(running_.begin(), running_.end(), r));
+    // Seats free up at this rate while busy (the TTFT forecast's); an idle gap is not one.
+    const int64_t t = now();
+    constexpr double kKeep = 0.9;
+    if (last_finish_ns_ >= 0) {
+      const double gap = double(t - last_finish_ns_);
+      finish_interval_ns_ = finish_interval_ns_ > 0 ? kKeep * finish_interval_ns_ + (1 - kKeep) * gap : gap;
+    }
+    last_finish_ns_ = running_.empty() ? -1 : t;
   }
   r->state = RequestState::Finished;
   r->finish_reason = reason;
@@ -460,6 +533,31 @@ std::vector<Request> Scheduler::take_finished() {
   std::vector<Request> out;
   out.swap(finished_);
   return out;
+}
+
+QueueLoad Scheduler::load() const {
+  QueueLoad l;
+  auto add = [&l](const Request& r, int64_t tokens, int32_t requests) {
+    for (Backlog& b : l.backlog) {
+      if (b.service_class == r.options.service_class && b.priority == r.options.priority && b.tenant == r.options.tenant) {
+        b.tokens += tokens;
+        b.requests += requests;
+        return;
+      }
+    }
+    l.backlog.push_back({r.options.service_class, r.options.priority, r.options.tenant, r.options.tenant_weight, tokens,
+                         requests});
+  };
+  waiting_.for_each([&](const Request& r) { add(r, r.num_tokens(), 1); });
+  for (const Request* r : running_)
+    if (r->num_tokens() - r->num_computed_tokens > 1) add(*r, r->num_tokens() - r->num_computed_tokens, 0);
+  l.num_running = int32_t(running_.size());
+  l.seats = seats();
+  l.step_tokens = config_.max_batch_tokens;
+  l.decode_step_ns = running_.empty() ? 0 : cost_.decode_time(l.num_running);
+  l.prefill_token_ns = cost_.prefill_token_ns();
+  l.finish_interval_ns = finish_interval_ns_;
+  return l;
 }
 
 const Request* Scheduler::find(RequestId id) const {

@@ -7,9 +7,15 @@
 //      in admission order; a chunk shrinks to the blocks that are free, and when not even one
 //      token fits, the most recently admitted running sequence (largest priority value first) is
 //      preempted: its blocks are freed and it is requeued for recompute;
-//   2. if nobody was preempted, waiting requests in (priority, arrival) order, each admitted only
-//      when the blocks for its first chunk fit (after prefix-cache hits); the first that does not
-//      fit blocks the rest, so nobody is overtaken forever.
+//   2. if nobody was preempted, waiting requests in the wait queue's order (sched/wait_queue.h:
+//      class, priority, fair share between tenants, arrival), each admitted only when the blocks
+//      for its first chunk fit (after prefix-cache hits; with reserve_kv, the blocks of its whole
+//      answer next to what every running request may still grow by); the first that does not fit
+//      blocks the rest, so nobody is overtaken forever.
+// Classes: running prefills of a worse class or priority come after the waiting requests that
+// outrank them, and a waiting request that finds no seat or no blocks takes them from the worst
+// running request it outranks (preempted, requeued for recompute): batch work yields to
+// interactive work within one step.
 // With a TPOT target (tpot_slo_ns), the prefill chunks of 1 and 2 share a smaller budget while
 // sequences are decoding: only as many prefill tokens as every decoding sequence can absorb and
 // still average at most the target per output token, by a step-time model fitted to the
@@ -44,6 +50,8 @@
 #include "core/status.h"
 #include "kv/kv_manager.h"
 #include "sched/request.h"
+#include "sched/ttft_forecast.h"
+#include "sched/wait_queue.h"
 
 namespace kvasir::sched {
 
@@ -56,6 +64,10 @@ struct SchedulerConfig {
   int32_t max_chunk_tokens = 0;    // cap on one prefill chunk; 0: the token budget only
   bool enable_prefix_cache = true;
   int64_t tpot_slo_ns = 0;         // decode latency target per output token; 0: throughput first
+  // Admission counts the KV a request will need (prompt + max_new_tokens, or up to max_model_len)
+  // and admits it only when that fits beside what the running requests may still grow by: later
+  // preemption becomes rare (drafts and KV holds can still cause it), concurrency lower.
+  bool reserve_kv = false;
   std::string model_id = {};       // keys the prefix cache
   kv::BlockHasher hasher = {};     // empty: kv::hash_block
   Clock clock = {};                // empty: steady clock
@@ -96,6 +108,7 @@ struct SchedulerCounters {
   int64_t num_scheduled_tokens = 0;
   int64_t num_admitted = 0;     // admissions, re-admissions after preemption included
   int64_t num_preemptions = 0;
+  int64_t num_yields = 0;       // of them: a running request gave its seat or blocks to one that outranks it
   int64_t num_finished = 0;
   int64_t num_prefill_held = 0;  // steps in which the TPOT target held prefill back
   int64_t num_drafts = 0;        // sequences scheduled with draft tokens
@@ -182,6 +195,10 @@ class Scheduler {
   int32_t n_kv_holds() const { return int32_t(holds_.size()); }
   const SchedulerCounters& counters() const { return counters_; }
   const StepCostModel& step_cost() const { return cost_; }
+  // What the queue holds and what steps cost, for forecasting a newcomer's TTFT (ttft_forecast.h).
+  QueueLoad load() const;
+  // The fair-share counter of a tenant (service received per unit of weight, lifted; see WaitQueue).
+  double tenant_counter(std::string_view tenant) const { return waiting_.counter(tenant); }
   // Time the caller spent since the last step on work that is not a step's (a draft model
   // proposing for the next step, priced on its own): left out of the step being measured.
   void exclude_time(int64_t ns) { excluded_ns_ += std::max<int64_t>(ns, 0); }
@@ -195,23 +212,23 @@ class Scheduler {
   const SchedulerConfig& config() const { return config_; }
 
  private:
-  struct WaitKey {
-    int32_t priority;
-    uint64_t arrival_seq;
-    bool operator<(const WaitKey& o) const {
-      return priority != o.priority ? priority < o.priority : arrival_seq < o.arrival_seq;
-    }
-  };
-
   Scheduler(SchedulerConfig config, kv::KvManager kv);
   int64_t now() const { return config_.clock(); }
   int32_t chunk_limit(int32_t remaining, int32_t budget) const;
   void schedule_running(Request* r, int32_t* budget);
-  void admit_waiting(int32_t* budget);
+  // Admits waiting requests that outrank `bound` (all of them when null).
+  void admit_waiting(int32_t* budget, const Request* bound = nullptr);
+  bool admit(Request* r, int32_t* budget);
+  bool seat_free() const;
+  int32_t seats() const;
+  int32_t final_length(const Request& r) const;
+  bool kv_reserved_for(const Request& r, const kv::PrefixHit& hit) const;
   int32_t prefill_cap() const;
   void emit(Request* r, int32_t num_tokens, int32_t* budget, int32_t num_draft = 0);
   int32_t draft_room(const Request& r, int32_t budget, int32_t fit) const;
   Request* pick_victim() const;
+  // The worst running request `r` outranks (a worse class or priority), or null.
+  Request* yield_victim(const Request& r) const;
   void preempt(Request* victim, int32_t* budget);
   void finish_request(Request* r, FinishReason reason);
   FinishReason length_limit(const Request& r) const;
@@ -220,7 +237,7 @@ class Scheduler {
   kv::KvManager kv_;
   std::unordered_map<int64_t, std::string> holds_;  // KV holds and their salt
   std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;  // waiting and running
-  std::map<WaitKey, Request*> waiting_;
+  WaitQueue waiting_;
   std::vector<Request*> running_;  // admission order
   std::vector<Request> finished_;
   SchedulerOutput out_;
@@ -233,6 +250,8 @@ class Scheduler {
   StepCostModel cost_;
   int64_t step_start_ns_ = 0;
   int64_t excluded_ns_ = 0;  // exclude_time() since the last step
+  double finish_interval_ns_ = 0;  // moving average of the time between finishes while busy
+  int64_t last_finish_ns_ = -1;
   int32_t step_decodes_ = 0, step_prefill_tokens_ = 0, step_draft_rows_ = 0, held_steps_ = 0;
   bool last_step_busy_ = false, force_progress_ = false;
 };

@@ -117,6 +117,13 @@ Parsed<std::shared_ptr<const grammar::CompiledGrammar>> request_grammar(const Ge
   return *g;
 }
 
+void set_slo(engine::GenerationParams& p, const RequestSlo& slo) {
+  p.service_class = slo.batch ? sched::ServiceClass::batch : sched::ServiceClass::interactive;
+  p.tenant = slo.tenant;
+  p.tenant_weight = slo.weight;
+  p.ttft_deadline_ms = slo.ttft_deadline_ms;
+}
+
 engine::GenerationParams engine_params(const GenerationRequest& r, std::vector<int32_t> prompt, int32_t max_tokens,
                                        uint64_t base_seed, int32_t choice_seq,
                                        std::shared_ptr<const grammar::CompiledGrammar> grammar) {
@@ -137,6 +144,7 @@ engine::GenerationParams engine_params(const GenerationRequest& r, std::vector<i
   p.stop.stop_token_ids = r.stop_token_ids;
   p.stop.ignore_eos = r.ignore_eos;
   p.priority = r.priority;
+  set_slo(p, r.slo);
   p.cache_salt = r.cache_salt;
   p.top_logprobs = r.top_logprobs;
   p.prompt_logprobs = r.prompt_logprobs;
@@ -155,12 +163,20 @@ Parsed<std::unique_ptr<GenerationJob>> GenerationJob::submit(engine::Engine& eng
     if (i == 0 || prompt_of[i] != prompt_of[i - 1]) fetch_kv(params[i].prompt, params[i].cache_salt);
   for (size_t i = 0; i < params.size(); ++i) {
     const int32_t prompt_tokens = int32_t(params[i].prompt.size());
+    std::string service_class(sched::to_string(params[i].service_class)), tenant = params[i].tenant;
+    const double ttft_deadline_ms = params[i].ttft_deadline_ms;
     auto stream = engine.submit(std::move(params[i]));
-    if (!stream) return api_error(stream.error_code(), stream.error());  // ~GenerationJob aborts the queued ones
+    if (!stream) {  // ~GenerationJob aborts the queued ones
+      if (stream.error_code() == ErrorCode::exhausted) metrics.record_refused(service_class, tenant);
+      return api_error(stream.error_info());
+    }
     Choice c;
     c.index = int32_t(i);
     c.prompt_index = prompt_of[i];
     c.prompt_tokens = prompt_tokens;
+    c.service_class = std::move(service_class);
+    c.tenant = std::move(tenant);
+    c.ttft_deadline_ms = ttft_deadline_ms;
     c.stream = std::move(*stream);
     c.submitted = SteadyClock::now();
     job->choices_.push_back(std::move(c));
@@ -249,6 +265,9 @@ void GenerationJob::record(Choice& c, const engine::Delta& d) {
   r.cached_tokens = d.usage.cached_tokens;
   const ordered_json reason = finish_reason_json(d.finish);
   r.finish_reason = reason.is_string() ? reason.get<std::string>() : "unknown";
+  r.service_class = c.service_class;
+  r.tenant = c.tenant;
+  r.ttft_deadline_s = c.ttft_deadline_ms / 1e3;
   metrics_.observe(r);
 }
 

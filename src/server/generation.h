@@ -50,6 +50,9 @@ engine::GenerationParams engine_params(const GenerationRequest& request, std::ve
                                        int32_t max_tokens, uint64_t base_seed, int32_t choice_seq,
                                        std::shared_ptr<const grammar::CompiledGrammar> grammar = nullptr);
 
+// The engine's fields for a resolved SLO (server/slo.h): class, tenant, weight, TTFT deadline.
+void set_slo(engine::GenerationParams& p, const RequestSlo& slo);
+
 // A fresh random seed for a request that names none.
 uint64_t random_seed();
 
@@ -64,6 +67,8 @@ class GenerationJob {
     int32_t index = 0;         // OpenAI choice index
     int32_t prompt_index = 0;  // which prompt of the request
     int32_t prompt_tokens = 0;
+    std::string service_class, tenant;  // for the goodput counters
+    double ttft_deadline_ms = 0;
     std::shared_ptr<engine::RequestStream> stream;
     bool finished = false;
     engine::Usage usage;

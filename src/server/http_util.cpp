@@ -12,12 +12,19 @@ void send_json(http::Response& res, int status, const ordered_json& body) {
 void send_error(http::Response& res, const ApiError& error) {
   res.status = error.status;
   res.set_content(error_body(error), "application/json");
+  if (error.retry_after_s > 0) res.headers.set("Retry-After", std::to_string(error.retry_after_s));
 }
 
 http::Response error_response(const ApiError& error) {
   http::Response res;
   send_error(res, error);
   return res;
+}
+
+ApiError api_error(const Error& error) {
+  ApiError e = api_error(error.code, error.message);
+  if (error.retry_after_ms > 0) e.retry_after_s = (error.retry_after_ms + 999) / 1000;
+  return e;
 }
 
 ApiError api_error(ErrorCode code, std::string message) {

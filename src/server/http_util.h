@@ -14,5 +14,6 @@ void send_error(http::Response& res, const ApiError& error);
 http::Response error_response(const ApiError& error);
 // An error from the engine as the API says it: the one mapping of ErrorCode to HTTP statuses.
 ApiError api_error(ErrorCode code, std::string message);
+ApiError api_error(const Error& error);  // with Retry-After from retry_after_ms
 
 }  // namespace kvasir::server

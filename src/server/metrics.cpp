@@ -114,6 +114,30 @@ void Metrics::observe(const RequestRecord& r) {
     for (double g : r.itl_s) l->itl.observe(g);
   }
   ++finished_[r.finish_reason.empty() ? "unknown" : r.finish_reason];
+  // A request the client gave up on says nothing about the SLO.
+  if (r.finish_reason == "abort") return;
+  const bool ttft_ok = r.ttft_deadline_s <= 0 || (r.ttft_s >= 0 && r.ttft_s <= r.ttft_deadline_s);
+  const bool tpot_ok = tpot_slo_s_ <= 0 || r.tpot_s < 0 || r.tpot_s <= tpot_slo_s_;
+  SloCounts& c = slo_cell(r.service_class, r.tenant);
+  ++(ttft_ok && tpot_ok ? c.met : c.missed);
+}
+
+Metrics::SloCounts& Metrics::slo_cell(const std::string& service_class, const std::string& tenant) {
+  std::string label = tenant.empty() ? "default" : tenant;
+  size_t tenants = 0;
+  for (const auto& [key, counts] : slo_) tenants += key.first == service_class ? 1 : 0;
+  if (!slo_.count({service_class, label}) && tenants >= kMaxTenantLabels) label = "other";
+  return slo_[{service_class, label}];
+}
+
+void Metrics::record_refused(const std::string& service_class, const std::string& tenant) {
+  std::lock_guard lock(mutex_);
+  ++slo_cell(service_class, tenant).refused;
+}
+
+void Metrics::set_tpot_slo(double seconds) {
+  std::lock_guard lock(mutex_);
+  tpot_slo_s_ = seconds;
 }
 
 void Metrics::count_http_error(int status) {
@@ -179,6 +203,8 @@ std::string Metrics::render(const EngineGauges* g, const HttpGauges* http) const
     w.scalar("kvasir:generation_tokens_total", "counter", "Tokens generated.", double(g->generation_tokens_total));
     w.scalar("kvasir:num_preemptions_total", "counter", "Requests preempted to free KV blocks.",
              double(g->num_preemptions));
+    w.scalar("kvasir:num_yields_total", "counter",
+             "Running requests preempted to give their seat or KV to a better class or priority.", double(g->num_yields));
     w.scalar("kvasir:prefill_held_steps_total", "counter",
              "Engine steps in which the TPOT target (--tpot-target) held prefill back.", double(g->num_prefill_held));
     w.scalar("kvasir:spec_decode_num_drafts_total", "counter", "Sequence steps verified with draft tokens.",
@@ -206,6 +232,17 @@ std::string Metrics::render(const EngineGauges* g, const HttpGauges* http) const
     auto it = finished_.find(reason);
     w.sample("kvasir:request_success_total", std::string("finished_reason=\"") + reason + "\"",
              double(it == finished_.end() ? 0 : it->second));
+  }
+  if (!slo_.empty()) {
+    w.header("kvasir:slo_requests_total", "counter",
+             "Requests by service class and tenant: served within their SLO (TTFT deadline and --tpot-target), "
+             "served late, or refused at admission (429). Goodput is the rate of result=\"met\".");
+    for (const auto& [key, c] : slo_) {
+      const std::string labels = "service_class=\"" + escape_label(key.first) + "\",tenant=\"" + escape_label(key.second) + "\",result=";
+      w.sample("kvasir:slo_requests_total", labels + "\"met\"", double(c.met));
+      w.sample("kvasir:slo_requests_total", labels + "\"missed\"", double(c.missed));
+      w.sample("kvasir:slo_requests_total", labels + "\"refused\"", double(c.refused));
+    }
   }
   if (!http_errors_.empty()) {
     w.header("kvasir:http_errors_total", "counter", "Requests answered with an error status.");

@@ -49,6 +49,10 @@ struct RequestRecord {
   std::vector<double> itl_s;  // gaps between consecutive output tokens
   int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
   std::string finish_reason;  // "stop", "length", "abort"
+  // Serving under SLOs: the request's class ("interactive", "batch"), tenant ("" : the shared
+  // one) and TTFT deadline (seconds; <= 0: none), for the goodput counters.
+  std::string service_class = "interactive", tenant;
+  double ttft_deadline_s = 0;
 };
 
 // Engine state at scrape time (a copy of the fields of engine::EngineStats we export), so this
@@ -58,6 +62,7 @@ struct EngineGauges {
   int64_t kv_blocks_total = 0, kv_blocks_used = 0;
   int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0;
   int64_t num_preemptions = 0;
+  int64_t num_yields = 0;
   int64_t num_prefill_held = 0;
   int64_t prompt_tokens_total = 0, generation_tokens_total = 0;
   int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
@@ -80,6 +85,13 @@ class Metrics {
   explicit Metrics(std::string model_name, std::string prefix = "kvasir:");
   void observe(const RequestRecord& record);  // thread-safe
   void count_http_error(int status);          // 4xx/5xx answers, by status code
+  // A request admission refused (its TTFT forecast missed its deadline): counted as such in the
+  // goodput counters.
+  void record_refused(const std::string& service_class, const std::string& tenant);
+  // The TPOT bound a request must also meet to count as served within its SLO (seconds; 0: none).
+  void set_tpot_slo(double seconds);
+  // Distinct tenant labels kept in the goodput counters; later tenants count as "other".
+  static constexpr size_t kMaxTenantLabels = 64;
   // The whole exposition. `gauges` is null while the model is loading; `http` may be null.
   std::string render(const EngineGauges* gauges, const HttpGauges* http = nullptr) const;
 
@@ -95,6 +107,13 @@ class Metrics {
   std::map<std::pair<std::string, std::string>, Latencies> by_length_;  // key: length classes (input, output)
   std::map<std::string, uint64_t> finished_;                    // by finish reason
   std::map<int, uint64_t> http_errors_;
+  // Goodput: by (class, tenant label), requests that met their SLO, missed it, were refused.
+  struct SloCounts {
+    uint64_t met = 0, missed = 0, refused = 0;
+  };
+  SloCounts& slo_cell(const std::string& service_class, const std::string& tenant);  // under mutex_
+  std::map<std::pair<std::string, std::string>, SloCounts> slo_;
+  double tpot_slo_s_ = 0;
 };
 
 }  // namespace kvasir::server

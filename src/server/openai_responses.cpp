@@ -9,7 +9,7 @@ namespace {
 constexpr std::string_view kFields[] = {"model",  "input",    "instructions", "max_output_tokens", "temperature",
                                         "top_p",  "stream",   "previous_response_id", "store",      "metadata",
                                         "user",   "text",     "truncation",   "tools",             "tool_choice",
-                                        "parallel_tool_calls", "include"};
+                                        "parallel_tool_calls", "include", "service_tier", "ttft_deadline_ms"};
 
 bool known(const std::string& key) {
   for (auto k : kFields)
@@ -148,7 +148,8 @@ Parsed<Request> parse(JsonBody body) {
 
   // The sampling fields are the chat endpoint's: validated by its parser, under their own names.
   ordered_json chat{{"messages", ordered_json::array({{{"role", "user"}, {"content", ""}}})}};
-  for (const char* k : {"model", "temperature", "top_p", "stream", "user", "metadata", "store"})
+  for (const char* k : {"model", "temperature", "top_p", "stream", "user", "metadata", "store", "service_tier",
+                        "ttft_deadline_ms"})
     if (doc.contains(k)) chat[k] = doc[k];
   if (doc.contains("max_output_tokens")) chat["max_tokens"] = doc["max_output_tokens"];
   auto parsed = parse_chat_request(JsonBody{std::move(chat)});

@@ -8,6 +8,13 @@
 
 namespace kvasir::server {
 
+bool known_service_tier(const std::string& tier) {
+  for (const char* t : {"auto", "default", "priority", "interactive", "flex", "batch"})
+    if (tier == t) return true;
+  return false;
+}
+
+
 ApiError bad_request(std::string message, std::string param, std::string code) {
   return ApiError{.status = 400, .message = std::move(message), .param = std::move(param), .code = std::move(code)};
 }
@@ -243,7 +250,7 @@ constexpr std::string_view kGenerationFields[] = {
     "model", "max_tokens", "max_completion_tokens", "min_tokens", "temperature", "top_p", "top_k", "min_p",
     "presence_penalty", "frequency_penalty", "repetition_penalty", "seed", "stop", "stop_token_ids", "n", "stream",
     "stream_options", "logit_bias", "ignore_eos", "speculative", "cache_salt", "user", "priority", "metadata", "store",
-    "response_format", "grammar", "json_schema", "prompt_logprobs"};
+    "service_tier", "ttft_deadline_ms", "response_format", "grammar", "json_schema", "prompt_logprobs"};
 constexpr std::string_view kCompletionFields[] = {"prompt", "logprobs", "echo"};
 constexpr std::string_view kChatFields[] = {"messages", "logprobs", "top_logprobs", "add_generation_prompt",
                                             "continue_final_message", "tools", "chat_template_kwargs",
@@ -469,6 +476,11 @@ Parsed<GenerationRequest> read_generation(const ordered_json& doc) {
   f.string("cache_salt", g.cache_salt);
   f.string("user", g.user);
   f.integer("priority", g.priority, -1000000, 1000000);
+  f.string("service_tier", g.service_tier);
+  if (!f.error && !g.service_tier.empty() && !known_service_tier(g.service_tier))
+    f.fail("service_tier", "'service_tier' must be one of auto, default, priority, interactive, flex, batch; got '" +
+                               g.service_tier + "'");
+  f.integer("ttft_deadline_ms", g.ttft_deadline_ms, 0, 3'600'000);
   if (f.error) return *f.error;
   if (auto e = read_output_format(doc, g.format)) return *e;
   if (g.max_tokens && g.min_tokens > *g.max_tokens)

@@ -22,15 +22,26 @@ namespace kvasir::server {
 using ordered_json = nlohmann::ordered_json;
 
 // {"error": {"message", "type", "param", "code"}} with an HTTP status. Empty param/code print as null.
+// A request's SLO as the server resolved it (server/slo.h).
+struct RequestSlo {
+  bool batch = false;
+  std::string tenant;           // fair-share unit and metrics label; empty: the one shared tenant
+  double weight = 1.0;
+  double ttft_deadline_ms = 0;  // 0: none
+};
+
 struct ApiError {
   int status = 400;
   std::string message = {};
   std::string type = "invalid_request_error";
   std::string param = {};
   std::string code = {};
+  int64_t retry_after_s = 0;  // 429: sent as Retry-After when > 0
 };
 
 ApiError bad_request(std::string message, std::string param = {}, std::string code = {});
+// service_tier values: OpenAI's (auto, default, priority, flex) and kvasir's (interactive, batch).
+bool known_service_tier(const std::string& tier);
 ordered_json error_json(const ApiError& error);
 std::string error_body(const ApiError& error);
 
@@ -106,6 +117,11 @@ struct GenerationRequest {
   std::string cache_salt;
   std::string user;
   int32_t priority = 0;
+  // Serving under SLOs (server/slo.h): "flex" or "batch" is batch work, anything else interactive;
+  // empty: the API key's tier. ttft_deadline_ms overrides the key's and the server's (0: none).
+  std::string service_tier;
+  std::optional<int64_t> ttft_deadline_ms;
+  RequestSlo slo;                    // resolved by the route (server/slo.h apply_tenancy)
   bool speculative = true;           // extension: false opts out of speculative decoding
   std::optional<OutputFormat> format;  // constrained output; absent: free text
 };

@@ -49,6 +49,8 @@ Parsed<Embedded> embed(ServerState& st, Backend& b, const http::Request& req, st
   std::vector<engine::GenerationParams> params;
   std::vector<int32_t> prompt_of;
   const size_t limit = size_t(b.max_model_len - 1);
+  GenerationRequest tenancy;  // the key's tenant, class and deadline
+  apply_tenancy(st.options.slo, req, tenancy);
   for (size_t i = 0; i < inputs.size(); ++i) {
     PromptInput& in = inputs[i];
     if (!in.is_ids && !truncate)
@@ -71,7 +73,8 @@ Parsed<Embedded> embed(ServerState& st, Backend& b, const http::Request& req, st
     }
     p.stop.max_tokens = 0;
     p.pooling = b.pooling.pooling;
-    p.cache_salt = tenant_salt(req, "");
+    p.cache_salt = tenancy.cache_salt;
+    set_slo(p, tenancy.slo);
     params.push_back(std::move(p));
     prompt_of.push_back(int32_t(i));
   }

@@ -301,7 +301,7 @@ void handle_completions(ServerState& st, const http::Request& req, http::Respons
   if (auto e = check_request_ids(r->gen, *b->tokenizer)) return send_error(res, *e);
   auto grammar = request_grammar(r->gen, *b->grammars);
   if (!grammar) return send_error(res, grammar.error());
-  r->gen.cache_salt = tenant_salt(req, r->gen.cache_salt);
+  apply_tenancy(st.options.slo, req, r->gen);
   const uint64_t seed = r->gen.sampling.seed ? *r->gen.sampling.seed : random_seed();
   PreparedChoices pc;
   for (size_t p = 0; p < r->prompts.size(); ++p) {
@@ -340,7 +340,7 @@ void handle_chat(ServerState& st, const http::Request& req, http::Response& res)
   if (!setup) return send_error(res, setup.error());
   std::optional<ToolContext> tools = std::move(setup->context);
   const std::string trigger = std::move(setup->trigger);
-  r->gen.cache_salt = tenant_salt(req, r->gen.cache_salt);
+  apply_tenancy(st.options.slo, req, r->gen);
   auto prompt = chat_prompt(*b, r->messages,
                             chat::ChatRenderOptions{.add_generation_prompt = r->add_generation_prompt,
                                               .continue_final_message = r->continue_final_message,

@@ -43,6 +43,7 @@ EngineGauges gauges_of(const engine::EngineStats& s, double kv_guard_kld) {
                       .prefix_query_tokens = s.prefix_query_tokens,
                       .prefix_hit_tokens = s.prefix_hit_tokens,
                       .num_preemptions = s.num_preemptions,
+                      .num_yields = s.num_yields,
                       .num_prefill_held = s.num_prefill_held,
                       .prompt_tokens_total = s.prompt_tokens_total,
                       .generation_tokens_total = s.generation_tokens_total,

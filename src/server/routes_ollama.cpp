@@ -19,6 +19,7 @@ constexpr const char* kOllamaApiVersion = "0.6.0";
 
 void send_ollama_error(http::Response& res, const ApiError& e) {
   send_json(res, e.status, ordered_json{{"error", e.message}});
+  if (e.retry_after_s > 0) res.headers.set("Retry-After", std::to_string(e.retry_after_s));
 }
 
 std::string ollama_name(const ServerState& st) { return st.options.served_model_name + ":latest"; }
@@ -193,7 +194,7 @@ void handle_generation(ServerState& st, const http::Request& req, http::Response
     out["done_reason"] = "load";
     return send_json(res, 200, out);
   }
-  r->gen.cache_salt = tenant_salt(req, r->gen.cache_salt);
+  apply_tenancy(st.options.slo, req, r->gen);
   ChatPrompt prompt;
   if (!is_chat && r->raw) {
     if (auto e = check_text_length(r->prompt.size(), *b->tokenizer, b->max_model_len, Endpoint::completions))

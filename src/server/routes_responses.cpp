@@ -203,7 +203,7 @@ void handle_responses(ServerState& st, const std::shared_ptr<ResponseStore>& sto
   auto r = ra::parse(json_body(req));
   if (!r) return send_error(res, r.error());
   if (auto e = check_model(r->gen.model, st)) return send_error(res, *e);
-  r->gen.cache_salt = tenant_salt(req, r->gen.cache_salt);
+  apply_tenancy(st.options.slo, req, r->gen);
 
   ordered_json conversation = ordered_json::array();
   if (!r->previous_response_id.empty()) {

@@ -16,6 +16,7 @@
 #include "engine/structured.h"
 #include "model/model.h"
 #include "server/access.h"
+#include "server/slo.h"
 #include "chat/chat_format.h"
 #include "server/tool_calls.h"
 #include "server/metrics.h"
@@ -32,6 +33,7 @@ struct ServerOptions {
   size_t max_connections = 4096;     // open connections at most (idle ones cost no thread)
   std::string served_model_name;     // the id clients name in "model"
   std::string metrics_prefix = "kvasir:";  // --metrics-prefix
+  SloOptions slo;                    // tenants, classes, TTFT deadlines (server/slo.h)
 };
 
 // Everything loaded from the model file. Members are declared so that the engine, which holds
@@ -57,7 +59,10 @@ enum class Phase { loading, ready, draining, failed };
 
 class ServerState {
  public:
-  explicit ServerState(ServerOptions options) : options(std::move(options)), metrics(this->options.served_model_name, this->options.metrics_prefix) {}
+  explicit ServerState(ServerOptions options)
+      : options(std::move(options)), metrics(this->options.served_model_name, this->options.metrics_prefix) {
+    metrics.set_tpot_slo(this->options.slo.tpot_slo_ms / 1e3);
+  }
 
   const ServerOptions options;
   Metrics metrics;

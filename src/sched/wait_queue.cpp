@@ -1,0 +1,84 @@
+#include "sched/wait_queue.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace kvasir::sched {
+namespace {
+
+// Idle tenants at or below the floor are forgotten beyond this many (a lifted counter would bring
+// them back to the same place); heavier ones are kept so that going idle resets nothing.
+constexpr size_t kMaxIdleTenants = 4096;
+
+}  // namespace
+
+WaitQueue::Tenant& WaitQueue::tenant(const std::string& name) {
+  auto [it, fresh] = tenants_.try_emplace(name);
+  if (fresh) it->second.counter = floor_;
+  return it->second;
+}
+
+void WaitQueue::lift(Tenant& t) const {
+  double low = std::numeric_limits<double>::infinity();
+  for (const auto& [name, other] : tenants_)
+    if (other.waiting > 0) low = std::min(low, other.counter);
+  t.counter = std::max(t.counter, low == std::numeric_limits<double>::infinity() ? floor_ : low);
+}
+
+void WaitQueue::push(Request* r) {
+  Tenant& t = tenant(r->options.tenant);
+  if (t.waiting == 0) lift(t);
+  ++t.waiting;
+  levels_[level_of(*r)][r->options.tenant].emplace(r->arrival_seq, r);
+  ++size_;
+}
+
+Request* WaitQueue::front() const {
+  if (levels_.empty()) return nullptr;
+  const TenantQueue* best = nullptr;
+  double best_counter = 0;
+  for (const auto& [name, queue] : levels_.begin()->second) {
+    const double c = tenants_.at(name).counter;
+    if (!best || c < best_counter ||
+        (c == best_counter && queue.begin()->first < best->begin()->first)) {
+      best = &queue;
+      best_counter = c;
+    }
+  }
+  return best->begin()->second;
+}
+
+void WaitQueue::pop_front() {
+  Request* r = front();
+  if (!r) return;
+  floor_ = std::max(floor_, tenants_.at(r->options.tenant).counter);
+  erase(r);
+}
+
+void WaitQueue::erase(const Request* r) {
+  auto level = levels_.find(level_of(*r));
+  if (level == levels_.end()) return;
+  auto queue = level->second.find(r->options.tenant);
+  if (queue == level->second.end() || queue->second.erase(r->arrival_seq) == 0) return;
+  if (queue->second.empty()) level->second.erase(queue);
+  if (level->second.empty()) levels_.erase(level);
+  --tenants_.at(r->options.tenant).waiting;
+  --size_;
+  if (tenants_.size() > kMaxIdleTenants) prune();
+}
+
+void WaitQueue::charge(const std::string& name, double weight, int64_t prompt_rows, int64_t decode_rows) {
+  const double service = kPromptRowCost * double(prompt_rows) + kDecodeRowCost * double(decode_rows);
+  tenant(name).counter += service / std::max(weight, 1e-6);
+}
+
+double WaitQueue::counter(std::string_view name) const {
+  auto it = tenants_.find(std::string(name));
+  return it == tenants_.end() ? floor_ : it->second.counter;
+}
+
+void WaitQueue::prune() {
+  std::erase_if(tenants_, [&](const auto& e) { return e.second.waiting == 0 && e.second.counter <= floor_; });
+}
+
+}  // namespace kvasir::sched
