@@ -557,6 +557,10 @@ QueueLoad Scheduler::load() const {
   l.decode_step_ns = running_.empty() ? 0 : cost_.decode_time(l.num_running);
   l.prefill_token_ns = cost_.prefill_token_ns();
   l.finish_interval_ns = finish_interval_ns_;
+  for (const Request* r : running_) {
+    const int32_t left = final_length(*r) - r->num_tokens();
+    if (left > 0 && (l.min_remaining_tokens == 0 || left < l.min_remaining_tokens)) l.min_remaining_tokens = left;
+  }
   return l;
 }
 

@@ -53,9 +53,16 @@ int64_t forecast_ttft_ns(const QueueLoad& load, const Arrival& a) {
   const double prefill_ns = std::ceil(tokens / per_step) * decode_ns + tokens * load.prefill_token_ns;
   // Seats: beyond the free ones, each waits for a running request to finish.
   const double short_of_seats = ahead_requests + own_requests - double(std::max(0, load.seats - load.num_running));
+  // Until finishes are measured, the first seat frees when the shortest bounded answer ends, and the
+  // rest as if finishes were spread evenly over the running set.
+  double interval_ns = load.finish_interval_ns, first_ns = interval_ns;
+  if (interval_ns <= 0 && load.min_remaining_tokens > 0 && load.num_running > 0) {
+    first_ns = double(load.min_remaining_tokens) * decode_ns;
+    interval_ns = first_ns / load.num_running;
+  }
   double seats_ns = 0;
-  if (short_of_seats > 0 && load.finish_interval_ns > 0)
-    seats_ns = short_of_seats * load.finish_interval_ns + double(a.tokens) * load.prefill_token_ns + decode_ns;
+  if (short_of_seats > 0 && first_ns > 0)
+    seats_ns = first_ns + (short_of_seats - 1) * interval_ns + double(a.tokens) * load.prefill_token_ns + decode_ns;
   return int64_t(std::max(prefill_ns, seats_ns));
 }
 

@@ -33,6 +33,7 @@ struct QueueLoad {
   double decode_step_ns = -1;       // a step of num_running decodes alone; -1: not measured
   double prefill_token_ns = 0;      // each prefill token on top of it; 0: not measured
   double finish_interval_ns = 0;    // time between two requests finishing while busy; 0: not measured
+  int32_t min_remaining_tokens = 0; // fewest tokens a running request may still generate (0: none bounded)
 };
 
 struct Arrival {

@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <random>
+#include <thread>
 
 #include "engine/engine.h"
 #include "engine/fake_runner.h"
@@ -458,6 +459,63 @@ TEST(FakeRunnerEngine, APinnedPrefillReportsItsBlocksAsChunksComputeThem) {
   EXPECT_GT(c2->stats().kv_blocks_used, 0);
   c2->release_kv(hold2);
   EXPECT_EQ(c2->stats().kv_blocks_used, 0);
+}
+
+
+// Admission under a flood (virtual time: 1 ms a step, 20 us a row; 8 seats that turn over every
+// ~20 steps): a request of the flooding tenant with a 100 ms TTFT deadline is refused at once, with
+// a Retry-After; the same request from another tenant is forecast by its fair share (the next free
+// seat), accepted, and served within the deadline; nothing leaks.
+TEST(FakeRunnerEngine, AdmissionRefusesAtOnceWhatItsForecastSaysIsLateAndServesTheRest) {
+  int64_t elapsed = 0;
+  Engine engine(fake_core(8192, 64, 8, {}, {}, std::nullopt, &elapsed));
+  std::mt19937_64 rng(7);
+  auto request = [&](const std::string& tenant, double deadline_ms, int32_t max_tokens = 20) {
+    GenerationParams p;
+    for (int i = 0; i < 40; ++i) p.prompt.push_back(3 + int32_t(rng() % uint64_t(tokenizer().n_vocab() - 3)));
+    p.stop.max_tokens = max_tokens;
+    p.stop.ignore_eos = true;
+    p.sampling.temperature = 0;
+    p.tenant = tenant;
+    p.ttft_deadline_ms = deadline_ms;
+    return p;
+  };
+  std::vector<std::shared_ptr<RequestStream>> flood;
+  for (int i = 0; i < 2000; ++i) {
+    auto s = engine.submit(request("flood", 0));  // ~5,000 steps of work: still queued below
+    ASSERT_TRUE(s.ok()) << s.error();
+    flood.push_back(*s);
+  }
+  for (int i = 0; i < 2000 && engine.stats().num_steps < 20; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_GE(engine.stats().num_steps, 20);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  auto late = engine.submit(request("flood", 100));
+  const double submit_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_FALSE(late.ok());
+  EXPECT_EQ(late.error_code(), ErrorCode::exhausted);
+  EXPECT_GT(late.error_info().retry_after_ms, 0);
+  EXPECT_LT(submit_ms, 5.0);  // an answer, not a wait
+  EXPECT_EQ(engine.stats().num_refused, 1);
+
+  auto polite = engine.submit(request("polite", 100));
+  ASSERT_TRUE(polite.ok()) << polite.error();
+  Delta d;
+  double ttft_ms = -1;
+  while ((*polite)->next(d))
+    if (d.finish != FinishReason::None) ttft_ms = d.timings.ttft_ms;
+  EXPECT_GE(ttft_ms, 0);
+  EXPECT_LE(ttft_ms, 100.0);
+  // Without fair share (everyone one tenant) the same request is refused: it would queue behind
+  // the flood.
+  auto fcfs = engine.submit(request("flood", 100));
+  EXPECT_FALSE(fcfs.ok());
+  engine.abort_all();
+  for (auto& s : flood)
+    while (s->next(d)) {
+    }
+  EXPECT_TRUE(engine.drain(std::chrono::steady_clock::now() + std::chrono::seconds(10)));
+  EXPECT_EQ(engine.stats().kv_blocks_used, 0);
 }
 
 }  // namespace
