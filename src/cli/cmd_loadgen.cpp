@@ -39,7 +39,54 @@ struct LoadgenArgs {
   int64_t warmup = 2;
   bool detailed = false;
   double timeout_s = 600;
+  std::vector<std::string> tenants;  // NAME:RATE[:KEY]
+  double slo_ttft_ms = 0, slo_tpot_ms = 0;
 };
+
+struct TenantArg {
+  std::string name, key;
+  double rate = 0;
+};
+
+Result<TenantArg> parse_tenant(const std::string& text) {
+  const size_t a = text.find(':');
+  if (a == std::string::npos || a == 0) return Error{"--tenant wants NAME:RATE[:KEY], got '" + text + "'"};
+  const size_t b = text.find(':', a + 1);
+  TenantArg t{.name = text.substr(0, a), .key = b == std::string::npos ? "" : text.substr(b + 1)};
+  const std::string rate = text.substr(a + 1, b == std::string::npos ? std::string::npos : b - a - 1);
+  char* end = nullptr;
+  t.rate = std::strtod(rate.c_str(), &end);
+  if (rate.empty() || end != rate.c_str() + rate.size() || !(t.rate > 0) || std::isinf(t.rate))
+    return Error{"--tenant " + text + ": the rate must be a positive number of requests per second"};
+  return t;
+}
+
+// The per-tenant table of a multi-tenant run: what each tenant saw, and the whole.
+std::string tenant_table(const std::vector<TenantArg>& tenants, const loadgen::RunResult& run,
+                         std::span<const double> pcts, const loadgen::SloSpec& slo) {
+  std::string out = "| tenant | rate (req/s) | completed | refused (429) | failed | P50 TTFT (ms) | P99 TTFT (ms) | "
+                    "P99 TPOT (ms) | goodput (req/s) |\n|---|---|---|---|---|---|---|---|---|\n";
+  auto row = [&](const std::string& name, double rate, std::span<const loadgen::RequestOutcome> outcomes) {
+    const auto m = loadgen::compute_metrics(outcomes, run.duration_s, pcts, slo);
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "| %s | %.2f | %lld | %lld | %lld | %.0f | %.0f | %.1f | %.3f |\n", name.c_str(), rate,
+                  (long long)m.completed, (long long)m.refused, (long long)(m.failed - m.refused),
+                  m.ttft_ms.median,
+                  loadgen::tail_of(m, loadgen::KneeMetric::ttft), loadgen::tail_of(m, loadgen::KneeMetric::tpot),
+                  m.goodput);
+    out += buf;
+  };
+  double total_rate = 0;
+  for (const TenantArg& t : tenants) {
+    std::vector<loadgen::RequestOutcome> mine;
+    for (const auto& o : run.outcomes)
+      if (o.tenant == t.name) mine.push_back(o);
+    row(t.name, t.rate, mine);
+    total_rate += t.rate;
+  }
+  row("all", total_rate, run.outcomes);
+  return out;
+}
 
 Result<std::vector<double>> parse_numbers(const std::string& text, const std::string& flag) {
   std::vector<double> out;
@@ -96,6 +143,8 @@ int run_loadgen(const LoadgenArgs& a) {
   if (a.endpoint == "chat") co.endpoint = loadgen::Endpoint::chat;
   else if (a.endpoint != "completions") return fail("--endpoint must be completions or chat");
   if (auto u = loadgen::split_url(a.url); !u) return fail(u.error());
+  if (!a.tenants.empty() && (!a.rate.empty() || !a.concurrency.empty()))
+    return fail("--tenant sets each tenant's rate: leave out --rate and --concurrency");
   auto points = load_points(a);
   if (!points) return fail(points.error());
   auto pcts = parse_numbers(a.percentiles, "--percentiles");
@@ -149,12 +198,62 @@ int run_loadgen(const LoadgenArgs& a) {
       if (!o.success) return fail("warm-up request failed: " + o.error);
   }
 
+  const loadgen::SloSpec slo{.ttft_ms = a.slo_ttft_ms, .tpot_ms = a.slo_tpot_ms};
+  if (!a.tenants.empty()) {
+    // Several tenants, open loop each at its own rate, one run; requests split by rate.
+    std::vector<TenantArg> targs;
+    double total_rate = 0;
+    for (const std::string& text : a.tenants) {
+      auto t = parse_tenant(text);
+      if (!t) return fail(t.error());
+      total_rate += t->rate;
+      targs.push_back(*t);
+    }
+    std::vector<loadgen::TenantLoad> loads;
+    for (size_t i = 0; i < targs.size(); ++i) {
+      loadgen::WorkloadOptions two = wo;
+      two.seed = a.seed + 1000 * (i + 1);
+      two.num_requests = std::max<int64_t>(1, std::llround(double(a.num_prompts) * targs[i].rate / total_rate));
+      auto reqs = loadgen::build_workload(two, pool);
+      if (!reqs) return fail(reqs.error());
+      loadgen::ClientOptions tco = co;
+      if (!targs[i].key.empty()) tco.api_key = targs[i].key;
+      loads.push_back({.name = targs[i].name, .client = tco, .requests = std::move(*reqs),
+                       .load = {.mode = loadgen::LoadPoint::Mode::open, .rate = targs[i].rate, .burstiness = a.burstiness,
+                                .max_concurrency = a.max_concurrency, .seed = two.seed}});
+    }
+    std::fprintf(stderr, "loadgen: %zu tenants, %.2f req/s together ...\n", loads.size(), total_rate);
+    loadgen::SweepPoint sp;
+    sp.run = loadgen::run_tenants(loads, model);
+    sp.metrics = loadgen::compute_metrics(sp.run.outcomes, sp.run.duration_s, *pcts, slo);
+    const std::string table = tenant_table(targs, sp.run, *pcts, slo);
+    std::fwrite(table.data(), 1, table.size(), stdout);
+    if (!a.table_file.empty())
+      if (auto s = write_text(a.table_file, table); !s) return fail(s.error());
+    if (!a.result_json.empty()) {
+      nlohmann::ordered_json doc = loadgen::run_json(sp, a.detailed);
+      doc["slo_ttft_ms"] = a.slo_ttft_ms;
+      doc["slo_tpot_ms"] = a.slo_tpot_ms;
+      for (const TenantArg& t : targs) {
+        std::vector<loadgen::RequestOutcome> mine;
+        for (const auto& o : sp.run.outcomes)
+          if (o.tenant == t.name) mine.push_back(o);
+        auto m = loadgen::metrics_json(loadgen::compute_metrics(mine, sp.run.duration_s, *pcts, slo));
+        m["rate"] = t.rate;
+        doc["tenants"][t.name] = std::move(m);
+      }
+      if (auto s = write_text(a.result_json, doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"); !s)
+        return fail(s.error());
+    }
+    return sp.metrics.completed > 0 ? 0 : fail("no request succeeded");
+  }
+
   std::vector<loadgen::SweepPoint> sweep;
   for (const auto& p : *points) {
     std::fprintf(stderr, "loadgen: run %s ...\n", p.label().c_str());
     loadgen::SweepPoint sp;
     sp.run = loadgen::run_load(co, model, *requests, p);
-    sp.metrics = loadgen::compute_metrics(sp.run.outcomes, sp.run.duration_s, *pcts);
+    sp.metrics = loadgen::compute_metrics(sp.run.outcomes, sp.run.duration_s, *pcts, slo);
     std::fprintf(stderr, "loadgen: %s: %lld ok, %lld failed, %.2f req/s, %.1f output tok/s, %.1f s\n",
                  p.label().c_str(), (long long)sp.metrics.completed, (long long)sp.metrics.failed,
                  sp.metrics.request_throughput, sp.metrics.output_throughput, sp.run.duration_s);
@@ -238,6 +337,11 @@ void register_loadgen(CLI::App& app, Handler& handler) {
   cmd->add_option("--knee-metric", a->knee_metric, "Latency on the curve's y axis: ttft, tpot, itl or e2el (P99)");
   cmd->add_option("--warmup", a->warmup, "Requests sent before measuring");
   cmd->add_option("--timeout", a->timeout_s, "Per-request timeout in seconds");
+  cmd->add_option("--tenant", a->tenants,
+                  "A tenant NAME:RATE[:KEY] (repeat it): open loop at RATE req/s with its own API key; the requests "
+                  "(--num-prompts) are split by rate and each tenant's latency and goodput reported");
+  cmd->add_option("--slo-ttft-ms", a->slo_ttft_ms, "Goodput: a request counts when its TTFT is at most this (0: any)");
+  cmd->add_option("--slo-tpot-ms", a->slo_tpot_ms, "Goodput: ... and its TPOT at most this (0: any)");
   cmd->callback([&handler, a] { handler = [a] { return run_loadgen(*a); }; });
 }
 

@@ -188,6 +188,7 @@ RequestOutcome Client::send(const RequestSpec& spec, const std::string& model, S
     sent = http_->send(req, res, err);
   }
   o.latency_s = seconds(SteadyClock::now() - t0);
+  o.http_status = status;
   if (!sent) {
     o.error = "transport: " + httplib::to_string(err);
   } else if (status != 200) {

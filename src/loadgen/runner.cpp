@@ -103,4 +103,30 @@ RunResult run_load(const ClientOptions& client, const std::string& model, const 
   return out;
 }
 
+RunResult run_tenants(const std::vector<TenantLoad>& tenants, const std::string& model) {
+  std::vector<RunResult> parts(tenants.size());
+  const auto t0 = SteadyClock::now();
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < tenants.size(); ++i) {
+    threads.emplace_back([&, i] {
+      const TenantLoad& t = tenants[i];
+      parts[i].outcomes.resize(t.requests.size());
+      if (t.load.mode == LoadPoint::Mode::closed) run_closed(t.client, model, t.requests, t.load, parts[i], t0);
+      else run_open(t.client, model, t.requests, t.load, parts[i], t0);
+    });
+  }
+  for (auto& t : threads) t.join();
+  RunResult out;
+  out.duration_s = std::chrono::duration<double>(SteadyClock::now() - t0).count();
+  out.load = {.mode = LoadPoint::Mode::open, .rate = 0};
+  for (size_t i = 0; i < tenants.size(); ++i) {
+    out.load.rate += tenants[i].load.rate;
+    for (RequestOutcome& o : parts[i].outcomes) {
+      o.tenant = tenants[i].name;
+      out.outcomes.push_back(std::move(o));
+    }
+  }
+  return out;
+}
+
 }  // namespace kvasir::loadgen

@@ -37,4 +37,14 @@ std::vector<double> arrival_gaps(int64_t n, double rate, double burstiness, uint
 RunResult run_load(const ClientOptions& client, const std::string& model, const std::vector<RequestSpec>& requests,
                    const LoadPoint& load);
 
+// Several tenants at once from one time origin, each with its own key, requests and load; the
+// outcomes come back together, each labelled with its tenant.
+struct TenantLoad {
+  std::string name;
+  ClientOptions client;
+  std::vector<RequestSpec> requests;
+  LoadPoint load;
+};
+RunResult run_tenants(const std::vector<TenantLoad>& tenants, const std::string& model);
+
 }  // namespace kvasir::loadgen

@@ -35,8 +35,15 @@ double request_tpot(const RequestOutcome& o) {
   return (o.latency_s - o.ttft_s) / double(o.output_tokens - 1);
 }
 
+bool meets_slo(const RequestOutcome& o, const SloSpec& slo) {
+  if (!o.success) return false;
+  if (slo.ttft_ms > 0 && o.ttft_s * 1e3 > slo.ttft_ms) return false;
+  const double tpot = request_tpot(o);
+  return !(slo.tpot_ms > 0 && tpot >= 0 && tpot * 1e3 > slo.tpot_ms);
+}
+
 RunMetrics compute_metrics(std::span<const RequestOutcome> outcomes, double duration_s,
-                           std::span<const double> percentiles) {
+                           std::span<const double> percentiles, const SloSpec& slo) {
   RunMetrics m;
   m.duration_s = duration_s;
   std::vector<double> ttft, tpot, itl, e2el;
@@ -44,6 +51,8 @@ RunMetrics compute_metrics(std::span<const RequestOutcome> outcomes, double dura
   for (const RequestOutcome& o : outcomes) {
     edges.emplace_back(o.start_s, +1);
     edges.emplace_back(o.start_s + o.latency_s, -1);
+    m.refused += o.http_status == 429 ? 1 : 0;
+    m.slo_met += meets_slo(o, slo) ? 1 : 0;
     if (!o.success) {
       ++m.failed;
       continue;
@@ -63,6 +72,7 @@ RunMetrics compute_metrics(std::span<const RequestOutcome> outcomes, double dura
     m.request_throughput = double(m.completed) / duration_s;
     m.output_throughput = double(m.total_output) / duration_s;
     m.total_token_throughput = double(m.total_input + m.total_output) / duration_s;
+    m.goodput = double(m.slo_met) / duration_s;
   }
   m.ttft_ms = summarize(ttft, percentiles);
   m.tpot_ms = summarize(tpot, percentiles);
@@ -88,6 +98,9 @@ nlohmann::ordered_json metrics_json(const RunMetrics& m) {
   j["output_throughput"] = m.output_throughput;
   j["total_token_throughput"] = m.total_token_throughput;
   j["max_concurrent_requests"] = m.max_concurrent;
+  j["request_goodput"] = m.goodput;
+  j["slo_met"] = m.slo_met;
+  j["refused"] = m.refused;
   auto add = [&](const char* name, const Summary& s) {
     j[std::string("mean_") + name + "_ms"] = s.mean;
     j[std::string("median_") + name + "_ms"] = s.median;

@@ -20,7 +20,16 @@ struct RequestOutcome {
   std::vector<double> itl_s = {};  // gaps between consecutive chunks with text
   int64_t input_tokens = 0, output_tokens = 0;
   std::string text = {};
+  int http_status = 0;     // 0: no answer
+  std::string tenant = {}; // a multi-tenant run's tenant
 };
+
+// What a request must meet to count toward goodput (ms; 0: no bound).
+struct SloSpec {
+  double ttft_ms = 0, tpot_ms = 0;
+};
+// Whether a request succeeded within the SLO.
+bool meets_slo(const RequestOutcome& o, const SloSpec& slo);
 
 // Linear interpolation between closest ranks (numpy's default). p in [0, 100]; empty: 0.
 double percentile(std::vector<double> values, double p);
@@ -39,10 +48,13 @@ struct RunMetrics {
   double request_throughput = 0, output_throughput = 0, total_token_throughput = 0;
   Summary ttft_ms, tpot_ms, itl_ms, e2el_ms;
   int64_t max_concurrent = 0;  // most requests in flight at once, as observed
+  // Goodput (DistServe's): requests served within the SLO, per second; refused: answered 429.
+  int64_t slo_met = 0, refused = 0;
+  double goodput = 0;
 };
 
 RunMetrics compute_metrics(std::span<const RequestOutcome> outcomes, double duration_s,
-                           std::span<const double> percentiles);
+                           std::span<const double> percentiles, const SloSpec& slo = {});
 // TPOT of one request: (latency - ttft) / (output_tokens - 1); negative when undefined.
 double request_tpot(const RequestOutcome& o);
 

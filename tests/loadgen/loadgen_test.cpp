@@ -59,6 +59,30 @@ TEST(Stats, RunMetricsWithVllmNames) {
   EXPECT_EQ(percentile_name(99.9), "99.9");
 }
 
+TEST(Stats, GoodputCountsRequestsWithinTheSlo) {
+  auto ok = [](double ttft, double latency, int64_t out) {
+    return RequestOutcome{.success = true, .ttft_s = ttft, .latency_s = latency, .output_tokens = out, .http_status = 200};
+  };
+  std::vector<RequestOutcome> outs{
+      ok(0.1, 1.1, 11),   // TTFT 100 ms, TPOT 100 ms: met
+      ok(0.3, 0.4, 11),   // TTFT 300 ms: missed
+      ok(0.1, 3.1, 11),   // TPOT 300 ms: missed
+      ok(0.05, 0.05, 1),  // one token: no TPOT, met
+  };
+  RequestOutcome refused;
+  refused.http_status = 429;
+  refused.error = "HTTP 429: late";
+  outs.push_back(refused);
+  const std::vector<double> ps{50, 99};
+  const RunMetrics m = compute_metrics(outs, 2.0, ps, SloSpec{.ttft_ms = 200, .tpot_ms = 200});
+  EXPECT_EQ(m.slo_met, 2);
+  EXPECT_EQ(m.refused, 1);
+  EXPECT_EQ(m.failed, 1);
+  EXPECT_DOUBLE_EQ(m.goodput, 1.0);
+  // Without an SLO every success counts.
+  EXPECT_EQ(compute_metrics(outs, 2.0, ps).slo_met, 4);
+}
+
 TEST(Workload, LengthSpecs) {
   auto fixed = LengthSpec::parse("128");
   ASSERT_TRUE(fixed.ok());
