@@ -35,6 +35,8 @@ struct Params {
   kv::BlockHasher hasher = {};
   int64_t tpot_slo_ns = 0;  // with a clock that advances 1 ms per reading
   bool drafts = false;      // decoding requests carry random drafts; a random prefix is accepted
+  bool tenants = false;     // three tenants of random weights, interactive and batch requests
+  bool reserve_kv = false;
 };
 
 class Harness {
@@ -50,6 +52,7 @@ class Harness {
                        .max_chunk_tokens = p.max_chunk_tokens,
                        .enable_prefix_cache = p.enable_prefix_cache,
                        .tpot_slo_ns = p.tpot_slo_ns,
+                       .reserve_kv = p.reserve_kv,
                        .model_id = "fake",
                        .hasher = p.hasher,
                        .clock = [this] { return now_ns_ += 1'000'000; }})),
@@ -112,6 +115,12 @@ class Harness {
     o.priority = p_.priorities ? pick(0, 2) : 0;
     o.max_new_tokens = pick(0, 4) == 0 ? 0 : pick(1, 24);
     o.cache_salt = pick(0, 3) == 0 ? "tenant" : "";
+    if (p_.tenants) {
+      const int32_t t = pick(0, 2);
+      o.tenant = std::string(1, char('a' + t));
+      o.tenant_weight = 1.0 + t;
+      o.service_class = pick(0, 2) == 0 ? ServiceClass::batch : ServiceClass::interactive;
+    }
     const RequestId id = next_id_++;
     salt_of_[id] = o.cache_salt;
     ASSERT_TRUE(s_.add_request(id, prompt, o).ok());
@@ -323,6 +332,19 @@ TEST(SchedulerRandom, TpotTargetHoldsPrefillButEverythingDrains) {
 TEST(SchedulerRandom, PrioritiesStillDrain) {
   Harness h({.seed = 5, .priorities = true});
   h.run();
+}
+
+TEST(SchedulerRandom, TenantsClassesAndReservedKvStillDrain) {
+  for (uint32_t seed : {41u, 42u, 43u}) {
+    for (bool reserve : {false, true}) {
+      Harness h({.seed = seed, .drafts = seed == 43, .tenants = true, .reserve_kv = reserve});
+      h.run();
+      ASSERT_FALSE(HasFailure()) << "seed " << seed << (reserve ? " reserve" : "");
+      // Batch requests yield to interactive ones but are never starved for good.
+      EXPECT_LE(h.max_lifetime_steps(), 2 * kLifetimeBound);
+      EXPECT_GT(h.counters().num_yields, 0);
+    }
+  }
 }
 
 TEST(SchedulerRandom, DraftsAreVerifiedAndRolledBack) {
