@@ -181,6 +181,7 @@ void Engine::loop() {
     if (core_->has_unfinished()) {
       if (auto s = core_->step(deltas); !s) std::fprintf(stderr, "engine: %s\n", s.error().c_str());
     }
+    sched::QueueLoad load = core_->load();  // outside the lock: it walks the queue
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto& d : deltas) {
       auto it = streams_.find(d.id);
@@ -190,7 +191,7 @@ void Engine::loop() {
       if (last) streams_.erase(it);
     }
     stats_ = core_->stats();
-    load_ = core_->load();
+    load_ = std::move(load);
     if (streams_.empty()) work_.notify_all();  // wakes drain()
     if (stop_ && streams_.empty() && !core_->has_unfinished()) return;
   }

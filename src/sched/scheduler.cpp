@@ -324,6 +324,8 @@ bool Scheduler::kv_reserved_for(const Request& r, const kv::PrefixHit& hit) cons
 }
 
 bool Scheduler::admit(Request* r, int32_t* budget) {
+  // Preempted in this step: it comes back in a later one (the step's candidates still point at it).
+  if (std::find(out_.preempted.begin(), out_.preempted.end(), r->id) != out_.preempted.end()) return false;
   const std::string& salt = r->options.cache_salt;
   kv::PrefixHit hit;
   int32_t n = 0;
@@ -342,7 +344,7 @@ bool Scheduler::admit(Request* r, int32_t* budget) {
     preempted_this_step_ = preempted_before;
     ++counters_.num_yields;
   }
-  waiting_.pop_front();
+  waiting_.admitted(r);  // not front(): a request that yielded to r may be ahead of it now
   r->state = RequestState::Running;
   r->admit_seq = next_admit_seq_++;
   r->num_computed_tokens = hit.num_tokens;
@@ -393,7 +395,47 @@ Request* Scheduler::pick_victim() const {
 
 Request* Scheduler::yield_victim(const Request& r) const {
   Request* victim = pick_victim();
-  return victim && outranks(r, *victim) ? victim : nullptr;
+  if (victim && outranks(r, *victim)) return victim;
+  return fair_share_victim(r);
+}
+
+// Seats are shared by weight too: when r's tenant holds fewer seats of r's level than its share
+// even with r, and another tenant holds more than its own, that tenant's most recent request
+// yields. Without it a tenant that filled every seat keeps them while it floods, and everyone
+// else waits for its requests to end. The victim's blocks stay in the prefix cache, so its
+// recompute is mostly hits.
+Request* Scheduler::fair_share_victim(const Request& r) const {
+  struct Held {
+    int32_t seats = 0;
+    double weight = 1;
+    Request* newest = nullptr;
+  };
+  std::unordered_map<std::string_view, Held> held;
+  int32_t level_seats = 0;
+  for (Request* x : running_) {
+    if (outranks(*x, r) || outranks(r, *x)) continue;
+    Held& h = held[x->options.tenant];
+    ++h.seats;
+    h.weight = x->options.tenant_weight;
+    if (!h.newest || x->admit_seq > h.newest->admit_seq) h.newest = x;
+    ++level_seats;
+  }
+  if (level_seats == 0 || held.count(r.options.tenant) == held.size()) return nullptr;
+  held[r.options.tenant].weight = r.options.tenant_weight;
+  double total_weight = 0;
+  for (const auto& [tenant, h] : held) total_weight += h.weight;
+  auto share = [&](const Held& h) { return double(level_seats) * h.weight / total_weight; };
+  if (double(held[r.options.tenant].seats + 1) > share(held[r.options.tenant])) return nullptr;
+  Request* victim = nullptr;
+  double most_over = 0;
+  for (const auto& [tenant, h] : held) {
+    const double over = double(h.seats) - share(h);
+    if (tenant != r.options.tenant && over >= 1.0 && over > most_over) {
+      most_over = over;
+      victim = h.newest;
+    }
+  }
+  return victim;
 }
 
 void Scheduler::preempt(Request* victim, int32_t* budget) {
@@ -537,20 +579,23 @@ std::vector<Request> Scheduler::take_finished() {
 
 QueueLoad Scheduler::load() const {
   QueueLoad l;
-  auto add = [&l](const Request& r, int64_t tokens, int32_t requests) {
+  auto add = [&l](const Request& r, int64_t tokens, int32_t requests, int32_t seats) {
     for (Backlog& b : l.backlog) {
       if (b.service_class == r.options.service_class && b.priority == r.options.priority && b.tenant == r.options.tenant) {
         b.tokens += tokens;
         b.requests += requests;
+        b.seats += seats;
         return;
       }
     }
     l.backlog.push_back({r.options.service_class, r.options.priority, r.options.tenant, r.options.tenant_weight, tokens,
-                         requests});
+                         requests, seats});
   };
-  waiting_.for_each([&](const Request& r) { add(r, r.num_tokens(), 1); });
-  for (const Request* r : running_)
-    if (r->num_tokens() - r->num_computed_tokens > 1) add(*r, r->num_tokens() - r->num_computed_tokens, 0);
+  waiting_.for_each([&](const Request& r) { add(r, r.num_tokens(), 1, 0); });
+  for (const Request* r : running_) {
+    const int32_t left = r->num_tokens() - r->num_computed_tokens;  // 1: decoding, no prompt left
+    add(*r, left > 1 ? left : 0, 0, 1);
+  }
   l.num_running = int32_t(running_.size());
   l.seats = seats();
   l.step_tokens = config_.max_batch_tokens;

@@ -15,7 +15,8 @@
 // Classes: running prefills of a worse class or priority come after the waiting requests that
 // outrank them, and a waiting request that finds no seat or no blocks takes them from the worst
 // running request it outranks (preempted, requeued for recompute): batch work yields to
-// interactive work within one step.
+// interactive work within one step. Within a level, seats are shared by tenant weight: a tenant
+// below its share takes a seat from the tenant furthest above its own (fair_share_victim).
 // With a TPOT target (tpot_slo_ns), the prefill chunks of 1 and 2 share a smaller budget while
 // sequences are decoding: only as many prefill tokens as every decoding sequence can absorb and
 // still average at most the target per output token, by a step-time model fitted to the
@@ -229,6 +230,7 @@ class Scheduler {
   Request* pick_victim() const;
   // The worst running request `r` outranks (a worse class or priority), or null.
   Request* yield_victim(const Request& r) const;
+  Request* fair_share_victim(const Request& r) const;
   void preempt(Request* victim, int32_t* budget);
   void finish_request(Request* r, FinishReason reason);
   FinishReason length_limit(const Request& r) const;

@@ -30,12 +30,22 @@ int64_t forecast_ttft_ns(const QueueLoad& load, const Arrival& a) {
   const bool decodes_measured = load.num_running == 0 || load.decode_step_ns >= 0;
   if (!decodes_measured || load.prefill_token_ns <= 0) return -1;
   // The newcomer's own tenant at its level: its earlier work goes first (FCFS within a tenant).
-  double own_tokens = double(a.tokens), own_requests = 1;
-  for (const Backlog& b : load.backlog)
-    if (compare_level(b.service_class, b.priority, a.service_class, a.priority) == 0 && b.tenant == a.tenant) {
+  double own_tokens = double(a.tokens), own_requests = 1, own_seats = 0;
+  // The level's seats and the weights of the tenants holding them (Scheduler::fair_share_victim).
+  double level_seats = 0, seat_weight = a.weight;
+  for (const Backlog& b : load.backlog) {
+    if (compare_level(b.service_class, b.priority, a.service_class, a.priority) != 0) continue;
+    level_seats += b.seats;
+    if (b.tenant == a.tenant) {
       own_tokens += double(b.tokens);
       own_requests += b.requests;
+      own_seats += b.seats;
+    } else if (b.seats > 0) {
+      seat_weight += b.weight;
     }
+  }
+  const bool under_seat_share =
+      own_seats < level_seats && own_seats + own_requests <= level_seats * a.weight / seat_weight;
   double ahead_tokens = 0, ahead_requests = 0;
   for (const Backlog& b : load.backlog) {
     const int order = compare_level(b.service_class, b.priority, a.service_class, a.priority);
@@ -61,7 +71,7 @@ int64_t forecast_ttft_ns(const QueueLoad& load, const Arrival& a) {
     interval_ns = first_ns / load.num_running;
   }
   double seats_ns = 0;
-  if (short_of_seats > 0 && first_ns > 0)
+  if (short_of_seats > 0 && first_ns > 0 && !under_seat_share)
     seats_ns = first_ns + (short_of_seats - 1) * interval_ns + double(a.tokens) * load.prefill_token_ns + decode_ns;
   return int64_t(std::max(prefill_ns, seats_ns));
 }

@@ -2,7 +2,8 @@
 // the step costs the scheduler measured (StepCostModel), taken in the scheduler's own order: work
 // of a better class or priority goes first, work of a worse one yields, and at the request's own
 // level another tenant's backlog goes ahead only as far as fair share lets it (while the newcomer's
-// tenant is served t tokens, a tenant of weight w beside it is served t * w / w_own). Admission
+// tenant is served t tokens, a tenant of weight w beside it is served t * w / w_own), and a tenant
+// below its share of the level's seats waits for none (another tenant's request yields one). Admission
 // (engine::Engine::submit) refuses a request whose forecast misses its TTFT deadline.
 //
 // What it does not know: prefix-cache hits (a prompt counts whole, so the forecast errs late for
@@ -23,6 +24,7 @@ struct Backlog {
   double weight = 1.0;
   int64_t tokens = 0;    // prompt rows still to compute
   int32_t requests = 0;  // of them waiting for a seat
+  int32_t seats = 0;     // seats its running requests hold
 };
 
 struct QueueLoad {

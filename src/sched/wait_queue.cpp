@@ -48,10 +48,8 @@ Request* WaitQueue::front() const {
   return best->begin()->second;
 }
 
-void WaitQueue::pop_front() {
-  Request* r = front();
-  if (!r) return;
-  floor_ = std::max(floor_, tenants_.at(r->options.tenant).counter);
+void WaitQueue::admitted(const Request* r) {
+  floor_ = std::max(floor_, counter(r->options.tenant));
   erase(r);
 }
 

@@ -29,7 +29,7 @@ class WaitQueue {
 
   void push(Request* r);            // r->options say where; a preempted request keeps its arrival
   Request* front() const;           // the next to admit; nullptr when empty
-  void pop_front();                 // admits front()
+  void admitted(const Request* r);  // r leaves the queue to run (its counter becomes the floor)
   void erase(const Request* r);     // a waiting request that ends (abort)
   bool empty() const { return size_ == 0; }
   size_t size() const { return size_; }

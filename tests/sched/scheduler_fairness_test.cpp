@@ -63,14 +63,41 @@ int64_t polite_queue_ns(bool fair) {
 }  // namespace
 
 TEST(SchedulerFairness, AFloodingTenantCannotPushAnotherPastItsFairBound) {
-  // Fair bound: the polite request waits for one running request to end (a seat), at most its
-  // 4 decode steps and a prefill: 4 * 5 ms + 8 ms.
+  // Fair bound: the flood holds both seats, more than its share of one: the polite request takes
+  // one in the next step.
   const int64_t fair = polite_queue_ns(true);
   EXPECT_GE(fair, 0);
-  EXPECT_LE(fair, 4 * 5 * kMs + 8 * kMs + 5 * kMs);
+  EXPECT_LE(fair, 5 * kMs + 8 * kMs);
   // The planted bug (everyone one tenant, FCFS) waits behind the whole flood.
   const int64_t fcfs = polite_queue_ns(false);
   EXPECT_GT(fcfs, 10 * fair);
+}
+
+TEST(SchedulerFairness, ATenantOverItsSeatShareYieldsASeat) {
+  Scheduler s = make_sched({.max_batch_tokens = 64, .max_seqs = 4, .block_size = 4, .num_blocks = 256});
+  for (RequestId id = 1; id <= 6; ++id) ASSERT_TRUE(s.add_request(id, range(10 * int32_t(id), 6), of("flood", 40)).ok());
+  run_step(s);
+  ASSERT_EQ(s.num_running(), 4);
+  // Another tenant's request: the flood holds 4 seats of a share of 2, so its newest yields.
+  ASSERT_TRUE(s.add_request(100, range(500, 6), of("polite", 40)).ok());
+  const SchedulerOutput& out = s.step();
+  EXPECT_EQ(out.preempted, (std::vector<RequestId>{4}));
+  EXPECT_EQ(chunks_of(out).back(), (Chunk{100, 0, 6, true}));
+  std::vector<SeqOutput> outs;
+  for (const auto& q : out.seqs) outs.push_back({.id = q.id, .token = 1});
+  ASSERT_TRUE(s.update(outs).ok());
+  // A second one also fits its share (2 of 4); a third would not, and the flood's own waiting
+  // requests never preempt their tenant's running ones.
+  ASSERT_TRUE(s.add_request(101, range(600, 6), of("polite", 40)).ok());
+  ASSERT_TRUE(s.add_request(102, range(700, 6), of("polite", 40)).ok());
+  run_step(s);
+  run_step(s);
+  EXPECT_EQ(s.counters().num_yields, 2);
+  EXPECT_EQ(s.num_running(), 4);
+  EXPECT_EQ(s.find(102)->state, RequestState::Waiting);
+  // Equal weights, equal seats: nothing more moves until requests end.
+  for (int i = 0; i < 10; ++i) run_step(s);
+  EXPECT_EQ(s.counters().num_yields, 2);
 }
 
 TEST(SchedulerFairness, BackloggedTenantsReceiveServiceByTheirWeights) {
@@ -193,6 +220,20 @@ TEST(TtftForecast, FairShareBoundsWhatAnotherTenantPutsAhead) {
   EXPECT_EQ(forecast_ttft_ns(load, {.tenant = "polite", .tokens = 100}), int64_t(100 * 1e6));
   EXPECT_EQ(forecast_ttft_ns(load, {.service_class = ServiceClass::batch, .tenant = "x", .tokens = 100}),
             int64_t(500 * 1e6));
+}
+
+TEST(TtftForecast, ATenantBelowItsSeatShareWaitsForNoSeat) {
+  // Every seat is the flood's; finishes come every 100 ms and 20 flood requests wait.
+  QueueLoad load{.num_running = 4, .seats = 4, .step_tokens = 512, .decode_step_ns = 5e6, .prefill_token_ns = 1e5,
+                 .finish_interval_ns = 1e8};
+  load.backlog.push_back({.tenant = "flood", .tokens = 2000, .requests = 20, .seats = 4});
+  // The flood's next request waits for 21 seats to free; a polite one takes a seat now.
+  EXPECT_GE(forecast_ttft_ns(load, {.tenant = "flood", .tokens = 100}), int64_t(2.1e9));
+  EXPECT_LT(forecast_ttft_ns(load, {.tenant = "polite", .tokens = 100}), int64_t(1e8));
+  // Once it holds its share (2 of 4), its next request waits for a seat like anyone's.
+  load.backlog.push_back({.tenant = "polite", .tokens = 0, .requests = 0, .seats = 2});
+  load.backlog[0].seats = 2;
+  EXPECT_GE(forecast_ttft_ns(load, {.tenant = "polite", .tokens = 100}), int64_t(1e8));
 }
 
 TEST(TtftForecast, MatchesTheScheduledTtftWithinAFewSteps) {
