@@ -60,12 +60,14 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(GenerationParams params) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stop_ || draining_) return Error{"the engine is shutting down", ErrorCode::unavailable};
+    int64_t forecast_ns = -1;
     if (params.ttft_deadline_ms > 0)
-      if (auto refusal = refuse_late(params)) {
+      if (auto refusal = refuse_late(params, &forecast_ns)) {
         ++num_refused_;
         return *refusal;
       }
     const RequestId id = next_id_++;
+    if (forecast_ns >= 0 && double(forecast_ns) >= 0.1 * params.ttft_deadline_ms * 1e6) forecasts_[id] = forecast_ns;
     stream = std::make_shared<RequestStream>(id);
     streams_[id] = stream;
     pending_adds_.emplace_back(id, std::move(params));
@@ -74,12 +76,12 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(GenerationParams params) {
   return stream;
 }
 
-std::optional<Error> Engine::refuse_late(const GenerationParams& params) const {
+std::optional<Error> Engine::refuse_late(const GenerationParams& params, int64_t* forecast_ns) const {
   sched::QueueLoad load = load_;
   for (const auto& [id, queued] : pending_adds_) sched::add_arrival(load, arrival_of(queued));
-  const int64_t forecast_ns = sched::forecast_ttft_ns(load, arrival_of(params));
-  const double forecast_ms = double(forecast_ns) / 1e6;
-  if (forecast_ns < 0 || forecast_ms <= params.ttft_deadline_ms) return std::nullopt;
+  *forecast_ns = sched::forecast_ttft_ns(load, arrival_of(params));
+  const double forecast_ms = double(*forecast_ns) / 1e6 * calibration_.factor();
+  if (*forecast_ns < 0 || forecast_ms <= params.ttft_deadline_ms) return std::nullopt;
   char msg[200];
   std::snprintf(msg, sizeof msg, "the first token cannot come within the TTFT deadline of %.0f ms: it is forecast in %.0f ms",
                 params.ttft_deadline_ms, forecast_ms);
@@ -155,6 +157,7 @@ void Engine::loop() {
           Delta d{.id = id, .finish = FinishReason::Abort};
           streams_[id]->push(std::move(d));
           streams_.erase(id);
+          forecasts_.erase(id);
         }
         pending_adds_.clear();
       }
@@ -171,6 +174,7 @@ void Engine::loop() {
         if (auto it = streams_.find(id); it != streams_.end()) {
           it->second->push(Delta{.id = id, .finish = FinishReason::Abort});
           streams_.erase(it);
+          forecasts_.erase(id);
         }
       }
     }
@@ -187,6 +191,11 @@ void Engine::loop() {
       auto it = streams_.find(d.id);
       if (it == streams_.end()) continue;
       const bool last = d.finish != FinishReason::None;
+      if (last)
+        if (auto f = forecasts_.find(d.id); f != forecasts_.end()) {
+          if (d.timings.ttft_ms >= 0) calibration_.observe(double(f->second), d.timings.ttft_ms * 1e6);
+          forecasts_.erase(f);
+        }
       it->second->push(std::move(d));
       if (last) streams_.erase(it);
     }

@@ -264,8 +264,9 @@ class Engine {
 
  private:
   void loop();
-  // The refusal of a request whose forecast TTFT misses its deadline; called under mutex_.
-  std::optional<Error> refuse_late(const GenerationParams& params) const;
+  // The refusal of a request whose (calibrated) forecast TTFT misses its deadline, else nullopt
+  // with the raw forecast in *forecast_ns (-1: none); called under mutex_.
+  std::optional<Error> refuse_late(const GenerationParams& params, int64_t* forecast_ns) const;
 
   std::unique_ptr<EngineCore> core_;
   std::mutex mutex_;
@@ -278,6 +279,9 @@ class Engine {
   RequestId next_id_ = 1;
   EngineStats stats_;
   sched::QueueLoad load_;  // after the last step; submit adds what is pending to it
+  sched::ForecastCalibration calibration_;
+  // Admitted requests whose forecast is worth learning from (>= 10% of their deadline): raw forecast.
+  std::unordered_map<RequestId, int64_t> forecasts_;
   int64_t num_refused_ = 0;
   bool stop_ = false, draining_ = false;
   std::thread thread_;

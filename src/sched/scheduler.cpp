@@ -282,9 +282,16 @@ int32_t Scheduler::draft_room(const Request& r, int32_t budget, int32_t fit) con
 
 void Scheduler::admit_waiting(int32_t* budget, const Request* bound) {
   while (*budget > 0 && !waiting_.empty()) {
-    Request* r = waiting_.front();
-    if (bound && !outranks(*r, *bound)) break;
-    if (!admit(r, budget)) break;  // head of line waits for a seat or blocks
+    if (bound && !outranks(*waiting_.front(), *bound)) break;
+    // The fairest tenant's oldest request first. When it finds no seat (its tenant holds its
+    // share), the next tenant's may still take one by fair share; blocks are waited for in order.
+    bool admitted = false;
+    for (Request* r : waiting_.heads()) {
+      const Admission a = admit(r, budget);
+      admitted = a == Admission::admitted;
+      if (a != Admission::no_seat) break;
+    }
+    if (!admitted) break;
   }
 }
 
@@ -323,9 +330,9 @@ bool Scheduler::kv_reserved_for(const Request& r, const kv::PrefixHit& hit) cons
   return committed + need + hit_free <= kv_.num_free_blocks();
 }
 
-bool Scheduler::admit(Request* r, int32_t* budget) {
+Scheduler::Admission Scheduler::admit(Request* r, int32_t* budget) {
   // Preempted in this step: it comes back in a later one (the step's candidates still point at it).
-  if (std::find(out_.preempted.begin(), out_.preempted.end(), r->id) != out_.preempted.end()) return false;
+  if (std::find(out_.preempted.begin(), out_.preempted.end(), r->id) != out_.preempted.end()) return Admission::no_seat;
   const std::string& salt = r->options.cache_salt;
   kv::PrefixHit hit;
   int32_t n = 0;
@@ -334,11 +341,12 @@ bool Scheduler::admit(Request* r, int32_t* budget) {
     // mostly from its own blocks if they are still cached.
     hit = r->options.reuse_prefix ? kv_.find_prefix(r->tokens, salt) : kv::PrefixHit{};
     n = chunk_limit(r->num_tokens() - hit.num_tokens, *budget);
-    if (seat_free() && kv_reserved_for(*r, hit) && kv_.seq_admit(r->id, hit, n, salt, r->num_tokens())) break;
+    const bool seat = seat_free();
+    if (seat && kv_reserved_for(*r, hit) && kv_.seq_admit(r->id, hit, n, salt, r->num_tokens())) break;
     // No seat or no blocks: one that r outranks gives up its own (a yield, not a thrash: the
     // victim cannot take them back while r runs).
     Request* victim = yield_victim(*r);
-    if (!victim) return false;
+    if (!victim) return seat ? Admission::no_blocks : Admission::no_seat;
     const bool preempted_before = preempted_this_step_;
     preempt(victim, budget);
     preempted_this_step_ = preempted_before;
@@ -353,7 +361,7 @@ bool Scheduler::admit(Request* r, int32_t* budget) {
   running_.push_back(r);
   ++counters_.num_admitted;
   emit(r, n, budget);
-  return true;
+  return Admission::admitted;
 }
 
 void Scheduler::emit(Request* r, int32_t num_tokens, int32_t* budget, int32_t num_draft) {

@@ -219,7 +219,8 @@ class Scheduler {
   void schedule_running(Request* r, int32_t* budget);
   // Admits waiting requests that outrank `bound` (all of them when null).
   void admit_waiting(int32_t* budget, const Request* bound = nullptr);
-  bool admit(Request* r, int32_t* budget);
+  enum class Admission { admitted, no_seat, no_blocks };
+  Admission admit(Request* r, int32_t* budget);
   bool seat_free() const;
   int32_t seats() const;
   int32_t final_length(const Request& r) const;

@@ -76,4 +76,17 @@ int64_t forecast_ttft_ns(const QueueLoad& load, const Arrival& a) {
   return int64_t(std::max(prefill_ns, seats_ns));
 }
 
+void ForecastCalibration::observe(double forecast_ns, double actual_ns) {
+  constexpr double kKeep = 0.97;  // about the last 30 requests
+  if (!(forecast_ns > 0) || !(actual_ns >= 0)) return;
+  forecast_sum_ = kKeep * forecast_sum_ + forecast_ns;
+  actual_sum_ = kKeep * actual_sum_ + actual_ns;
+  ++samples_;
+}
+
+double ForecastCalibration::factor() const {
+  if (samples_ < kMinSamples || forecast_sum_ <= 0) return 1.0;
+  return std::clamp(actual_sum_ / forecast_sum_, kMinFactor, kMaxFactor);
+}
+
 }  // namespace kvasir::sched

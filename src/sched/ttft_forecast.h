@@ -52,4 +52,19 @@ void add_arrival(QueueLoad& load, const Arrival& a);
 // Nanoseconds from now to `a`'s first token; -1 when the costs it needs are not measured yet.
 int64_t forecast_ttft_ns(const QueueLoad& load, const Arrival& a);
 
+// What the forecast misses (arrivals of other tenants that fair share lets ahead later, costs
+// that drift, prefix hits), learned from the requests it admitted: factor() is the decayed ratio
+// of their measured TTFTs to their forecasts, which admission multiplies forecasts by.
+class ForecastCalibration {
+ public:
+  static constexpr int kMinSamples = 8;
+  static constexpr double kMinFactor = 0.5, kMaxFactor = 4.0;
+  void observe(double forecast_ns, double actual_ns);
+  double factor() const;  // 1 until kMinSamples were observed
+
+ private:
+  double forecast_sum_ = 0, actual_sum_ = 0;
+  int samples_ = 0;
+};
+
 }  // namespace kvasir::sched

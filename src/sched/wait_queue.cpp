@@ -48,6 +48,17 @@ Request* WaitQueue::front() const {
   return best->begin()->second;
 }
 
+std::vector<Request*> WaitQueue::heads() const {
+  std::vector<Request*> out;
+  if (levels_.empty()) return out;
+  for (const auto& [name, queue] : levels_.begin()->second) out.push_back(queue.begin()->second);
+  std::sort(out.begin(), out.end(), [this](const Request* a, const Request* b) {
+    const double ca = tenants_.at(a->options.tenant).counter, cb = tenants_.at(b->options.tenant).counter;
+    return ca != cb ? ca < cb : a->arrival_seq < b->arrival_seq;
+  });
+  return out;
+}
+
 void WaitQueue::admitted(const Request* r) {
   floor_ = std::max(floor_, counter(r->options.tenant));
   erase(r);

@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "sched/request.h"
 
@@ -29,6 +30,8 @@ class WaitQueue {
 
   void push(Request* r);            // r->options say where; a preempted request keeps its arrival
   Request* front() const;           // the next to admit; nullptr when empty
+  // The oldest request of each tenant at front()'s level, in admission order (front() first).
+  std::vector<Request*> heads() const;
   void admitted(const Request* r);  // r leaves the queue to run (its counter becomes the floor)
   void erase(const Request* r);     // a waiting request that ends (abort)
   bool empty() const { return size_ == 0; }

@@ -100,6 +100,22 @@ TEST(SchedulerFairness, ATenantOverItsSeatShareYieldsASeat) {
   EXPECT_EQ(s.counters().num_yields, 2);
 }
 
+TEST(SchedulerFairness, AHeadWithoutASeatDoesNotBlockATenantBelowItsShare) {
+  Scheduler s = make_sched({.max_batch_tokens = 128, .max_seqs = 4, .block_size = 4, .num_blocks = 256});
+  ASSERT_TRUE(s.add_request(1, range(1, 60), of("polite", 40)).ok());  // polite's counter: 60 and more
+  run_step(s);
+  for (RequestId id = 10; id < 16; ++id) ASSERT_TRUE(s.add_request(id, range(10 * int32_t(id), 6), of("flood", 40)).ok());
+  run_step(s);
+  ASSERT_EQ(s.num_running(), 4);
+  ASSERT_LT(s.tenant_counter("flood"), s.tenant_counter("polite"));  // the flood's head is first in line
+  // ... but has no seat (its tenant holds 3 of 4, over its share of 2); polite's request (1 of 2)
+  // goes past it and takes the flood's newest seat.
+  ASSERT_TRUE(s.add_request(2, range(900, 6), of("polite", 40)).ok());
+  const SchedulerOutput& out = s.step();
+  EXPECT_EQ(out.preempted, (std::vector<RequestId>{12}));
+  EXPECT_EQ(chunks_of(out).back(), (Chunk{2, 0, 6, true}));
+}
+
 TEST(SchedulerFairness, BackloggedTenantsReceiveServiceByTheirWeights) {
   FakeClock c;
   Scheduler s = make_sched({.max_batch_tokens = 32, .max_seqs = 1, .block_size = 4, .num_blocks = 256,
@@ -234,6 +250,18 @@ TEST(TtftForecast, ATenantBelowItsSeatShareWaitsForNoSeat) {
   load.backlog.push_back({.tenant = "polite", .tokens = 0, .requests = 0, .seats = 2});
   load.backlog[0].seats = 2;
   EXPECT_GE(forecast_ttft_ns(load, {.tenant = "polite", .tokens = 100}), int64_t(1e8));
+}
+
+TEST(TtftForecast, CalibrationLearnsTheRatioOfMeasuredToForecast) {
+  ForecastCalibration c;
+  for (int i = 0; i < ForecastCalibration::kMinSamples - 1; ++i) c.observe(1e9, 2e9);
+  EXPECT_EQ(c.factor(), 1.0);  // too few to say
+  c.observe(1e9, 2e9);
+  EXPECT_NEAR(c.factor(), 2.0, 1e-9);
+  for (int i = 0; i < 300; ++i) c.observe(2e9, 1.5e9);  // the recent past dominates
+  EXPECT_NEAR(c.factor(), 0.75, 0.01);
+  for (int i = 0; i < 300; ++i) c.observe(1e6, 1e9);    // bounded
+  EXPECT_EQ(c.factor(), ForecastCalibration::kMaxFactor);
 }
 
 TEST(TtftForecast, MatchesTheScheduledTtftWithinAFewSteps) {
