@@ -6,7 +6,7 @@ server's capacity, Poisson arrivals; the same arrivals against each configuratio
   capacity    both tenants at 1.0x capacity in total, fair share + admission (goodput at capacity)
   fcfs        kvasir serve --tenant none (everyone one queue, first come first served: today's order)
   fair        kvasir serve (fair share per API key)
-  admission   kvasir serve --ttft-deadline-ms SLO (fair share, and a request forecast to miss its
+  admission   kvasir serve --ttft-deadline-ms DEADLINE (--deadline-ms, default the SLO; fair share, and a request forecast to miss its
               TTFT deadline is refused at once with 429)
   llama       llama-server --parallel SEATS (bench/build_llamacpp.sh), if built
 
@@ -16,42 +16,21 @@ served with TTFT <= --slo-ttft-ms and TPOT <= --slo-tpot-ms. Writes bench/out/sl
 
   bench/slo_bench.py [--model M.gguf] [--seconds 90] [--input-len 128] [--output-len 48]
                      [--seats 8] [--slo-ttft-ms 3000] [--slo-tpot-ms 250] [--capacity R]
+                     [--configs alone,capacity,...] [--serve-args "--max-batch-tokens 256"] [--out DIR]
 """
 import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
+
+from disagg_bench import free_port, wait_healthy
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "out" / "slo"
 KEYS = {"polite": "polite-key", "flood": "flood-key"}
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_healthy(port, proc, timeout=180):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server on {port} exited")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"no health on {port}")
 
 
 class Served:
@@ -67,10 +46,11 @@ class Served:
             cmd = [str(args.bin), "serve", "-m", str(args.model), "--port", str(self.port), "--api-key-file",
                    str(keyfile), "--metrics-public", "--max-seqs", str(args.seats), "--kv-mem", "512M",
                    "--max-model-len", "4096"]
+            cmd += args.serve_args.split()
             if config == "fcfs":
                 cmd += ["--tenant", "none"]
             if config in ("admission", "capacity"):
-                cmd += ["--ttft-deadline-ms", str(args.slo_ttft_ms)]
+                cmd += ["--ttft-deadline-ms", str(args.deadline_ms or args.slo_ttft_ms)]
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         wait_healthy(self.port, self.proc)
 
@@ -97,6 +77,7 @@ def loadgen(args, port, extra, out_json, model_name=None):
 
 
 def main():
+    global OUT
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=ROOT / "models" / "gemma-3-270m-q4_k_m.gguf", type=Path)
     ap.add_argument("--bin", default=ROOT / "build" / "bin" / "kvasir", type=Path)
@@ -107,9 +88,13 @@ def main():
     ap.add_argument("--seats", type=int, default=8)
     ap.add_argument("--slo-ttft-ms", type=float, default=3000)
     ap.add_argument("--slo-tpot-ms", type=float, default=250)
+    ap.add_argument("--deadline-ms", type=float, default=0, help="admission's TTFT deadline (0: the SLO's)")
     ap.add_argument("--capacity", type=float, default=0, help="requests/s; 0: measure it")
     ap.add_argument("--configs", default="alone,capacity,fcfs,fair,admission,llama")
+    ap.add_argument("--serve-args", default="", help="more kvasir serve flags, e.g. '--max-batch-tokens 256'")
+    ap.add_argument("--out", default=OUT, type=Path)
     args = ap.parse_args()
+    OUT = args.out
     OUT.mkdir(parents=True, exist_ok=True)
     if args.llama_server is None:
         found = sorted((ROOT / "bench" / "out" / "llamacpp").glob("build-*/bin/llama-server"))

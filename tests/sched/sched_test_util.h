@@ -60,4 +60,31 @@ inline Chunks run_step(Scheduler& s) {
   return c;
 }
 
+// Virtual time for scheduler tests: a step costs decode_fixed with any decodes, plus
+// decode_per_seq per decode, plus prefill_per_token per prefill token (by default: 5 ms with
+// decodes, 1 ms per prefill token). The scheduler's clock reads `now`.
+struct FakeModel {
+  static constexpr int64_t kMs = 1'000'000;
+  int64_t now = 0;
+  int64_t decode_fixed = 5 * kMs, decode_per_seq = 0, prefill_per_token = kMs;
+  int64_t cost(const SchedulerOutput& out) const {
+    int64_t decodes = 0, prefill = 0;
+    for (const auto& s : out.seqs) (s.end - s.start == 1 && s.start > 0 ? decodes : prefill) += s.end - s.start;
+    return (decodes > 0 ? decode_fixed : 0) + decodes * decode_per_seq + prefill * prefill_per_token;
+  }
+};
+
+// One step plus update() with fake tokens, advancing the model's clock by the step's cost.
+inline Chunks timed_step(Scheduler& s, FakeModel& m) {
+  const SchedulerOutput& out = s.step();
+  Chunks c = chunks_of(out);
+  m.now += m.cost(out);
+  std::vector<SeqOutput> outputs;
+  for (const auto& seq : out.seqs)
+    if (seq.want_logits) outputs.push_back({.id = seq.id, .token = fake_token(s, seq.id)});
+  EXPECT_TRUE(s.update(outputs).ok());
+  EXPECT_TRUE(s.kv().check().ok());
+  return c;
+}
+
 }  // namespace kvasir::sched::test

@@ -19,28 +19,6 @@ namespace {
 
 constexpr int64_t kMs = 1'000'000;
 
-// 5 ms per step with decodes, 1 ms per prefill token.
-struct FakeClock {
-  int64_t now = 0;
-  int64_t cost(const SchedulerOutput& out) const {
-    int64_t decodes = 0, prefill = 0;
-    for (const auto& s : out.seqs) (s.end - s.start == 1 && s.start > 0 ? decodes : prefill) += s.end - s.start;
-    return (decodes > 0 ? 5 * kMs : 0) + prefill * kMs;
-  }
-};
-
-Chunks timed_step(Scheduler& s, FakeClock& c) {
-  const SchedulerOutput& out = s.step();
-  Chunks chunks = chunks_of(out);
-  c.now += c.cost(out);
-  std::vector<SeqOutput> outputs;
-  for (const auto& seq : out.seqs)
-    if (seq.want_logits) outputs.push_back({.id = seq.id, .token = fake_token(s, seq.id)});
-  EXPECT_TRUE(s.update(outputs).ok());
-  EXPECT_TRUE(s.kv().check().ok());
-  return chunks;
-}
-
 RequestOptions of(std::string tenant, int32_t max_new, double weight = 1.0) {
   return {.max_new_tokens = max_new, .tenant = std::move(tenant), .tenant_weight = weight};
 }
@@ -48,7 +26,7 @@ RequestOptions of(std::string tenant, int32_t max_new, double weight = 1.0) {
 // A flood tenant queues 40 requests at once, then a polite tenant sends one. With fair share the
 // polite request is admitted at the first seat that frees; FCFS would put it behind the flood.
 int64_t polite_queue_ns(bool fair) {
-  FakeClock c;
+  FakeModel c;
   Scheduler s = make_sched({.max_batch_tokens = 64, .max_seqs = 2, .block_size = 4, .num_blocks = 256,
                             .clock = [&c] { return c.now; }});
   for (RequestId id = 1; id <= 40; ++id) EXPECT_TRUE(s.add_request(id, range(1, 8), of(fair ? "flood" : "", 4)).ok());
@@ -117,7 +95,7 @@ TEST(SchedulerFairness, AHeadWithoutASeatDoesNotBlockATenantBelowItsShare) {
 }
 
 TEST(SchedulerFairness, BackloggedTenantsReceiveServiceByTheirWeights) {
-  FakeClock c;
+  FakeModel c;
   Scheduler s = make_sched({.max_batch_tokens = 32, .max_seqs = 1, .block_size = 4, .num_blocks = 256,
                             .clock = [&c] { return c.now; }});
   // Both tenants keep 5 requests waiting; "b" weighs 3.
@@ -267,7 +245,7 @@ TEST(TtftForecast, CalibrationLearnsTheRatioOfMeasuredToForecast) {
 TEST(TtftForecast, MatchesTheScheduledTtftWithinAFewSteps) {
   // The forecast against the real thing: requests of 40 prompt tokens arrive in bursts onto a
   // loaded scheduler; each one's forecast at arrival is compared with its measured TTFT.
-  FakeClock c;
+  FakeModel c;
   Scheduler s = make_sched({.max_batch_tokens = 64, .max_seqs = 6, .block_size = 4, .num_blocks = 512,
                             .enable_prefix_cache = false, .clock = [&c] { return c.now; }});
   std::map<RequestId, int64_t> forecast;

@@ -14,29 +14,6 @@ namespace {
 
 constexpr int64_t kMs = 1'000'000;
 
-// A step costs decode_fixed with any decodes, plus decode_per_seq per decode, plus
-// prefill_per_token per prefill token (by default: 5 ms with decodes, 1 ms per prefill token).
-struct FakeModel {
-  int64_t now = 0;
-  int64_t decode_fixed = 5 * kMs, decode_per_seq = 0, prefill_per_token = kMs;
-  int64_t cost(const SchedulerOutput& out) const {
-    int64_t decodes = 0, prefill = 0;
-    for (const auto& s : out.seqs) (s.end - s.start == 1 && s.start > 0 ? decodes : prefill) += s.end - s.start;
-    return (decodes > 0 ? decode_fixed : 0) + decodes * decode_per_seq + prefill * prefill_per_token;
-  }
-};
-
-Chunks timed_step(Scheduler& s, FakeModel& m) {
-  const SchedulerOutput& out = s.step();
-  Chunks c = chunks_of(out);
-  m.now += m.cost(out);
-  std::vector<SeqOutput> outputs;
-  for (const auto& seq : out.seqs)
-    if (seq.want_logits) outputs.push_back({.id = seq.id, .token = fake_token(s, seq.id)});
-  EXPECT_TRUE(s.update(outputs).ok());
-  return c;
-}
-
 Scheduler make(FakeModel& m, int64_t slo_ns) {
   return make_sched({.max_batch_tokens = 256, .max_seqs = 8, .block_size = 16, .num_blocks = 64,
                      .tpot_slo_ns = slo_ns, .clock = [&m] { return m.now; }});
