@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cassert>
+#include <map>
+#include <tuple>
 
 namespace kvasir::sched {
 namespace {
@@ -587,17 +589,15 @@ std::vector<Request> Scheduler::take_finished() {
 
 QueueLoad Scheduler::load() const {
   QueueLoad l;
-  auto add = [&l](const Request& r, int64_t tokens, int32_t requests, int32_t seats) {
-    for (Backlog& b : l.backlog) {
-      if (b.service_class == r.options.service_class && b.priority == r.options.priority && b.tenant == r.options.tenant) {
-        b.tokens += tokens;
-        b.requests += requests;
-        b.seats += seats;
-        return;
-      }
-    }
-    l.backlog.push_back({r.options.service_class, r.options.priority, r.options.tenant, r.options.tenant_weight, tokens,
-                         requests, seats});
+  // One entry per (class, priority, tenant): an index keeps this linear in the requests.
+  std::map<std::tuple<ServiceClass, int32_t, std::string_view>, size_t> index;
+  auto add = [&](const Request& r, int64_t tokens, int32_t requests, int32_t seats) {
+    auto [it, fresh] = index.try_emplace({r.options.service_class, r.options.priority, r.options.tenant}, l.backlog.size());
+    if (fresh) l.backlog.push_back({r.options.service_class, r.options.priority, r.options.tenant, r.options.tenant_weight});
+    Backlog& b = l.backlog[it->second];
+    b.tokens += tokens;
+    b.requests += requests;
+    b.seats += seats;
   };
   waiting_.for_each([&](const Request& r) { add(r, r.num_tokens(), 1, 0); });
   for (const Request* r : running_) {
