@@ -17,7 +17,6 @@ sched::Arrival arrival_of(const GenerationParams& p) {
 
 }  // namespace
 
-
 void RequestStream::push(Delta d) {
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -33,29 +33,24 @@ void WaitQueue::push(Request* r) {
   ++size_;
 }
 
+bool WaitQueue::goes_before(const Request* a, const Request* b) const {
+  const double ca = tenants_.at(a->options.tenant).counter, cb = tenants_.at(b->options.tenant).counter;
+  return ca != cb ? ca < cb : a->arrival_seq < b->arrival_seq;
+}
+
 Request* WaitQueue::front() const {
   if (levels_.empty()) return nullptr;
-  const TenantQueue* best = nullptr;
-  double best_counter = 0;
-  for (const auto& [name, queue] : levels_.begin()->second) {
-    const double c = tenants_.at(name).counter;
-    if (!best || c < best_counter ||
-        (c == best_counter && queue.begin()->first < best->begin()->first)) {
-      best = &queue;
-      best_counter = c;
-    }
-  }
-  return best->begin()->second;
+  Request* best = nullptr;
+  for (const auto& [name, queue] : levels_.begin()->second)
+    if (!best || goes_before(queue.begin()->second, best)) best = queue.begin()->second;
+  return best;
 }
 
 std::vector<Request*> WaitQueue::heads() const {
   std::vector<Request*> out;
   if (levels_.empty()) return out;
   for (const auto& [name, queue] : levels_.begin()->second) out.push_back(queue.begin()->second);
-  std::sort(out.begin(), out.end(), [this](const Request* a, const Request* b) {
-    const double ca = tenants_.at(a->options.tenant).counter, cb = tenants_.at(b->options.tenant).counter;
-    return ca != cb ? ca < cb : a->arrival_seq < b->arrival_seq;
-  });
+  std::sort(out.begin(), out.end(), [this](const Request* a, const Request* b) { return goes_before(a, b); });
   return out;
 }
 

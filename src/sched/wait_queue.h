@@ -63,6 +63,8 @@ class WaitQueue {
   static Level level_of(const Request& r) { return {r.options.service_class, r.options.priority}; }
   Tenant& tenant(const std::string& name);
   void lift(Tenant& t) const;
+  // Between two tenants' oldest requests of one level: the smaller counter, then the older.
+  bool goes_before(const Request* a, const Request* b) const;
   void prune();
 
   std::map<Level, std::map<std::string, TenantQueue, std::less<>>> levels_;
