@@ -69,8 +69,10 @@ def test_fair_share_admission_and_goodput(tmp_path):
         assert json.loads(data)["error"]["code"] == "exhausted"
         assert int(headers["Retry-After"]) >= 1
 
-        # The polite tenant's request goes to the seat before the flood's queue when it frees.
-        polite = open_stream(s, "polite-key", ttft_deadline_ms=60000)
+        # The polite tenant's request goes to the seat before the flood's queue when it frees. It
+        # asks to wait (deadline 0): the seat frees when the test closes the running stream, not
+        # when the forecast says (the 2,000-token stream's end).
+        polite = open_stream(s, "polite-key", ttft_deadline_ms=0)
         assert wait_for(lambda: s.metrics()["kvasir:num_requests_waiting"] == 4), s.metrics()
         running[0].close()
         first_token(polite[1])
