@@ -184,7 +184,9 @@ void Engine::loop() {
     if (core_->has_unfinished()) {
       if (auto s = core_->step(deltas); !s) std::fprintf(stderr, "engine: %s\n", s.error().c_str());
     }
-    sched::QueueLoad load = core_->load();  // outside the lock: it walks the queue
+    // Every step, outside the lock (it walks the queue): a request with a deadline may come at any
+    // time and must be forecast from the current queue, not the one before a deadline-free stretch.
+    sched::QueueLoad load = core_->load();
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto& d : deltas) {
       auto it = streams_.find(d.id);
