@@ -16,6 +16,10 @@ Status validate_batch(const Batch& b, const BatchLimits& l) {
     return Error{"batch block tables are malformed"};
   for (size_t s = 1; s < b.block_start.size(); ++s)
     if (b.block_start[s] < b.block_start[s - 1]) return Error{"batch block tables are malformed"};
+  if (!b.seq_adapter.empty() && int64_t(b.seq_adapter.size()) != b.n_seqs()) return Error{"batch adapter slots are malformed"};
+  for (int32_t a : b.seq_adapter)
+    if (a < -1 || a >= l.num_adapter_slots)
+      return Error{"batch names LoRA slot " + std::to_string(a) + " (" + std::to_string(l.num_adapter_slots) + " slots)"};
   for (int64_t t = 0; t < T; ++t) {
     if (b.tokens[t] < 0 || b.tokens[t] >= l.n_vocab)
       return Error{"token id " + std::to_string(b.tokens[t]) + " is outside the vocabulary (" + std::to_string(l.n_vocab) + ")"};

@@ -23,13 +23,19 @@ struct Batch {
   // block_ids[block_start[s] .. block_start[s + 1]).
   std::vector<int32_t> block_ids;
   std::vector<int32_t> block_start{0};
+  // Per sequence: the runner's LoRA adapter slot its rows go through, -1 for none. Empty: no
+  // sequence has one.
+  std::vector<int32_t> seq_adapter;
 
   // Appends a sequence's block table; returns the sequence's index (what add() takes).
-  int32_t add_sequence(std::span<const int32_t> blocks) {
+  int32_t add_sequence(std::span<const int32_t> blocks, int32_t adapter = -1) {
     block_ids.insert(block_ids.end(), blocks.begin(), blocks.end());
     block_start.push_back(int32_t(block_ids.size()));
+    if (adapter >= 0 && seq_adapter.empty()) seq_adapter.assign(size_t(n_seqs() - 1), -1);
+    if (adapter >= 0 || !seq_adapter.empty()) seq_adapter.push_back(adapter);
     return n_seqs() - 1;
   }
+  int32_t adapter_of(int32_t seq) const { return seq_adapter.empty() ? -1 : seq_adapter[size_t(seq)]; }
   int32_t n_seqs() const { return int32_t(block_start.size()) - 1; }
   std::span<const int32_t> blocks_of(int32_t seq) const {
     return {block_ids.data() + block_start[size_t(seq)], size_t(block_start[size_t(seq) + 1] - block_start[size_t(seq)])};
@@ -58,6 +64,7 @@ struct Batch {
     want_hidden.clear();
     block_ids.clear();
     block_start.assign(1, 0);
+    seq_adapter.clear();
   }
 };
 
@@ -67,6 +74,7 @@ struct BatchLimits {
   int64_t n_vocab = 0;
   int64_t block_size = 16;
   int64_t num_blocks = 0;
+  int64_t num_adapter_slots = 0;  // LoRA slots: a sequence's adapter is -1 or below this
 };
 
 // Every runner's precondition, checked the same way: 0 < rows <= max_tokens, arrays of one

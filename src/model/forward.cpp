@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "kernels/attention.h"
+#include "kernels/lora.h"
 #include "kernels/matmul.h"
 #include "kernels/moe.h"
 #include "kernels/ops.h"
@@ -151,8 +152,82 @@ const kernels::PackedMatrix* Forward::packed_for(const Matrix& w) const {
 }
 
 Status Forward::validate(const Batch& b, const KvCache& kv) const {
-  return validate_batch(b, {.max_tokens = max_tokens_, .n_vocab = c_.n_vocab, .block_size = kv.block_size(),
-                            .num_blocks = kv.num_blocks()});
+  const int64_t slots = lora_slots_ ? int64_t(lora_slots_->size()) : 0;
+  if (auto s = validate_batch(b, {.max_tokens = max_tokens_, .n_vocab = c_.n_vocab, .block_size = kv.block_size(),
+                                  .num_blocks = kv.num_blocks(), .num_adapter_slots = slots});
+      !s)
+    return s;
+  for (int32_t a : b.seq_adapter)
+    if (a >= 0 && !(*lora_slots_)[size_t(a)])
+      return Error{"batch names LoRA slot " + std::to_string(a) + ", which holds no adapter", ErrorCode::invalid_argument};
+  return {};
+}
+
+void Forward::build_lora_groups(const Batch& b) {
+  lora_groups_.clear();
+  if (b.seq_adapter.empty()) return;
+  for (int64_t t = 0; t < b.size(); ++t) {
+    const int32_t slot = b.adapter_of(b.seq_index[size_t(t)]);
+    if (slot < 0) continue;
+    const LoraAdapter* a = (*lora_slots_)[size_t(slot)].get();
+    auto g = std::find_if(lora_groups_.begin(), lora_groups_.end(), [&](const LoraGroup& x) { return x.adapter == a; });
+    if (g == lora_groups_.end()) g = lora_groups_.insert(lora_groups_.end(), LoraGroup{a, {}});
+    g->rows.push_back(int32_t(t));
+  }
+}
+
+// Down (A x) in parallel over rows, then up (B u) in parallel over output columns: decode has a
+// few rows and many columns, prefill many of both.
+void Forward::apply_lora(std::initializer_list<LinearJob> jobs, const float* x, std::span<const LoraGroup> groups) {
+  struct Unit {
+    const LoraFactors* f;
+    const LoraGroup* g;
+    float* y;
+    size_t u;  // offset into lora_u_
+  };
+  std::array<Unit, 8> units_buf{};
+  std::vector<Unit> units_more;
+  size_t n_units = 0, floats = 0;
+  for (const LinearJob& job : jobs)
+    for (const LoraGroup& g : groups)
+      if (const LoraFactors* f = g.adapter->find(job.w->data)) {
+        const Unit u{f, &g, job.y, floats};
+        if (n_units < units_buf.size()) units_buf[n_units] = u;
+        else units_more.push_back(u);
+        ++n_units;
+        floats += g.rows.size() * size_t(f->rank);
+      }
+  if (n_units == 0) return;
+  auto unit = [&](size_t i) -> const Unit& { return i < units_buf.size() ? units_buf[i] : units_more[i - units_buf.size()]; };
+  if (lora_u_.size() < floats) lora_u_.resize(floats);
+  const int64_t n_in = jobs.begin()->w->n_in;
+  // Phase 1: one item per (unit, row).
+  std::vector<int64_t> row_start(n_units + 1, 0);
+  for (size_t i = 0; i < n_units; ++i) row_start[i + 1] = row_start[i] + int64_t(unit(i).g->rows.size());
+  pool_.parallel_for(row_start[n_units], 1, [&](int64_t begin, int64_t end, int) {
+    for (size_t i = 0; i < n_units && begin < end; ++i) {
+      const int64_t lo = std::max(begin, row_start[i]), hi = std::min(end, row_start[i + 1]);
+      if (lo >= hi) continue;
+      const Unit& u = unit(i);
+      const int64_t r0 = lo - row_start[i];
+      kernels::lora_down(x, n_in, u.g->rows.data() + r0, hi - lo, u.f->a.data(), u.f->rank, n_in,
+                         lora_u_.data() + u.u + size_t(r0 * u.f->rank));
+    }
+  });
+  // Phase 2: one item per (unit, 64 output columns).
+  constexpr int64_t kCols = 64;
+  std::vector<int64_t> col_start(n_units + 1, 0);
+  for (size_t i = 0; i < n_units; ++i) col_start[i + 1] = col_start[i] + (unit(i).f->n_out + kCols - 1) / kCols;
+  pool_.parallel_for(col_start[n_units], 1, [&](int64_t begin, int64_t end, int) {
+    for (int64_t item = begin; item < end; ++item) {
+      size_t i = 0;
+      while (col_start[i + 1] <= item) ++i;
+      const Unit& u = unit(i);
+      const int64_t o0 = (item - col_start[i]) * kCols, o1 = std::min(u.f->n_out, o0 + kCols);
+      kernels::lora_up(lora_u_.data() + u.u, u.g->rows.data(), int64_t(u.g->rows.size()), u.f->b.data(), u.f->rank,
+                       u.f->scale, u.y, u.f->n_out, o0, o1);
+    }
+  });
 }
 
 void Forward::for_rows(int64_t T, const std::function<void(int64_t, int64_t)>& fn) {
@@ -220,6 +295,10 @@ void Forward::run_segments(const std::vector<Segment>& segs) {
 }
 
 void Forward::linear(std::initializer_list<LinearJob> jobs, const float* x, int64_t T) {
+  linear(jobs, x, T, lora_groups_);
+}
+
+void Forward::linear(std::initializer_list<LinearJob> jobs, const float* x, int64_t T, std::span<const LoraGroup> groups) {
   std::array<const Matrix*, 3> readers{};
   size_t n = 0;
   for (const LinearJob& job : jobs) readers[n++] = job.w;
@@ -231,6 +310,7 @@ void Forward::linear(std::initializer_list<LinearJob> jobs, const float* x, int6
     segments_.push_back({job.w, pm && kernels::packed_pays(*pm, T) ? pm : nullptr, a.for_matrix(*job.w, 0), T, job.y});
   }
   run_segments(segments_);
+  if (!groups.empty()) apply_lora(jobs, x, groups);
 }
 
 void Forward::expert_linear(std::initializer_list<std::pair<const std::vector<Matrix>*, float*>> jobs, const float* x) {
@@ -488,7 +568,14 @@ void Forward::output_logits(const Batch& b, const Matrix& head) {
       kernels::rms_norm(x_.data() + logit_rows_[size_t(i)] * c_.n_embd, model_.weights().output_norm.data(), c_.n_embd,
                         c_.norm_eps, xn_.data() + i * c_.n_embd);
   });
-  linear({{&head, logits_.data()}}, xn_.data(), n);
+  lora_head_groups_.clear();
+  for (const LoraGroup& g : lora_groups_) {  // the same adapters over the gathered rows
+    LoraGroup h{g.adapter, {}};
+    for (int32_t t : g.rows)
+      if (b.want_logits[size_t(t)]) h.rows.push_back(int32_t(std::lower_bound(logit_rows_.begin(), logit_rows_.end(), t) - logit_rows_.begin()));
+    if (!h.rows.empty()) lora_head_groups_.push_back(std::move(h));
+  }
+  linear({{&head, logits_.data()}}, xn_.data(), n, lora_head_groups_);
   if (c_.final_logit_softcap > 0) {
     pool_.parallel_for(n * head.n_out, 4096, [&](int64_t begin, int64_t end, int) {
       kernels::softcap_inplace(logits_.data() + begin, end - begin, c_.final_logit_softcap);
@@ -516,6 +603,7 @@ Result<const float*> Forward::forward(const Batch& batch, KvCache& kv, const For
   if (head.n_in != c_.n_embd || head.n_out < 1 || head.n_out > c_.n_vocab)
     return Error{"a forward plan's head must map n_embd to at most n_vocab rows", ErrorCode::invalid_argument};
   build_tiles(batch);
+  build_lora_groups(batch);
   embed(batch);
   if (plan.layers.empty()) run_layers(batch, kv, 0, c_.n_layers);
   for (int32_t il : plan.layers) run_layers(batch, kv, il, il + 1);
@@ -531,6 +619,7 @@ Status Forward::forward_layers(const Batch& batch, KvCache& kv, int64_t begin, i
                  ErrorCode::invalid_argument};
   const size_t floats = size_t(batch.size() * c_.n_embd);
   build_tiles(batch);
+  build_lora_groups(batch);
   if (begin == 0) embed(batch);
   else std::copy_n(residual, floats, x_.data());
   run_layers(batch, kv, begin, end);

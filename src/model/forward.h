@@ -19,6 +19,7 @@
 #include "kernels/ops.h"
 #include "model/batch.h"
 #include "model/kv_cache.h"
+#include "model/lora.h"
 #include "model/model.h"
 
 namespace kvasir {
@@ -79,6 +80,10 @@ class Forward {
   void set_activation_hook(ActivationHook hook) { hook_ = std::move(hook); }
   // Observes every layer's attention inputs from now on (empty: none). Costs nothing when unset.
   void set_attention_hook(AttentionHook hook) { attention_hook_ = std::move(hook); }
+  // LoRA: the adapters a batch's sequences name by slot (Batch::seq_adapter); the vector is the
+  // caller's and may change between forwards, never during one. Null: no slots.
+  using LoraSlots = std::vector<std::shared_ptr<const LoraAdapter>>;
+  void set_lora_slots(const LoraSlots* slots) { lora_slots_ = slots; }
   // The rotary embedding layer il applies to its queries and keys.
   kernels::RopeParams rope_params(int64_t il) const;
 
@@ -90,6 +95,11 @@ class Forward {
   struct LinearJob {
     const Matrix* w;
     float* y;  // [T][w->n_out]
+  };
+  // The rows of one adapter (indices into the x/y of a linear() call).
+  struct LoraGroup {
+    const LoraAdapter* adapter;
+    std::vector<int32_t> rows;
   };
   // One matrix over some converted activation rows: y[r * w->n_out + o] for r < rows.
   struct Segment {
@@ -124,7 +134,13 @@ class Forward {
   void output_logits(const Batch& batch, const Matrix& head);
   // For each job: y[T][w.n_out] = x[T][w.n_in] · Wᵀ. All matrices share x (same n_in): the
   // activations are converted once per vec_dot_type and one parallel pass covers every output.
+  // Rows of adapted sequences also get their adapter's delta (lora_groups_, or `groups`).
   void linear(std::initializer_list<LinearJob> jobs, const float* x, int64_t T);
+  void linear(std::initializer_list<LinearJob> jobs, const float* x, int64_t T, std::span<const LoraGroup> groups);
+  // Groups the batch's rows by adapter (empty when no sequence names one).
+  void build_lora_groups(const Batch& batch);
+  // Adds each group's low-rank delta to the outputs of the jobs whose matrix its adapter adapts.
+  void apply_lora(std::initializer_list<LinearJob> jobs, const float* x, std::span<const LoraGroup> groups);
   // Converts T rows of x once per vec_dot_type that `readers` need, into act_q_.
   ActRegions convert(std::span<const Matrix* const> readers, const float* x, int64_t T);
   // One parallel pass over the output columns of every segment (the pool claims chunks, so
@@ -190,6 +206,10 @@ class Forward {
   AlignedVector<float> hidden_;   // [rows with want_hidden][n_embd], sized on first use
   ActivationHook hook_;
   AttentionHook attention_hook_;
+  const LoraSlots* lora_slots_ = nullptr;
+  std::vector<LoraGroup> lora_groups_;       // this forward's rows by adapter
+  std::vector<LoraGroup> lora_head_groups_;  // the same over the rows that want logits
+  AlignedVector<float> lora_u_;              // A x of every (job, group) row
 };
 
 }  // namespace kvasir

@@ -81,7 +81,16 @@ CpuRunner::CpuRunner(const Model& model, const RunnerOptions& o, KvCache kv, Run
     : model_(model),
       kv_(std::move(kv)),
       forward_(model, {.max_batch_tokens = o.max_batch_tokens, .num_threads = o.n_threads, .pool = o.pool}),
-      info_(std::move(info)) {}
+      info_(std::move(info)) {
+  forward_.set_lora_slots(&lora_slots_);
+}
+
+Status CpuRunner::set_adapter(int32_t slot, std::shared_ptr<const LoraAdapter> adapter) {
+  if (slot < 0 || slot > 4096) return Error{"LoRA slot " + std::to_string(slot) + " out of range", ErrorCode::invalid_argument};
+  if (size_t(slot) >= lora_slots_.size()) lora_slots_.resize(size_t(slot) + 1);
+  lora_slots_[size_t(slot)] = std::move(adapter);
+  return {};
+}
 
 Result<std::unique_ptr<ModelRunner>> CpuRunner::self_draft(const SelfDraftOptions& o) {
   const ModelConfig& c = model_.config();

@@ -29,6 +29,10 @@ class CpuRunner : public ModelRunner {
   std::string kv_format() const override;
   Status export_kv(int64_t layer, std::span<const int32_t> blocks, uint8_t* dst) const override;
   Status import_kv(int64_t layer, std::span<const int32_t> blocks, const uint8_t* src) override;
+  Result<std::shared_ptr<const LoraAdapter>> load_adapter(const std::string& path, float scale) const override {
+    return LoraAdapter::load(path, model_, scale);
+  }
+  Status set_adapter(int32_t slot, std::shared_ptr<const LoraAdapter> adapter) override;
 
   // A draft runner over this runner's weights, Forward, threads and KV storage (nothing is copied
   // but the head's rows): its forwards read and write the target's K/V of the layers they run, in
@@ -46,6 +50,7 @@ class CpuRunner : public ModelRunner {
   KvCache kv_;
   Forward forward_;
   RunnerInfo info_;
+  Forward::LoraSlots lora_slots_;  // what Batch::seq_adapter names
 };
 
 }  // namespace kvasir::runtime

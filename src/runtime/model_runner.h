@@ -14,6 +14,7 @@
 #include "core/thread_pool.h"
 #include "model/batch.h"
 #include "model/kv_cache.h"
+#include "model/lora.h"
 
 namespace kvasir::runtime {
 
@@ -58,6 +59,16 @@ class ModelRunner {
   // The last forward's final hidden states (after the output norm) of the rows with want_hidden,
   // in row order: [n][info().n_embd], valid until the next call; null where n_embd is 0.
   virtual const float* hidden() const { return nullptr; }
+
+  // LoRA adapters. load_adapter reads a GGUF adapter against this runner's model (any thread);
+  // set_adapter puts one in a slot (null: empties it) that batches name per sequence
+  // (Batch::seq_adapter), from the thread that calls forward(), between forwards.
+  virtual Result<std::shared_ptr<const LoraAdapter>> load_adapter(const std::string& path, float scale) const {
+    return Error{"this runner does not run LoRA adapters", ErrorCode::invalid_argument};
+  }
+  virtual Status set_adapter(int32_t slot, std::shared_ptr<const LoraAdapter> adapter) {
+    return Error{"this runner does not run LoRA adapters", ErrorCode::invalid_argument};
+  }
 
   // KV block I/O: the bytes of named blocks, layer by layer (what a prefill instance ships to a
   // decode instance, what a disk tier keeps). A block's bytes in one layer are opaque; they are
