@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   register_tokenizer_commands(app, handler);
   register_chat_template(app, handler);
   register_synth(app, handler);
+  register_lora(app, handler);
   register_bench(app, handler);
   register_batch(app, handler);
   register_perplexity(app, handler);

@@ -16,6 +16,7 @@ void register_logits(CLI::App& app, Handler& handler);
 void register_tokenizer_commands(CLI::App& app, Handler& handler);  // tokenize, detokenize
 void register_chat_template(CLI::App& app, Handler& handler);
 void register_synth(CLI::App& app, Handler& handler);
+void register_lora(CLI::App& app, Handler& handler);
 void register_bench(CLI::App& app, Handler& handler);
 void register_batch(CLI::App& app, Handler& handler);
 void register_serve(CLI::App& app, Handler& handler);

@@ -214,10 +214,10 @@ Status write_random_lora(const Model& model, const std::string& path, int64_t ra
     for (auto s : kTargets) target |= ends_with(t.name, s);
     if (!target) continue;
     const int64_t n_in = t.ne[0], n_out = t.ne[1], r = std::min(rank, n_in);
-    // A's rows have unit norm on unit-variance inputs; B's entries make each output move by
-    // about a tenth of a unit-variance value at alpha = rank.
+    // A x has unit variance per rank on unit-variance inputs; B then moves each output by about
+    // 0.15 of a unit-variance value at alpha = rank.
     std::vector<float> a(size_t(r * n_in)), b(size_t(n_out * r));
-    const float sa = std::sqrt(3.f / float(n_in)), sb = 0.5f * std::sqrt(3.f / float(r));
+    const float sa = std::sqrt(3.f / float(n_in)), sb = 0.15f * std::sqrt(3.f / float(r));
     for (float& v : a) v = sa * rng.uniform();
     for (float& v : b) v = sb * rng.uniform();
     w.add_tensor(t.name + std::string(kA), DType::F32, {n_in, r}, bytes_of(a));
