@@ -32,6 +32,7 @@ namespace {
 
 struct ServeArgs {
   std::string model;
+  std::vector<std::string> loras;  // --lora NAME=FILE
   std::string device = "cpu";
   std::string chat_template;
   std::string pooling;
@@ -213,6 +214,12 @@ int run_serve(ServeArgs a) {
   server::BackendOptions bo{.model_path = a.model, .chat_template_path = a.chat_template, .pooling = a.pooling};
   bo.json_whitespace = a.json_whitespace == "any" ? grammar::JsonWhitespace::any : grammar::JsonWhitespace::bounded;
   bo.default_max_tokens = a.default_max_tokens;
+  bo.served_name = a.http.served_model_name;
+  for (const std::string& flag : a.loras) {
+    auto l = server::parse_lora_flag(flag);
+    if (!l) return fail(l.error());
+    bo.loras.push_back(*l);
+  }
   bo.prefill_role = a.role == "prefill";
   bo.decode_role = a.role == "decode";
   if (bo.decode_role) {
@@ -297,6 +304,11 @@ void register_serve(CLI::App& app, Handler& handler) {
   cmd->add_option("--max-connections", a->http.max_connections, "Open connections at most")
       ->check(CLI::Range(size_t(1), size_t(1) << 20));
   cmd->add_option("--served-model-name", a->http.served_model_name, "Model id in the API (default: file stem)");
+  cmd->add_option("--lora", a->loras,
+                  "Serve a LoRA adapter (llama.cpp's GGUF format) as model NAME: NAME=FILE (repeatable; requests "
+                  "that name different adapters share a batch)");
+  cmd->add_flag("--allow-runtime-lora", a->http.allow_runtime_lora,
+                "Answer /v1/load_lora_adapter and /v1/unload_lora_adapter (they read files the request names)");
   cmd->add_option("--pooling", a->pooling, "Embeddings: mean, cls or last (default: the model file's; mean when it declares none)")
       ->check(CLI::IsMember({"mean", "cls", "last"}));
   cmd->add_option("--default-max-tokens", a->default_max_tokens,

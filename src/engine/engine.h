@@ -108,6 +108,9 @@ struct GenerationParams {
   // of a completed prefill names all of them. The blocks stay referenced, also after the request
   // ends however it ends, until the caller's release_kv(kv_hold) for the hold it was told of.
   bool pin_kv = false;
+  // A LoRA adapter (runner().load_adapter) its rows go through; null: the base model. Its prefix
+  // cache entries are its own (the adapter's identity salts them).
+  std::shared_ptr<const LoraAdapter> adapter;
 };
 
 struct TokenLogprob {

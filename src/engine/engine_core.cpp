@@ -130,13 +130,24 @@ Status EngineCore::add_request_with_id(RequestId id, GenerationParams params) {
   m.next_id = std::max(m.next_id, id + 1);
   // Scoring and mean / CLS pooling need rows the prefix cache would skip.
   const bool every_row = params.prompt_logprobs >= 0 || params.pooling == Pooling::mean || params.pooling == Pooling::cls;
+  int32_t slot = -1;
+  if (params.adapter) {  // another adapter computes other KV for the same tokens
+    auto acquired = m.adapters.acquire(*m.runner, params.adapter);
+    if (!acquired) return Error{acquired.error(), acquired.error_code()};
+    slot = *acquired;
+    params.cache_salt += "\x1f" + params.adapter->identity();
+  }
   sched::RequestOptions ro{.priority = params.priority, .max_new_tokens = params.stop.max_tokens,
                            .service_class = params.service_class, .tenant = params.tenant,
                            .tenant_weight = params.tenant_weight, .cache_salt = params.cache_salt, .prefill_only = params.stop.max_tokens == 0,
                            .reuse_prefix = !every_row};
   std::vector<int32_t> prompt = params.prompt;
-  if (auto s = m.scheduler.add_request(id, std::move(prompt), std::move(ro)); !s) return s;
-  m.live.emplace(id, std::make_unique<Live>(std::move(params), m.tokenizer));
+  if (auto s = m.scheduler.add_request(id, std::move(prompt), std::move(ro)); !s) {
+    m.adapters.release(*m.runner, slot);
+    return s;
+  }
+  auto& l = m.live.emplace(id, std::make_unique<Live>(std::move(params), m.tokenizer)).first->second;
+  l->adapter_slot = slot;
   return {};
 }
 
@@ -301,7 +312,7 @@ void EngineCore::Impl::build_batch(const sched::SchedulerOutput& so) {
     plan.num_prompt = int32_t(l.params.prompt.size());
     plan.samples = seq.want_logits && l.params.stop.max_tokens > 0;
     plan.score_from = l.next_scored;
-    batch.add_sequence(*seq.block_table);
+    batch.add_sequence(*seq.block_table, l.adapter_slot);
     // With a draft every row is verified, so every row wants logits.
     for (int32_t i = seq.start; i < seq.end; ++i) {
       const bool sample_row = plan.samples && (i + 1 == seq.end || seq.num_draft > 0);
@@ -393,6 +404,7 @@ void EngineCore::Impl::emit_deltas(std::vector<Delta>& out) {
       pin_progress(l, r.id, int32_t(l.params.prompt.size()), d);
     d.usage = {r.num_prompt_tokens, r.num_generated(), r.num_cached_tokens};
     d.timings = timings_of(r);
+    adapters.release(*runner, l.adapter_slot);
     live.erase(it);
   }
 }

@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/adapter_slots.h"
 #include "engine/engine.h"
 #include "engine/grammar_constraint.h"
 #include "engine/outputs.h"
@@ -62,6 +63,7 @@ struct Live {
   bool prompt_done = false, prompt_lps_sent = false;
   EmbeddingPool pool;  // embeddings: the pooled rows so far
   int32_t pinned_blocks = 0;  // pin_kv: the prompt's full blocks pinned and reported so far
+  int32_t adapter_slot = -1;  // the runner's slot of params.adapter (AdapterSlots), -1: none
 
   static constexpr double kAcceptPrior = 0.6;  // hopeful, so that a new request tries drafts
   double& accept_rate(size_t j) {
@@ -104,6 +106,7 @@ struct Live {
 struct EngineCore::Impl {
   using Live = detail::Live;
   std::unique_ptr<runtime::ModelRunner> runner;
+  AdapterSlots adapters;  // the LoRA adapters running requests name
   std::shared_ptr<ThreadPool> pool;  // where rows are sampled and scored
   const Tokenizer& tokenizer;
   EngineOptions options;

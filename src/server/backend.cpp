@@ -42,6 +42,9 @@ Result<std::unique_ptr<Backend>> load_backend(const BackendOptions& options) {
     if (!puller) return Error{"decode role: " + puller.error(), puller.error_code()};
     b->puller = std::move(*puller);
   }
+  for (const auto& [name, path] : options.loras)
+    if (auto s = b->loras->load(name, path, 1.f, b->engine->runner(), options.served_name); !s)
+      return Error{"--lora " + name + ": " + s.error(), s.error_code()};
   if (b->max_model_len <= 0) return Error{"the engine reports no usable context (max_model_len 0)"};
   return b;
 }

@@ -3,6 +3,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/status.h"
 #include "backends/engine_factory.h"
@@ -27,6 +29,9 @@ struct BackendOptions {
   // Disaggregation roles: a prefill instance answers /internal/kv/prefill; a decode instance
   // listens for KV (pull) and fetches it for requests the router gives a prefill instance.
   bool prefill_role = false, decode_role = false;
+  // LoRA adapters served from the start: (name, file); the base model's name is served_name.
+  std::vector<std::pair<std::string, std::string>> loras = {};
+  std::string served_name = {};
   disagg::PullOptions pull = {};
 };
 

@@ -146,6 +146,7 @@ engine::GenerationParams engine_params(const GenerationRequest& r, std::vector<i
   p.priority = r.priority;
   set_slo(p, r.slo);
   p.cache_salt = r.cache_salt;
+  p.adapter = r.adapter;
   p.top_logprobs = r.top_logprobs;
   p.prompt_logprobs = r.prompt_logprobs;
   p.logit_bias = r.logit_bias;

@@ -6,6 +6,7 @@
 // Integers must be JSON integers (10.0 is not an integer); numbers may be integers or floats.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -15,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/lora.h"
 #include "server/tool_calls.h"
 
 namespace kvasir::server {
@@ -102,6 +104,7 @@ std::optional<ApiError> read_function_tool_choice(const ordered_json& choice, co
 // Fields shared by /v1/completions and /v1/chat/completions.
 struct GenerationRequest {
   std::string model;                 // empty: the served model
+  std::shared_ptr<const LoraAdapter> adapter;  // the LoRA adapter `model` names (select_model); null: the base
   std::optional<int32_t> max_tokens; // absent: the endpoint's default
   int32_t min_tokens = 0;
   SamplingRequest sampling;

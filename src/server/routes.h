@@ -47,5 +47,11 @@ Parsed<ChatPrompt> chat_prompt(const Backend& b, const ordered_json& messages, c
 
 // 404 model_not_found unless `model` is empty or the served name.
 std::optional<ApiError> check_model(const std::string& model, const ServerState& state);
+// For generation: the served name (or none) is the base model, a LoRA adapter's name selects it
+// (gen.adapter); anything else is 404 model_not_found.
+std::optional<ApiError> select_model(GenerationRequest& gen, const ServerState& state, const Backend& backend);
+
+// POST /v1/load_lora_adapter, /v1/unload_lora_adapter (routes_lora.cpp)
+void register_lora_routes(http::Router& router, ServerState& state);
 
 }  // namespace kvasir::server

@@ -297,7 +297,7 @@ void handle_completions(ServerState& st, const http::Request& req, http::Respons
   if (!b) return;
   auto r = parse_completion_request(json_body(req));
   if (!r) return send_error(res, r.error());
-  if (auto e = check_model(r->gen.model, st)) return send_error(res, *e);
+  if (auto e = select_model(r->gen, st, *b)) return send_error(res, *e);
   if (auto e = check_request_ids(r->gen, *b->tokenizer)) return send_error(res, *e);
   auto grammar = request_grammar(r->gen, *b->grammars);
   if (!grammar) return send_error(res, grammar.error());
@@ -331,7 +331,7 @@ void handle_chat(ServerState& st, const http::Request& req, http::Response& res)
   if (!b) return;
   auto r = parse_chat_request(json_body(req));
   if (!r) return send_error(res, r.error());
-  if (auto e = check_model(r->gen.model, st)) return send_error(res, *e);
+  if (auto e = select_model(r->gen, st, *b)) return send_error(res, *e);
   if (auto e = check_request_ids(r->gen, *b->tokenizer)) return send_error(res, *e);
   auto grammar = request_grammar(r->gen, *b->grammars);
   if (!grammar) return send_error(res, grammar.error());

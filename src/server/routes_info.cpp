@@ -33,6 +33,17 @@ std::optional<ApiError> check_model(const std::string& model, const ServerState&
                   .code = "model_not_found"};
 }
 
+std::optional<ApiError> select_model(GenerationRequest& gen, const ServerState& st, const Backend& b) {
+  if (gen.model.empty() || gen.model == st.options.served_model_name) return std::nullopt;
+  if ((gen.adapter = b.loras->find(gen.model))) return std::nullopt;
+  std::string names = "`" + st.options.served_model_name + "`";
+  for (const LoraEntry& e : b.loras->list()) names += ", `" + e.name + "`";
+  return ApiError{.status = 404,
+                  .message = "The model `" + gen.model + "` does not exist; this server serves " + names + ".",
+                  .param = "model",
+                  .code = "model_not_found"};
+}
+
 namespace {
 
 EngineGauges gauges_of(const engine::EngineStats& s, double kv_guard_kld) {
@@ -88,10 +99,19 @@ ordered_json model_json(const ServerState& st, const Backend& b) {
                       {"max_model_len", b.max_model_len}};
 }
 
+// The base model, then its LoRA adapters (vLLM's shape: root the adapter's file, parent the base).
 void handle_models(ServerState& st, http::Response& res) {
   Backend* b = serving_backend(st, res);
   if (!b) return;
-  send_json(res, 200, ordered_json{{"object", "list"}, {"data", ordered_json::array({model_json(st, *b)})}});
+  ordered_json data = ordered_json::array({model_json(st, *b)});
+  for (const LoraEntry& e : b->loras->list()) {
+    ordered_json m = model_json(st, *b);
+    m["id"] = e.name;
+    m["root"] = e.path;
+    m["parent"] = st.options.served_model_name;
+    data.push_back(std::move(m));
+  }
+  send_json(res, 200, ordered_json{{"object", "list"}, {"data", std::move(data)}});
 }
 
 void handle_tokenize(ServerState& st, const http::Request& req, http::Response& res) {

@@ -185,9 +185,13 @@ void handle_generation(ServerState& st, const http::Request& req, http::Response
   if (!b) return;
   auto r = is_chat ? ollama::parse_chat(json_body(req)) : ollama::parse_generate(json_body(req));
   if (!r) return send_ollama_error(res, r.error());
-  if (!ollama::same_model(r->gen.model, st.options.served_model_name))
-    return send_ollama_error(res, ApiError{.status = 404, .message = "model '" + r->gen.model + "' not found"});
   const std::string model = r->gen.model;
+  if (!ollama::same_model(model, st.options.served_model_name)) {
+    constexpr std::string_view kLatest = ":latest";
+    r->gen.model = model.ends_with(kLatest) ? model.substr(0, model.size() - kLatest.size()) : model;
+    if (select_model(r->gen, st, *b) || !r->gen.adapter)
+      return send_ollama_error(res, ApiError{.status = 404, .message = "model '" + model + "' not found"});
+  }
   // An empty generate request only asks for the model to be loaded (it is).
   if (!is_chat && r->prompt.empty() && r->messages.size() == 1) {
     ordered_json out = ollama::chunk(false, model, "", true);

@@ -202,7 +202,7 @@ void handle_responses(ServerState& st, const std::shared_ptr<ResponseStore>& sto
   if (!b) return;
   auto r = ra::parse(json_body(req));
   if (!r) return send_error(res, r.error());
-  if (auto e = check_model(r->gen.model, st)) return send_error(res, *e);
+  if (auto e = select_model(r->gen, st, *b)) return send_error(res, *e);
   apply_tenancy(st.options.slo, req, r->gen);
 
   ordered_json conversation = ordered_json::array();

@@ -16,6 +16,7 @@
 #include "engine/structured.h"
 #include "model/model.h"
 #include "server/access.h"
+#include "server/lora_adapters.h"
 #include "server/slo.h"
 #include "chat/chat_format.h"
 #include "server/tool_calls.h"
@@ -34,6 +35,7 @@ struct ServerOptions {
   std::string served_model_name;     // the id clients name in "model"
   std::string metrics_prefix = "kvasir:";  // --metrics-prefix
   SloOptions slo;                    // tenants, classes, TTFT deadlines (server/slo.h)
+  bool allow_runtime_lora = false;   // --allow-runtime-lora: /v1/load_lora_adapter and unload answer
 };
 
 // Everything loaded from the model file. Members are declared so that the engine, which holds
@@ -49,6 +51,7 @@ struct Backend {
   std::unique_ptr<disagg::KvPusher> pusher;
   std::unique_ptr<disagg::KvPuller> puller;
   std::unique_ptr<engine::GrammarCache> grammars;  // structured output, compiled per vocabulary
+  std::unique_ptr<LoraAdapters> loras = std::make_unique<LoraAdapters>();  // served by model name
   engine::PoolingChoice pooling;                   // what /v1/embeddings pools
   int32_t max_model_len = 0;
   int32_t default_max_tokens = 0;  // serve --default-max-tokens: for requests that name none (0: the endpoint's)
