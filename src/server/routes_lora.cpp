@@ -28,14 +28,15 @@ std::optional<ApiError> only_fields(const ordered_json& doc, std::initializer_li
 }
 
 Backend* lora_backend(ServerState& st, http::Response& res) {
-  if (!st.options.allow_runtime_lora) {
+  Backend* b = serving_backend(st, res);
+  if (b && !st.options.allow_runtime_lora) {
     send_error(res, ApiError{.status = 403,
                              .message = "loading LoRA adapters at run time is off: start serve with --allow-runtime-lora",
                              .type = "permission_error",
                              .code = "runtime_lora_disabled"});
     return nullptr;
   }
-  return serving_backend(st, res);
+  return b;
 }
 
 void send_text(http::Response& res, std::string text) {
