@@ -176,58 +176,39 @@ void Forward::build_lora_groups(const Batch& b) {
   }
 }
 
-// Down (A x) in parallel over rows, then up (B u) in parallel over output columns: decode has a
-// few rows and many columns, prefill many of both.
-void Forward::apply_lora(std::initializer_list<LinearJob> jobs, const float* x, std::span<const LoraGroup> groups) {
-  struct Unit {
-    const LoraFactors* f;
-    const LoraGroup* g;
-    float* y;
-    size_t u;  // offset into lora_u_
-  };
-  std::array<Unit, 8> units_buf{};
-  std::vector<Unit> units_more;
-  size_t n_units = 0, floats = 0;
-  for (const LinearJob& job : jobs)
+// Down (A x) before the pass, inline or in parallel over rows; the up-projection (B u) is added by
+// run_segments to the columns each chunk computes, so an adapter costs no extra pass over threads.
+void Forward::prepare_lora(std::initializer_list<LinearJob> jobs, const float* x, std::span<const LoraGroup> groups) {
+  lora_units_.clear();
+  size_t floats = 0, seg = 0;
+  int64_t macs = 0;
+  for (const LinearJob& job : jobs) {
     for (const LoraGroup& g : groups)
       if (const LoraFactors* f = g.adapter->find(job.w->data)) {
-        const Unit u{f, &g, job.y, floats};
-        if (n_units < units_buf.size()) units_buf[n_units] = u;
-        else units_more.push_back(u);
-        ++n_units;
+        lora_units_.push_back({f, &g, seg, floats});
         floats += g.rows.size() * size_t(f->rank);
+        macs += int64_t(g.rows.size()) * f->rank * f->n_in;
       }
-  if (n_units == 0) return;
-  auto unit = [&](size_t i) -> const Unit& { return i < units_buf.size() ? units_buf[i] : units_more[i - units_buf.size()]; };
+    ++seg;
+  }
+  if (lora_units_.empty()) return;
   if (lora_u_.size() < floats) lora_u_.resize(floats);
   const int64_t n_in = jobs.begin()->w->n_in;
-  // Phase 1: one item per (unit, row).
-  std::vector<int64_t> row_start(n_units + 1, 0);
-  for (size_t i = 0; i < n_units; ++i) row_start[i + 1] = row_start[i] + int64_t(unit(i).g->rows.size());
-  pool_.parallel_for(row_start[n_units], 1, [&](int64_t begin, int64_t end, int) {
-    for (size_t i = 0; i < n_units && begin < end; ++i) {
+  // One item per (unit, row); inline when too small to pay for the threads' sync (decode).
+  std::vector<int64_t> row_start(lora_units_.size() + 1, 0);
+  for (size_t i = 0; i < lora_units_.size(); ++i) row_start[i + 1] = row_start[i] + int64_t(lora_units_[i].g->rows.size());
+  auto down = [&](int64_t begin, int64_t end, int) {
+    for (size_t i = 0; i < lora_units_.size() && begin < end; ++i) {
       const int64_t lo = std::max(begin, row_start[i]), hi = std::min(end, row_start[i + 1]);
       if (lo >= hi) continue;
-      const Unit& u = unit(i);
+      const LoraUnit& u = lora_units_[i];
       const int64_t r0 = lo - row_start[i];
       kernels::lora_down(x, n_in, u.g->rows.data() + r0, hi - lo, u.f->a.data(), u.f->rank, n_in,
                          lora_u_.data() + u.u + size_t(r0 * u.f->rank));
     }
-  });
-  // Phase 2: one item per (unit, 64 output columns).
-  constexpr int64_t kCols = 64;
-  std::vector<int64_t> col_start(n_units + 1, 0);
-  for (size_t i = 0; i < n_units; ++i) col_start[i + 1] = col_start[i] + (unit(i).f->n_out + kCols - 1) / kCols;
-  pool_.parallel_for(col_start[n_units], 1, [&](int64_t begin, int64_t end, int) {
-    for (int64_t item = begin; item < end; ++item) {
-      size_t i = 0;
-      while (col_start[i + 1] <= item) ++i;
-      const Unit& u = unit(i);
-      const int64_t o0 = (item - col_start[i]) * kCols, o1 = std::min(u.f->n_out, o0 + kCols);
-      kernels::lora_up(lora_u_.data() + u.u, u.g->rows.data(), int64_t(u.g->rows.size()), u.f->b.data(), u.f->rank,
-                       u.f->scale, u.y, u.f->n_out, o0, o1);
-    }
-  });
+  };
+  if (macs < (1 << 20)) down(0, row_start.back(), 0);
+  else pool_.parallel_for(row_start.back(), 1, down);
 }
 
 void Forward::for_rows(int64_t T, const std::function<void(int64_t, int64_t)>& fn) {
@@ -272,7 +253,7 @@ int linear_chunks_per_thread(int64_t weight_bytes, int threads, int64_t min_chun
   return int(std::clamp<int64_t>(weight_bytes / (min_chunk_bytes * std::max(threads, 1)), 1, kLinearChunksPerThread));
 }
 
-void Forward::run_segments(const std::vector<Segment>& segs) {
+void Forward::run_segments(const std::vector<Segment>& segs, std::span<const LoraUnit> lora) {
   // Each y element is one full dot product whatever the split (kernels/quant/gemm.h), so results
   // do not depend on the thread count, the batch composition or which matrices share the pass.
   int64_t total = 0, bytes = 0;
@@ -288,6 +269,11 @@ void Forward::run_segments(const std::vector<Segment>& segs) {
         kernels::matmul_rows_packed(*s.packed, lo - offset, hi - offset, s.act, s.rows, s.y, w.n_out);
       else if (lo < hi)
         kernels::matmul_rows(w.type, w.data, w.n_in, lo - offset, hi - offset, s.act, s.rows, s.y, w.n_out);
+      if (lo < hi)
+        for (const LoraUnit& u : lora)
+          if (u.seg == size_t(&s - segs.data()))
+            kernels::lora_up(lora_u_.data() + u.u, u.g->rows.data(), int64_t(u.g->rows.size()), u.f->bt.data(),
+                             u.f->rank, w.n_out, u.f->scale, s.y, w.n_out, lo - offset, hi - offset);
       offset += w.n_out;
       if (offset >= e) break;
     }
@@ -309,8 +295,9 @@ void Forward::linear(std::initializer_list<LinearJob> jobs, const float* x, int6
     const kernels::PackedMatrix* pm = packed_for(*job.w);
     segments_.push_back({job.w, pm && kernels::packed_pays(*pm, T) ? pm : nullptr, a.for_matrix(*job.w, 0), T, job.y});
   }
-  run_segments(segments_);
-  if (!groups.empty()) apply_lora(jobs, x, groups);
+  lora_units_.clear();
+  if (!groups.empty()) prepare_lora(jobs, x, groups);
+  run_segments(segments_, lora_units_);
 }
 
 void Forward::expert_linear(std::initializer_list<std::pair<const std::vector<Matrix>*, float*>> jobs, const float* x) {

@@ -139,13 +139,20 @@ class Forward {
   void linear(std::initializer_list<LinearJob> jobs, const float* x, int64_t T, std::span<const LoraGroup> groups);
   // Groups the batch's rows by adapter (empty when no sequence names one).
   void build_lora_groups(const Batch& batch);
-  // Adds each group's low-rank delta to the outputs of the jobs whose matrix its adapter adapts.
-  void apply_lora(std::initializer_list<LinearJob> jobs, const float* x, std::span<const LoraGroup> groups);
+  // One group's delta on one job's matrix: its rows' A x at lora_u_[u], added to segment `seg`.
+  struct LoraUnit {
+    const LoraFactors* f;
+    const LoraGroup* g;
+    size_t seg, u;
+  };
+  // Fills lora_units_ for the jobs whose matrix an adapter of `groups` adapts, with A x computed.
+  void prepare_lora(std::initializer_list<LinearJob> jobs, const float* x, std::span<const LoraGroup> groups);
   // Converts T rows of x once per vec_dot_type that `readers` need, into act_q_.
   ActRegions convert(std::span<const Matrix* const> readers, const float* x, int64_t T);
   // One parallel pass over the output columns of every segment (the pool claims chunks, so
   // segments of different row counts still share the threads).
-  void run_segments(const std::vector<Segment>& segs);
+  // `lora`: low-rank deltas added to the columns as they are computed.
+  void run_segments(const std::vector<Segment>& segs, std::span<const LoraUnit> lora = {});
   // Applies expert e's matrix of each (mats, y) pair to its rows of the grouped input
   // (rows [moe_offsets_[e], moe_offsets_[e + 1])), for every expert that has rows.
   void expert_linear(std::initializer_list<std::pair<const std::vector<Matrix>*, float*>> jobs, const float* x);
@@ -209,6 +216,7 @@ class Forward {
   const LoraSlots* lora_slots_ = nullptr;
   std::vector<LoraGroup> lora_groups_;       // this forward's rows by adapter
   std::vector<LoraGroup> lora_head_groups_;  // the same over the rows that want logits
+  std::vector<LoraUnit> lora_units_;         // the current linear() call's
   AlignedVector<float> lora_u_;              // A x of every (job, group) row
 };
 

@@ -59,7 +59,7 @@ struct Rng {
 
 size_t LoraAdapter::bytes() const {
   size_t n = 0;
-  for (const auto& [_, f] : by_matrix_) n += (f.a.size() + f.b.size()) * sizeof(float);
+  for (const auto& [_, f] : by_matrix_) n += (f.a.size() + f.bt.size()) * sizeof(float);
   return n;
 }
 
@@ -126,8 +126,10 @@ Result<std::shared_ptr<const LoraAdapter>> LoraAdapter::load(const std::string& 
       const auto* d = static_cast<const uint8_t*>(m->data);
       if (d < tw->data || d >= tw->data + tw->nbytes) continue;
       const int64_t first = int64_t(size_t(d - tw->data) / rb);
-      LoraFactors lf{.rank = rank, .n_in = n_in, .n_out = m->n_out, .row0 = first, .scale = s, .a = fa, .b = {}};
-      lf.b.assign(fb.begin() + first * rank, fb.begin() + (first + m->n_out) * rank);
+      LoraFactors lf{.rank = rank, .n_in = n_in, .n_out = m->n_out, .row0 = first, .scale = s, .a = fa, .bt = {}};
+      lf.bt.resize(size_t(rank * m->n_out));
+      for (int64_t o = 0; o < m->n_out; ++o)
+        for (int64_t k = 0; k < rank; ++k) lf.bt[size_t(k * m->n_out + o)] = fb[size_t((first + o) * rank + k)];
       auto [it, fresh] = a->by_matrix_.emplace(m->data, std::move(lf));
       if (!fresh) return fail("tensor '" + name + "' is adapted twice");
       a->entries_.emplace_back(name, &it->second);
@@ -180,7 +182,7 @@ Status write_merged_lora(const Model& model, const LoraAdapter& adapter, const s
       for (int64_t o = 0; o < f->n_out; ++o) {
         float* row = wf.data() + (f->row0 + o) * n_in;
         for (int64_t k = 0; k < f->rank; ++k) {
-          const float c = f->scale * f->b[size_t(o * f->rank + k)];
+          const float c = f->scale * f->bt[size_t(k * f->n_out + o)];
           const float* a = f->a.data() + k * n_in;
           for (int64_t j = 0; j < n_in; ++j) row[j] += c * a[j];
         }

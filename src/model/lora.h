@@ -23,7 +23,7 @@ struct LoraFactors {
   int64_t row0 = 0;      // the first row of the base tensor these outputs are (fused tensors)
   float scale = 1.f;     // alpha / rank times the user's scale
   std::vector<float> a;  // [rank][n_in]
-  std::vector<float> b;  // [n_out][rank]
+  std::vector<float> bt;  // B transposed, [rank][n_out]: the up-projection is then row-wise axpys
 };
 
 class LoraAdapter {
