@@ -24,6 +24,7 @@
 #include "cli/common.h"
 #include "backends/engine_factory.h"
 #include "cuda/cuda_runner.h"
+#include "hub/model_ref.h"
 #include "server/backend.h"
 #include "server/server.h"
 
@@ -33,6 +34,7 @@ namespace {
 struct ServeArgs {
   std::string model;
   std::vector<std::string> loras;  // --lora NAME=FILE
+  std::string ollama_models;       // --ollama-models DIR
   std::string device = "cpu";
   std::string chat_template;
   std::string pooling;
@@ -215,6 +217,7 @@ int run_serve(ServeArgs a) {
   bo.json_whitespace = a.json_whitespace == "any" ? grammar::JsonWhitespace::any : grammar::JsonWhitespace::bounded;
   bo.default_max_tokens = a.default_max_tokens;
   bo.served_name = a.http.served_model_name;
+  bo.ollama_models_dir = a.ollama_models.empty() ? hub::cache_root() + "/ollama" : a.ollama_models;
   for (const std::string& flag : a.loras) {
     auto l = server::parse_lora_flag(flag);
     if (!l) return fail(l.error());
@@ -307,6 +310,8 @@ void register_serve(CLI::App& app, Handler& handler) {
   cmd->add_option("--lora", a->loras,
                   "Serve a LoRA adapter (llama.cpp's GGUF format) as model NAME: NAME=FILE (repeatable; requests "
                   "that name different adapters share a batch)");
+  cmd->add_option("--ollama-models", a->ollama_models,
+                  "Folder of the models Ollama's /api/create, /api/copy and /api/pull make (default: kvasir's cache/ollama)");
   cmd->add_flag("--allow-runtime-lora", a->http.allow_runtime_lora,
                 "Answer /v1/load_lora_adapter and /v1/unload_lora_adapter (they read files the request names)");
   cmd->add_option("--pooling", a->pooling, "Embeddings: mean, cls or last (default: the model file's; mean when it declares none)")

@@ -1,5 +1,7 @@
 #include "server/backend.h"
 
+#include <cstdio>
+
 namespace kvasir::server {
 
 Result<std::unique_ptr<Backend>> load_backend(const BackendOptions& options) {
@@ -45,6 +47,11 @@ Result<std::unique_ptr<Backend>> load_backend(const BackendOptions& options) {
   for (const auto& [name, path] : options.loras)
     if (auto s = b->loras->load(name, path, 1.f, b->engine->runner(), options.served_name); !s)
       return Error{"--lora " + name + ": " + s.error(), s.error_code()};
+  if (!options.ollama_models_dir.empty()) {
+    auto catalog = OllamaCatalog::open(options.ollama_models_dir);
+    if (!catalog) std::fprintf(stderr, "kvasir serve: %s; /api/create, /api/copy, /api/pull answer 503\n", catalog.error().c_str());
+    else b->catalog = std::move(*catalog);
+  }
   if (b->max_model_len <= 0) return Error{"the engine reports no usable context (max_model_len 0)"};
   return b;
 }

@@ -32,6 +32,7 @@ struct BackendOptions {
   // LoRA adapters served from the start: (name, file); the base model's name is served_name.
   std::vector<std::pair<std::string, std::string>> loras = {};
   std::string served_name = {};
+  std::string ollama_models_dir = {};  // the catalog's folder (Ollama's /api/create, /api/pull); empty: none
   disagg::PullOptions pull = {};
 };
 

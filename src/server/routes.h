@@ -22,6 +22,8 @@ void register_generation_routes(http::Router& router, ServerState& state);
 void register_responses_routes(http::Router& router, ServerState& state);
 // Ollama's /api/generate, /api/chat, /api/tags, /api/show, /api/ps, /api/version (routes_ollama.cpp)
 void register_ollama_routes(http::Router& router, ServerState& state);
+// POST /api/create, /api/copy, /api/pull, DELETE /api/delete (routes_ollama_models.cpp)
+void register_ollama_model_routes(http::Router& router, ServerState& state);
 // POST /v1/embeddings, Ollama's /api/embed and /api/embeddings (routes_embeddings.cpp)
 void register_embedding_routes(http::Router& router, ServerState& state);
 // GET /, /health, /metrics, /v1/models; POST /tokenize, /detokenize (routes_info.cpp)

@@ -8,6 +8,7 @@
 #include "server/generation.h"
 #include "server/http_util.h"
 #include "server/ollama_protocol.h"
+#include "server/ollama_routes.h"
 #include "server/routes.h"
 #include "server/tool_setup.h"
 
@@ -16,11 +17,6 @@ namespace {
 
 // The API level of Ollama's that these routes follow (clients gate features on it).
 constexpr const char* kOllamaApiVersion = "0.6.0";
-
-void send_ollama_error(http::Response& res, const ApiError& e) {
-  send_json(res, e.status, ordered_json{{"error", e.message}});
-  if (e.retry_after_s > 0) res.headers.set("Retry-After", std::to_string(e.retry_after_s));
-}
 
 std::string ollama_name(const ServerState& st) { return st.options.served_model_name + ":latest"; }
 
@@ -89,14 +85,7 @@ FileInfo file_info(const Backend& b) {
   return f;
 }
 
-ordered_json model_entry(const ServerState& st, const Backend& b) {
-  const FileInfo f = file_info(b);
-  return ordered_json{{"name", ollama_name(st)},
-                      {"model", ollama_name(st)},
-                      {"modified_at", f.modified_at},
-                      {"size", f.size},
-                      {"details", details(b)}};
-}
+ordered_json model_entry(const ServerState& st, const Backend& b) { return ollama_model_entry(b, ollama_name(st)); }
 
 void handle_show(ServerState& st, const http::Request& req, http::Response& res) {
   Backend* b = serving_backend(st, res);
@@ -107,8 +96,19 @@ void handle_show(ServerState& st, const http::Request& req, http::Response& res)
     for (const char* key : {"model", "name"})
       if (doc.contains(key) && doc[key].is_string()) name = doc[key].get<std::string>();
   }
-  if (!ollama::same_model(name, st.options.served_model_name))
+  // A catalog entry or an adapter over the served weights shows them, with its own defaults.
+  ordered_json probe{{"model", name}, {"messages", ordered_json::array()}};
+  std::optional<CatalogEntry> entry;
+  if (b->catalog) entry = b->catalog->find(name);
+  if (auto e = apply_catalog(st, *b, probe, true)) return send_ollama_error(res, *e);
+  const std::string base = normalize_model_name(probe["model"].get<std::string>());
+  if (!ollama::same_model(base, st.options.served_model_name) && !b->loras->find(base))
     return send_ollama_error(res, ApiError{.status = 404, .message = "model '" + name + "' not found"});
+  std::string parameters;
+  if (probe.contains("options"))
+    for (const auto& [k, v] : probe["options"].items()) parameters += k + " " + (v.is_string() ? v.get<std::string>() : v.dump()) + "\n";
+  std::string system;
+  if (!probe["messages"].empty()) system = probe["messages"][0]["content"].get<std::string>();
   const ModelConfig& c = b->model->config();
   const std::string& a = c.arch_name;
   ordered_json info{{"general.architecture", a},
@@ -125,7 +125,8 @@ void handle_show(ServerState& st, const http::Request& req, http::Response& res)
   }
   send_json(res, 200,
             ordered_json{{"modelfile", ""},
-                         {"parameters", ""},
+                         {"parameters", parameters},
+                         {"system", system},
                          {"template", b->chat.source()},
                          {"details", details(*b)},
                          {"model_info", std::move(info)},
@@ -183,7 +184,9 @@ bool pump(NdjsonStream& s, http::StreamSink& sink) {
 void handle_generation(ServerState& st, const http::Request& req, http::Response& res, bool is_chat) {
   Backend* b = serving_backend(st, res);
   if (!b) return;
-  auto r = is_chat ? ollama::parse_chat(json_body(req)) : ollama::parse_generate(json_body(req));
+  JsonBody body = json_body(req);
+  if (auto e = apply_catalog(st, *b, body.doc, is_chat)) return send_ollama_error(res, *e);
+  auto r = is_chat ? ollama::parse_chat(std::move(body)) : ollama::parse_generate(std::move(body));
   if (!r) return send_ollama_error(res, r.error());
   const std::string model = r->gen.model;
   if (!ollama::same_model(model, st.options.served_model_name)) {
@@ -258,6 +261,18 @@ void handle_generation(ServerState& st, const http::Request& req, http::Response
 
 }  // namespace
 
+void send_ollama_error(http::Response& res, const ApiError& e) {
+  send_json(res, e.status, ordered_json{{"error", e.message}});
+  if (e.retry_after_s > 0) res.headers.set("Retry-After", std::to_string(e.retry_after_s));
+}
+
+ordered_json ollama_details(const Backend& b) { return details(b); }
+
+ordered_json ollama_model_entry(const Backend& b, const std::string& name) {
+  const FileInfo f = file_info(b);
+  return ordered_json{{"name", name}, {"model", name}, {"modified_at", f.modified_at}, {"size", f.size}, {"details", details(b)}};
+}
+
 void register_ollama_routes(http::Router& router, ServerState& st) {
   using Req = http::Request;
   using Res = http::Response;
@@ -268,7 +283,7 @@ void register_ollama_routes(http::Router& router, ServerState& st) {
   router.add("POST", "/api/chat", [&st](const Req& req, Res& res) { handle_generation(st, req, res, true); }, json_post);
   router.add("GET", "/api/tags", [&st](const Req&, Res& res) {
     if (Backend* b = serving_backend(st, res))
-      send_json(res, 200, ordered_json{{"models", ordered_json::array({model_entry(st, *b)})}});
+      send_json(res, 200, ordered_json{{"models", ollama_tags(st, *b)}});
   }, quick);
   router.add("GET", "/api/ps", [&st](const Req&, Res& res) {
     if (Backend* b = serving_backend(st, res)) {

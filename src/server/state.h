@@ -17,6 +17,7 @@
 #include "model/model.h"
 #include "server/access.h"
 #include "server/lora_adapters.h"
+#include "server/ollama_catalog.h"
 #include "server/slo.h"
 #include "chat/chat_format.h"
 #include "server/tool_calls.h"
@@ -52,6 +53,7 @@ struct Backend {
   std::unique_ptr<disagg::KvPuller> puller;
   std::unique_ptr<engine::GrammarCache> grammars;  // structured output, compiled per vocabulary
   std::unique_ptr<LoraAdapters> loras = std::make_unique<LoraAdapters>();  // served by model name
+  std::unique_ptr<OllamaCatalog> catalog;  // Ollama's created and pulled models; null: no folder
   engine::PoolingChoice pooling;                   // what /v1/embeddings pools
   int32_t max_model_len = 0;
   int32_t default_max_tokens = 0;  // serve --default-max-tokens: for requests that name none (0: the endpoint's)

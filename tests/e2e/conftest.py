@@ -42,7 +42,7 @@ class Server:
     """A running `kvasir serve`; `stop()` sends SIGTERM and returns the exit code."""
 
     def __init__(self, model, extra=(), api_key=API_KEY, log_name="server", max_body=MAX_BODY, host="127.0.0.1",
-                 launcher=()):
+                 launcher=(), env=None):
         self.port = free_port()
         self.api_key = api_key
         self.host = host
@@ -53,7 +53,8 @@ class Server:
             args += ["--api-key", api_key]
         self.log_path = Path(os.environ.get("KVASIR_E2E_LOGS", "/tmp")) / f"kvasir-e2e-{log_name}-{self.port}.log"
         self.log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT,
+                                     env={**os.environ, **env} if env else None)
         self.wait_ready()
 
     @property
