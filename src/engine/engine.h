@@ -164,8 +164,15 @@ struct EngineOptions {
   sched::Clock clock = {};     // the scheduler's step timing (its cost model); empty: steady clock
 };
 
+// Bucket bounds of EngineStats::iteration_tokens (vLLM's iteration_tokens_total).
+inline constexpr int64_t kIterationTokenBounds[] = {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384};
+
 struct EngineStats {
   int32_t num_running = 0, num_waiting = 0;
+  // Rows per forward (prompt and decode tokens of one step): counts per bucket of
+  // kIterationTokenBounds (the last: above them all), and their sum.
+  std::vector<int64_t> iteration_tokens = std::vector<int64_t>(std::size(kIterationTokenBounds) + 1, 0);
+  int64_t iteration_tokens_sum = 0;
   int64_t kv_blocks_total = 0, kv_blocks_used = 0;
   int64_t prefix_queries = 0, prefix_hits = 0, prefix_query_tokens = 0, prefix_hit_tokens = 0, prefix_evictions = 0;
   int64_t num_preemptions = 0;
@@ -178,6 +185,7 @@ struct EngineStats {
   int64_t num_steps = 0;
   int64_t draft_kv_blocks_total = 0, draft_kv_blocks_used = 0;  // a draft model's own KV pool
   int32_t max_model_len = 0;
+  int32_t max_seqs = 0;  // seats: sequences in one step at most
   int64_t kv_layers = 0, kv_quantized_layers = 0;  // layers, and those whose KV is Q8_0 / Q4_0
 };
 

@@ -288,6 +288,9 @@ Status EngineCore::step(std::vector<Delta>& out) {
       (void)m.scheduler.update({});
       return Error{"forward failed: " + logits.error()};
     }
+    const auto bucket = std::lower_bound(std::begin(kIterationTokenBounds), std::end(kIterationTokenBounds), m.batch.size());
+    ++m.totals.iteration_tokens[size_t(bucket - std::begin(kIterationTokenBounds))];
+    m.totals.iteration_tokens_sum += m.batch.size();
     m.route_rows(so, *logits);
     m.pick_and_score();
     for (const auto& picked : m.to_sample) m.commit_token(*picked.first);
@@ -480,6 +483,7 @@ EngineStats EngineCore::stats() const {
     s.draft_kv_blocks_used = m.proposer->n_blocks() - m.proposer->n_free_blocks();
   }
   s.max_model_len = m.max_model_len;
+  s.max_seqs = m.options.max_seqs;
   return s;
 }
 

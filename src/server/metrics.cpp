@@ -201,6 +201,19 @@ std::string Metrics::render(const EngineGauges* g, const HttpGauges* http) const
              double(g->prefix_hit_tokens));
     w.scalar("kvasir:prompt_tokens_total", "counter", "Prefill tokens computed.", double(g->prompt_tokens_total));
     w.scalar("kvasir:generation_tokens_total", "counter", "Tokens generated.", double(g->generation_tokens_total));
+    if (!g->iteration_tokens.empty() && g->iteration_tokens.size() == g->iteration_token_bounds.size() + 1) {  // vLLM's iteration_tokens_total: rows per engine step
+      const std::string name = "kvasir:iteration_tokens_total";
+      w.header(name, "histogram", "Tokens (prompt and generated rows) per engine step.");
+      int64_t cum = 0;
+      for (size_t i = 0; i < g->iteration_tokens.size(); ++i) {
+        cum += g->iteration_tokens[i];
+        const bool last = i + 1 == g->iteration_tokens.size();
+        w.sample(name + "_bucket", "le=\"" + (last ? std::string("+Inf") : num(double(g->iteration_token_bounds[i]))) + "\"",
+                 double(cum));
+      }
+      w.sample(name + "_sum", "", double(g->iteration_tokens_sum));
+      w.sample(name + "_count", "", double(cum));
+    }
     w.scalar("kvasir:num_preemptions_total", "counter", "Requests preempted to free KV blocks.",
              double(g->num_preemptions));
     w.scalar("kvasir:num_yields_total", "counter",

@@ -65,6 +65,9 @@ struct EngineGauges {
   int64_t num_yields = 0;
   int64_t num_prefill_held = 0;
   int64_t prompt_tokens_total = 0, generation_tokens_total = 0;
+  std::vector<int64_t> iteration_tokens;        // per bucket of iteration_token_bounds, then above them
+  std::vector<int64_t> iteration_token_bounds;  // engine::kIterationTokenBounds
+  int64_t iteration_tokens_sum = 0;
   int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
   std::vector<int64_t> spec_draft_tokens_at, spec_accepted_tokens_at;  // per draft position
   int64_t kv_layers = 0, kv_quantized_layers = 0;

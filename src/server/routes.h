@@ -24,6 +24,8 @@ void register_responses_routes(http::Router& router, ServerState& state);
 void register_ollama_routes(http::Router& router, ServerState& state);
 // POST /api/create, /api/copy, /api/pull, DELETE /api/delete (routes_ollama_models.cpp)
 void register_ollama_model_routes(http::Router& router, ServerState& state);
+// llama-server's POST /completion, GET /props, GET /slots (routes_llamacpp.cpp)
+void register_llamacpp_routes(http::Router& router, ServerState& state);
 // POST /v1/embeddings, Ollama's /api/embed and /api/embeddings (routes_embeddings.cpp)
 void register_embedding_routes(http::Router& router, ServerState& state);
 // GET /, /health, /metrics, /v1/models; POST /tokenize, /detokenize (routes_info.cpp)

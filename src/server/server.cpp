@@ -32,6 +32,7 @@ void register_routes(http::Router& router, ServerState& state, const AccessPolic
   register_ollama_routes(router, state);
   register_lora_routes(router, state);
   register_ollama_model_routes(router, state);
+  register_llamacpp_routes(router, state);
   register_responses_routes(router, state);
   register_generation_routes(router, state);
   register_embedding_routes(router, state);
