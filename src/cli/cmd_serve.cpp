@@ -310,6 +310,12 @@ void register_serve(CLI::App& app, Handler& handler) {
   cmd->add_option("--lora", a->loras,
                   "Serve a LoRA adapter (llama.cpp's GGUF format) as model NAME: NAME=FILE (repeatable; requests "
                   "that name different adapters share a batch)");
+  cmd->add_option_function<std::string>(
+         "--rerank", [a](const std::string& v) { a->http.rerank_generative = v == "generative"; },
+         "How /v1/rerank and /v1/score score: embedding (cosine of the pooled embeddings) or generative (the model "
+         "judges each pair yes/no, as Qwen3-Reranker)")
+      ->check(CLI::IsMember({"embedding", "generative"}))
+      ->default_str("embedding");
   cmd->add_option("--ollama-models", a->ollama_models,
                   "Folder of the models Ollama's /api/create, /api/copy and /api/pull make (default: kvasir's cache/ollama)");
   cmd->add_flag("--allow-runtime-lora", a->http.allow_runtime_lora,

@@ -86,6 +86,9 @@ struct GenerationParams {
   double ttft_deadline_ms = 0; // 0: no deadline, always queued
   std::string cache_salt;      // tenant isolation of the prefix cache
   int32_t top_logprobs = -1;   // -1: no logprobs; 0..20: chosen token's logprob + that many alternatives
+  // With top_logprobs >= 0: the alternatives are these tokens (at most 20, in this order) instead of
+  // the most likely ones; what a cross-encoder reranker reads ("yes" against "no").
+  std::vector<int32_t> logprob_tokens;
   // Prompt scoring: -1 none; 0..20: every prompt token's logprob under the model given the tokens
   // before it (each with its rank and that many alternatives). Every prompt row is computed then
   // (no prefix-cache hits), and the list comes once, in the delta after the prompt's last chunk.

@@ -103,6 +103,9 @@ Status EngineCore::validate(const GenerationParams& p) const {
   if (!(p.ttft_deadline_ms >= 0) || !std::isfinite(p.ttft_deadline_ms)) return Error{"ttft_deadline_ms must be >= 0"};
   if (p.stop.min_tokens < 0 || p.stop.min_tokens > p.stop.max_tokens) return Error{"min_tokens must be in [0, max_tokens]"};
   if (p.top_logprobs > 20) return Error{"top_logprobs must be <= 20"};
+  if (p.logprob_tokens.size() > 20) return Error{"logprob_tokens holds at most 20 ids"};
+  for (int32_t id : p.logprob_tokens)
+    if (id < 0 || id >= n_vocab) return Error{"logprob_tokens has a bad token id"};
   if (p.prompt_logprobs < -1 || p.prompt_logprobs > 20) return Error{"prompt_logprobs must be in [0, 20]"};
   if (p.pooling != Pooling::none) {
     if (p.stop.max_tokens != 0) return Error{"an embedding request generates nothing: max_tokens must be 0"};
@@ -195,7 +198,8 @@ void EngineCore::Impl::pick_token(const sched::ScheduledSeq& seq, const float* l
     const int32_t token = l.sampler.draw_at(d, int64_t(history.size()));
     const bool accepted = j < seq.num_draft && token == draft[size_t(j)];
     l.picked.push_back(token);
-    if (l.params.top_logprobs >= 0) l.picked_logprobs.push_back(logprobs_of(row, token, l.params.top_logprobs));
+    if (l.params.top_logprobs >= 0)
+      l.picked_logprobs.push_back(logprobs_of(row, token, l.params.top_logprobs, l.params.logprob_tokens));
     if (l.grammar && !is_stop_token(l, token)) {
       const GrammarConstraint::Step g = l.grammar->observe(token);
       const int32_t at = int32_t(l.picked.size() - 1);

@@ -5,7 +5,7 @@
 
 namespace kvasir::engine {
 
-TokenLogprob logprobs_of(std::span<const float> logits, int32_t id, int32_t n_top) {
+TokenLogprob logprobs_of(std::span<const float> logits, int32_t id, int32_t n_top, std::span<const int32_t> only) {
   const float mx = *std::max_element(logits.begin(), logits.end());
   const float mine = logits[size_t(id)];
   double sum = 0;
@@ -16,7 +16,9 @@ TokenLogprob logprobs_of(std::span<const float> logits, int32_t id, int32_t n_to
   }
   const float log_z = mx + float(std::log(sum));
   TokenLogprob lp{id, mine - log_z, above + 1, {}};
-  if (n_top > 0) {
+  if (!only.empty()) {
+    for (int32_t t : only) lp.top.push_back({t, logits[size_t(t)] - log_z});
+  } else if (n_top > 0) {
     thread_local std::vector<int32_t> order;
     order.resize(logits.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = int32_t(i);

@@ -12,7 +12,8 @@ namespace kvasir::engine {
 
 // log-softmax of `id` in the row, its rank (1: the most likely) and the n_top most likely
 // (token, logprob) pairs, the lowest id first among equals. Per-thread scratch: safe in parallel.
-TokenLogprob logprobs_of(std::span<const float> logits, int32_t id, int32_t n_top);
+// With `only` non-empty, the alternatives are those tokens' (in that order) instead.
+TokenLogprob logprobs_of(std::span<const float> logits, int32_t id, int32_t n_top, std::span<const int32_t> only = {});
 
 // The sum of an embedding request's pooled hidden states, row by row as its chunks arrive.
 class EmbeddingPool {

@@ -8,6 +8,7 @@
 #include <initializer_list>
 
 #include "server/admission.h"
+#include "server/cross_encoder.h"
 #include "server/generation.h"
 #include "server/http_util.h"
 #include "server/ollama_protocol.h"
@@ -246,12 +247,23 @@ void handle_rerank(ServerState& st, const http::Request& req, http::Response& re
     if (!r->is_boolean()) return send_error(res, bad_request("'return_documents' must be a boolean", "return_documents"));
     return_documents = r->get<bool>();
   }
-  std::vector<PromptInput> inputs{{.text = q->get<std::string>()}};
-  for (const PromptInput& t : *documents) inputs.push_back(t);
-  auto got = embed(st, *b, req, std::move(inputs), /*truncate=*/true, "documents");
-  if (!got) return send_error(res, got.error());
   std::vector<std::pair<double, size_t>> ranked;
-  for (size_t i = 1; i < got->vectors.size(); ++i) ranked.push_back({cosine(got->vectors[0], got->vectors[i]), i - 1});
+  int64_t prompt_tokens = 0;
+  if (st.options.rerank_generative) {
+    std::vector<std::pair<std::string, std::string>> pairs;
+    for (const PromptInput& t : *documents) pairs.push_back({q->get<std::string>(), t.text});
+    auto judged = judge_pairs(st, *b, req, pairs, "documents");
+    if (!judged) return send_error(res, judged.error());
+    for (size_t i = 0; i < judged->scores.size(); ++i) ranked.push_back({judged->scores[i], i});
+    prompt_tokens = judged->prompt_tokens;
+  } else {
+    std::vector<PromptInput> inputs{{.text = q->get<std::string>()}};
+    for (const PromptInput& t : *documents) inputs.push_back(t);
+    auto got = embed(st, *b, req, std::move(inputs), /*truncate=*/true, "documents");
+    if (!got) return send_error(res, got.error());
+    for (size_t i = 1; i < got->vectors.size(); ++i) ranked.push_back({cosine(got->vectors[0], got->vectors[i]), i - 1});
+    prompt_tokens = got->prompt_tokens;
+  }
   std::stable_sort(ranked.begin(), ranked.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
   ordered_json results = ordered_json::array();
   for (int64_t k = 0; k < top_n; ++k) {
@@ -262,7 +274,7 @@ void handle_rerank(ServerState& st, const http::Request& req, http::Response& re
   }
   send_json(res, 200, ordered_json{{"id", "rerank-" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count())},
                                    {"model", st.options.served_model_name},
-                                   {"usage", {{"prompt_tokens", got->prompt_tokens}, {"total_tokens", got->prompt_tokens}}},
+                                   {"usage", {{"prompt_tokens", prompt_tokens}, {"total_tokens", prompt_tokens}}},
                                    {"results", std::move(results)}});
 }
 
@@ -285,6 +297,21 @@ void handle_score(ServerState& st, const http::Request& req, http::Response& res
   if (left->size() != 1 && left->size() != right->size())
     return send_error(res, bad_request("'text_1' must be one text, or as many as 'text_2'", "text_1"));
   const size_t n_left = left->size();
+  if (st.options.rerank_generative) {
+    std::vector<std::pair<std::string, std::string>> pairs;
+    for (size_t i = 0; i < right->size(); ++i) pairs.push_back({(*left)[n_left == 1 ? 0 : i].text, (*right)[i].text});
+    auto judged = judge_pairs(st, *b, req, pairs, "text_2");
+    if (!judged) return send_error(res, judged.error());
+    ordered_json data = ordered_json::array();
+    for (size_t i = 0; i < judged->scores.size(); ++i)
+      data.push_back({{"index", i}, {"object", "score"}, {"score", judged->scores[i]}});
+    return send_json(res, 200, ordered_json{{"id", "score-" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count())},
+                                            {"object", "list"},
+                                            {"created", int64_t(std::time(nullptr))},
+                                            {"model", st.options.served_model_name},
+                                            {"data", std::move(data)},
+                                            {"usage", {{"prompt_tokens", judged->prompt_tokens}, {"total_tokens", judged->prompt_tokens}}}});
+  }
   std::vector<PromptInput> inputs = std::move(*left);
   for (PromptInput& t : *right) inputs.push_back(std::move(t));
   auto got = embed(st, *b, req, std::move(inputs), /*truncate=*/true, "text_2");

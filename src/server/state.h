@@ -37,6 +37,7 @@ struct ServerOptions {
   std::string metrics_prefix = "kvasir:";  // --metrics-prefix
   SloOptions slo;                    // tenants, classes, TTFT deadlines (server/slo.h)
   bool allow_runtime_lora = false;   // --allow-runtime-lora: /v1/load_lora_adapter and unload answer
+  bool rerank_generative = false;    // --rerank generative: /v1/rerank and /v1/score as a cross-encoder
 };
 
 // Everything loaded from the model file. Members are declared so that the engine, which holds
