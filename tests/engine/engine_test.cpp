@@ -233,6 +233,19 @@ TEST(Engine, StopStringsMaxTokensAndLogprobs) {
     EXPECT_LE(lp.logprob, 0.f);
     EXPECT_GE(lp.top[0].second, lp.top[1].second);
   }
+  // Chosen alternatives (a cross-encoder's "yes" and "no"): exactly those ids, in that order, with
+  // the logprobs the top-k list gives them.
+  const int32_t a = short_run.logprobs[0].top[2].first, b = short_run.logprobs[0].top[0].first;
+  p.logprob_tokens = {a, b};
+  auto chosen = run_all(*c, {p}).begin()->second;
+  ASSERT_EQ(chosen.logprobs.size(), 5u);
+  ASSERT_EQ(chosen.logprobs[0].top.size(), 2u);
+  EXPECT_EQ(chosen.logprobs[0].top[0].first, a);
+  EXPECT_EQ(chosen.logprobs[0].top[1].first, b);
+  EXPECT_FLOAT_EQ(chosen.logprobs[0].top[0].second, short_run.logprobs[0].top[2].second);
+  EXPECT_FLOAT_EQ(chosen.logprobs[0].top[1].second, short_run.logprobs[0].top[0].second);
+  p.logprob_tokens = {int32_t(l.tok->n_vocab())};
+  EXPECT_FALSE(c->add_request(p));
 }
 
 TEST(Engine, StopTokensAndMinTokens) {
