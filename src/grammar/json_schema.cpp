@@ -1,6 +1,7 @@
 #include "grammar/json_schema.h"
 
 #include <algorithm>
+#include <bit>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
@@ -480,11 +481,11 @@ class SchemaGrammar::Converter {
   }
 
   std::string visit_array(const json& s, const std::string& hint, int depth) {
-    if (s.contains("uniqueItems") && s["uniqueItems"] == true) return fail("'uniqueItems'"), "value";
     const int64_t min = count(s, "minItems").value_or(0);
     const int64_t max = s.contains("maxItems") ? count(s, "maxItems").value_or(0) : -1;
     if (error_) return "value";
     if (max >= 0 && max < min) return fail("'maxItems' below 'minItems'"), "value";
+    if (s.contains("uniqueItems") && s["uniqueItems"] == true) return unique_array(s, hint, min, max);
     std::vector<std::string> prefix;
     if (s.contains("prefixItems")) {
       if (!s["prefixItems"].is_array()) return fail("'prefixItems' must be an array"), "value";
@@ -514,6 +515,53 @@ class SchemaGrammar::Converter {
       return rule(hint, "\"[\" ws ( " + item + " ws " + tail + " )? \"]\"");
     }
     return rule(hint, "\"[\" ws " + item + " ws " + repeat(more, min - 1, max < 0 ? -1 : max - 1) + " \"]\"");
+  }
+
+  // uniqueItems over an enum of at most kMaxUniqueValues values (or booleans): one rule per set
+  // of values written so far, each continuing with a value not in it, so that no value repeats.
+  static constexpr size_t kMaxUniqueValues = 8;
+  std::string unique_array(const json& s, const std::string& hint, int64_t min, int64_t max) {
+    auto refuse = [&] {
+      return fail("'uniqueItems' (only over 'items' that is an enum or const of at most 8 values, or booleans, "
+                  "without 'prefixItems')"),
+             std::string("value");
+    };
+    if (s.contains("prefixItems") || !s.contains("items") || !s["items"].is_object()) return refuse();
+    const json& items = s["items"];
+    json values;
+    if (items.contains("enum")) values = items["enum"];
+    else if (items.contains("const")) values = json::array({items["const"]});
+    else if (items.size() == 1 && items.value("type", "") == "boolean") values = json::array({true, false});
+    else return refuse();
+    for (const auto& [k, _] : items.items())
+      if (k != "enum" && k != "const" && k != "type" && k != "description" && k != "title") return refuse();
+    std::vector<std::string> lits;
+    for (const json& v : values) {
+      if (items.contains("type") && !(type_bits(v) & type_bits_of(items["type"]))) continue;
+      const std::string lit = gbnf_literal(v.dump(-1, ' ', false, json::error_handler_t::replace));
+      if (std::find(lits.begin(), lits.end(), lit) == lits.end()) lits.push_back(lit);
+    }
+    if (lits.empty() || lits.size() > kMaxUniqueValues) return refuse();
+    const int64_t n = int64_t(lits.size());
+    if (min > n) return fail("'minItems' above the number of distinct values 'uniqueItems' allows"), "value";
+    const int64_t cap = max < 0 ? n : std::min(max, n);
+    // After the set `used` (a bitmask): "]" when enough were written, or "," and an unused value.
+    std::vector<std::string> after(size_t(1) << n);
+    for (uint32_t used = uint32_t(after.size()); used-- > 0;) {
+      const int64_t k = std::popcount(used);
+      if (k > cap) continue;
+      std::string body = k >= min ? "\"]\"" : "";
+      if (k < cap)
+        for (int64_t i = 0; i < n; ++i)
+          if (!(used & (1u << i)))
+            body += (body.empty() ? "" : " | ") + std::string("\",\" ws ") + lits[size_t(i)] + " ws " +
+                    after[used | (1u << i)];
+      after[used] = body.empty() ? "" : rule(hint + "-u" + std::to_string(used), body);
+    }
+    std::string first = min == 0 ? "\"]\"" : "";
+    for (int64_t i = 0; i < n && cap > 0; ++i)
+      first += (first.empty() ? "" : " | ") + lits[size_t(i)] + " ws " + after[1u << i];
+    return rule(hint, "\"[\" ws ( " + first + " )");
   }
 
   std::string visit_string(const json& s, const std::string& hint) {

@@ -319,6 +319,9 @@ TEST(JsonSchema, CompilesTheCommonKeywordsAndNamesTheRest) {
       {R"({"type":"number","exclusiveMinimum":true})", "draft 4"},
       {R"({"type":"string","format":"hostname"})", "'hostname'"},
       {R"({"type":"array","uniqueItems":true})", "'uniqueItems'"},
+      {R"({"type":"array","items":{"type":"string"},"uniqueItems":true})", "'uniqueItems'"},
+      {R"({"type":"array","items":{"enum":[1,2,3,4,5,6,7,8,9]},"uniqueItems":true})", "'uniqueItems'"},
+      {R"({"type":"array","items":{"enum":[1,2]},"uniqueItems":true,"minItems":3})", "distinct values"},
       {R"({"$ref":"#/nowhere"})", "#/nowhere"},
       {R"j({"type":"string","pattern":"(?=a)"})j", "lookaround"},
       {R"({"type":"string","pattern":"\\bword"})", "\\b"},
@@ -365,6 +368,49 @@ TEST(JsonSchema, OptionalPropertiesInOrderEachAtMostOnce) {
     EXPECT_FALSE(m.accept_bytes(no) && m.can_end()) << no;
   }
   check_against_reference(gbnf, 20, 24, 7);
+}
+
+// uniqueItems over an enum, against brute force: every array of up to 5 items over the enum's
+// values and a foreign one is admitted exactly when its items are in the enum, distinct, and
+// their count is within minItems..maxItems.
+TEST(JsonSchema, UniqueItemsOverAnEnumAgainstBruteForce) {
+  const std::vector<std::string> values = {"\"red\"", "\"green\"", "7", "null", "\"blue\""};  // the last is foreign
+  for (auto [min, max] : {std::pair{0, -1}, {1, 3}, {2, 2}, {0, 0}}) {
+    json schema = json::parse(R"({"type":"array","items":{"enum":["red","green",7,null]},"uniqueItems":true})");
+    if (min > 0) schema["minItems"] = min;
+    if (max >= 0) schema["maxItems"] = max;
+    const std::string gbnf = *json_schema_to_gbnf(schema);
+    auto cg = compile_text(gbnf, small_vocab());
+    int admitted = 0;
+    std::vector<int> pick;
+    // Every sequence of length 0..5 over the 5 values (5^0 + ... + 5^5 = 3906 arrays).
+    std::function<void()> walk = [&] {
+      std::string text = "[";
+      bool valid = true;
+      for (size_t i = 0; i < pick.size(); ++i) {
+        text += (i ? ", " : "") + values[size_t(pick[i])];
+        valid &= pick[i] != 4 && std::count(pick.begin(), pick.end(), pick[i]) == 1;
+      }
+      text += "]";
+      const int n = int(pick.size());
+      valid &= n >= min && (max < 0 || n <= max);
+      Matcher m(cg);
+      const bool got = m.accept_bytes(text) && m.can_end();
+      EXPECT_EQ(got, valid) << schema.dump() << " " << text;
+      admitted += got;
+      if (pick.size() == 5) return;
+      for (int v = 0; v < 5; ++v) {
+        pick.push_back(v);
+        walk();
+        pick.pop_back();
+      }
+    };
+    walk();
+    EXPECT_GT(admitted, 0);
+  }
+  check_against_reference(*json_schema_to_gbnf(json::parse(
+                              R"({"type":"array","items":{"enum":["a","b",1]},"uniqueItems":true,"minItems":1})")),
+                          20, 24, 11);
 }
 
 // Hardening II: what a hostile schema costs is bounded while it compiles, and the refusal names
