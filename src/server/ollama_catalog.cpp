@@ -12,7 +12,7 @@ namespace fs = std::filesystem;
 ordered_json to_json(const CatalogEntry& e) {
   return ordered_json{{"name", e.name},         {"from", e.from},     {"path", e.path},
                       {"identity", e.identity}, {"sha256", e.sha256}, {"system", e.system},
-                      {"parameters", e.parameters}, {"created_at", e.created_at}};
+                      {"template", e.chat_template}, {"parameters", e.parameters}, {"created_at", e.created_at}};
 }
 
 std::optional<CatalogEntry> from_json(const ordered_json& j) {
@@ -23,6 +23,7 @@ std::optional<CatalogEntry> from_json(const ordered_json& j) {
   };
   str("name", e.name), str("from", e.from), str("path", e.path), str("identity", e.identity);
   str("sha256", e.sha256), str("system", e.system), str("created_at", e.created_at);
+  str("template", e.chat_template);
   if (auto it = j.find("parameters"); it != j.end() && it->is_object()) e.parameters = *it;
   if (!valid_model_name(e.name) || (e.from.empty() == e.path.empty())) return std::nullopt;
   return e;

@@ -24,6 +24,7 @@ struct CatalogEntry {
   std::string identity;      // the file's content identity (Model::identity), when `path` is set
   std::string sha256;        // a pulled file's digest
   std::string system;        // default system prompt; empty: none
+  std::string chat_template; // a Jinja chat template in place of the model's; empty: the model's
   ordered_json parameters = ordered_json::object();  // default Ollama options
   std::string created_at;
 };

@@ -21,7 +21,9 @@ ordered_json ollama_details(const Backend& b);
 // system prompt where the request has none, its parameters under the request's own `options`,
 // and `model` rewritten to what the entry derives from (the served model or an adapter). A 404
 // for an entry of other weights than the served model's. Requests naming no entry are untouched.
-std::optional<ApiError> apply_catalog(const ServerState& st, const Backend& b, ordered_json& doc, bool is_chat);
+// `chat_template` (when given) receives the entry's own chat template (empty: the model's).
+std::optional<ApiError> apply_catalog(const ServerState& st, const Backend& b, ordered_json& doc, bool is_chat,
+                                      std::string* chat_template = nullptr);
 // /api/tags: the served model, its adapters, then the catalog's entries.
 ordered_json ollama_tags(const ServerState& st, const Backend& b);
 

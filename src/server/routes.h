@@ -46,8 +46,10 @@ struct ChatPrompt {
   std::vector<int32_t> ids;
   int32_t max_tokens = 0;
 };
+// `formatter`: another chat template than the model's (an Ollama catalog entry's); null: b.chat.
 Parsed<ChatPrompt> chat_prompt(const Backend& b, const ordered_json& messages, const chat::ChatRenderOptions& options,
-                               const GenerationRequest& gen, const std::string& messages_param);
+                               const GenerationRequest& gen, const std::string& messages_param,
+                               const chat::ChatFormatter* formatter = nullptr);
 
 // 404 model_not_found unless `model` is empty or the served name.
 std::optional<ApiError> check_model(const std::string& model, const ServerState& state);

@@ -362,11 +362,13 @@ void handle_chat(ServerState& st, const http::Request& req, http::Response& res)
 }  // namespace
 
 Parsed<ChatPrompt> chat_prompt(const Backend& b, const ordered_json& messages, const chat::ChatRenderOptions& options,
-                               const GenerationRequest& gen, const std::string& messages_param) {
-  auto text = b.chat.render(messages, options);
+                               const GenerationRequest& gen, const std::string& messages_param,
+                               const chat::ChatFormatter* formatter) {
+  const chat::ChatFormatter& chat = formatter ? *formatter : b.chat;
+  auto text = chat.render(messages, options);
   if (!text) return bad_request("chat template: " + text.error(), messages_param);
   if (auto e = check_text_length(text->size(), *b.tokenizer, b.max_model_len, Endpoint::chat)) return *e;
-  ChatPrompt p{.ids = b.chat.tokenize(*b.tokenizer, *text)};
+  ChatPrompt p{.ids = chat.tokenize(*b.tokenizer, *text)};
   auto max_tokens = check_prompt(p.ids, gen, Endpoint::chat, *b.tokenizer, b.max_model_len, b.default_max_tokens);
   if (!max_tokens) return max_tokens.error();
   p.max_tokens = *max_tokens;

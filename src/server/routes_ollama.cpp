@@ -98,9 +98,8 @@ void handle_show(ServerState& st, const http::Request& req, http::Response& res)
   }
   // A catalog entry or an adapter over the served weights shows them, with its own defaults.
   ordered_json probe{{"model", name}, {"messages", ordered_json::array()}};
-  std::optional<CatalogEntry> entry;
-  if (b->catalog) entry = b->catalog->find(name);
-  if (auto e = apply_catalog(st, *b, probe, true)) return send_ollama_error(res, *e);
+  std::string entry_template;
+  if (auto e = apply_catalog(st, *b, probe, true, &entry_template)) return send_ollama_error(res, *e);
   const std::string base = normalize_model_name(probe["model"].get<std::string>());
   if (!ollama::same_model(base, st.options.served_model_name) && !b->loras->find(base))
     return send_ollama_error(res, ApiError{.status = 404, .message = "model '" + name + "' not found"});
@@ -127,7 +126,7 @@ void handle_show(ServerState& st, const http::Request& req, http::Response& res)
             ordered_json{{"modelfile", ""},
                          {"parameters", parameters},
                          {"system", system},
-                         {"template", b->chat.source()},
+                         {"template", entry_template.empty() ? b->chat.source() : entry_template},
                          {"details", details(*b)},
                          {"model_info", std::move(info)},
                          // Tools work with every template (a generic call format where it has none).
@@ -185,7 +184,14 @@ void handle_generation(ServerState& st, const http::Request& req, http::Response
   Backend* b = serving_backend(st, res);
   if (!b) return;
   JsonBody body = json_body(req);
-  if (auto e = apply_catalog(st, *b, body.doc, is_chat)) return send_ollama_error(res, *e);
+  std::string entry_template;
+  if (auto e = apply_catalog(st, *b, body.doc, is_chat, &entry_template)) return send_ollama_error(res, *e);
+  std::optional<chat::ChatFormatter> entry_chat;
+  if (!entry_template.empty()) {
+    auto f = chat::ChatFormatter::for_model(b->model->gguf(), *b->tokenizer, entry_template);
+    if (!f) return send_ollama_error(res, ApiError{.status = 500, .message = "the model's template: " + f.error()});
+    entry_chat = std::move(*f);
+  }
   auto r = is_chat ? ollama::parse_chat(std::move(body)) : ollama::parse_generate(std::move(body));
   if (!r) return send_ollama_error(res, r.error());
   const std::string model = r->gen.model;
@@ -217,7 +223,8 @@ void handle_generation(ServerState& st, const http::Request& req, http::Response
   auto setup = prepare_tools(*b, r->tool_list, ToolChoice{}, /*parallel=*/true, r->gen.format, r->messages, *grammar);
   if (!setup) return send_ollama_error(res, setup.error());
   if (is_chat || !r->raw) {
-    auto p = chat_prompt(*b, r->messages, chat::ChatRenderOptions{.tools = r->tools}, r->gen, "messages");
+    auto p = chat_prompt(*b, r->messages, chat::ChatRenderOptions{.tools = r->tools}, r->gen, "messages",
+                         entry_chat ? &*entry_chat : nullptr);
     if (!p) return send_ollama_error(res, p.error());
     prompt = std::move(*p);
   }

@@ -88,7 +88,7 @@ void handle_create(ServerState& st, const http::Request& req, http::Response& re
   if (!b) return;
   if (!b->catalog) return send_ollama_error(res, ApiError{.status = 503, .message = "no model catalog folder"});
   ordered_json doc = json_body(req).doc;
-  if (auto e = bad_field(doc, {"model", "name", "from", "system", "parameters", "license", "stream"}))
+  if (auto e = bad_field(doc, {"model", "name", "from", "system", "parameters", "template", "license", "stream"}))
     return send_ollama_error(res, *e);
   std::string name = normalize_model_name(string_of(doc, "model").empty() ? string_of(doc, "name") : string_of(doc, "model"));
   if (!valid_model_name(name)) return send_ollama_error(res, bad_request("'model' must be a model name", "model"));
@@ -104,6 +104,20 @@ void handle_create(ServerState& st, const http::Request& req, http::Response& re
     // The options the generation routes take, checked now rather than at every request.
     ordered_json probe{{"model", "x"}, {"prompt", ""}, {"options", e.parameters}};
     if (auto r = ollama::parse_generate(JsonBody{probe}); !r) return send_ollama_error(res, r.error());
+  }
+  if (auto t = doc.find("template"); t != doc.end() && !t->is_null()) {
+    if (!t->is_string()) return send_ollama_error(res, bad_request("'template' must be a string", "template"));
+    const std::string tpl = t->get<std::string>();
+    // Ollama's own templates are Go templates ({{ .Prompt }}, {{ range .Messages }}); kvasir renders Jinja.
+    if (tpl.find("{{ .") != std::string::npos || tpl.find("{{.") != std::string::npos || tpl.find(".Messages") != std::string::npos ||
+        tpl.find("{{- .") != std::string::npos)
+      return send_ollama_error(res, bad_request("'template': Go templates are not supported; give a Jinja chat template "
+                                                "(as GGUF's tokenizer.chat_template)", "template"));
+    auto f = chat::ChatFormatter::for_model(b->model->gguf(), *b->tokenizer, tpl);
+    Result<std::string> probe = f ? f->render(ordered_json::array({{{"role", "user"}, {"content", "hi"}}}), {})
+                                  : Result<std::string>(Error{f.error()});
+    if (!probe) return send_ollama_error(res, bad_request("'template': " + probe.error(), "template"));
+    e.chat_template = tpl;
   }
   const bool stream = !doc.contains("stream") || doc["stream"] != false;
   run_management(res, stream, [&st, b, e, from](http::StreamSink* sink) mutable -> std::optional<ApiError> {
@@ -242,7 +256,8 @@ void handle_pull(ServerState& st, const http::Request& req, http::Response& res)
 
 }  // namespace
 
-std::optional<ApiError> apply_catalog(const ServerState& st, const Backend& b, ordered_json& doc, bool is_chat) {
+std::optional<ApiError> apply_catalog(const ServerState& st, const Backend& b, ordered_json& doc, bool is_chat,
+                                      std::string* chat_template) {
   if (!b.catalog || !doc.is_object() || !doc.contains("model") || !doc["model"].is_string()) return std::nullopt;
   const std::string asked = doc["model"].get<std::string>();
   std::string name = asked, system;
@@ -254,6 +269,7 @@ std::optional<ApiError> apply_catalog(const ServerState& st, const Backend& b, o
     if (depth == kMaxDepth) return ApiError{.status = 400, .message = "model '" + asked + "' derives from too many models"};
     matched = true;
     if (system.empty()) system = e->system;
+    if (chat_template && chat_template->empty()) *chat_template = e->chat_template;
     for (const auto& [k, v] : e->parameters.items())
       if (!params.contains(k)) params[k] = v;
     if (!e->path.empty()) {

@@ -61,6 +61,22 @@ def test_create_copy_show_chat_delete(env):
         assert s2.stop() == 0
 
 
+def test_create_with_a_jinja_template(env):
+    s, _ = env
+    oc = client(s)
+    tpl = "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}[assistant] "
+    assert oc.create(model="bracketed", from_="stories260K", template=tpl, system="Be brief.").status == "success"
+    assert oc.show("bracketed").template == tpl
+    r = oc.chat(model="bracketed", messages=[{"role": "user", "content": "Hi"}], options={"num_predict": 2})
+    rendered = "[system] Be brief.\n[user] Hi\n[assistant] "
+    status, t = s.json("POST", "/tokenize", {"prompt": rendered})
+    assert status == 200 and r.prompt_eval_count == len(t["tokens"])
+    with pytest.raises(ollama.ResponseError) as e:
+        oc.create(model="broken", from_="stories260K", template="{% for m in messages %}")
+    assert e.value.status_code == 400 and "template" in e.value.error
+    oc.delete("bracketed")
+
+
 def test_errors_are_ollamas_shape(env):
     s, _ = env
     oc = client(s)
