@@ -34,6 +34,8 @@ struct RunArgs {
   int64_t batch = 512;
   SpecFlags spec;
   std::string json_schema_file, grammar_file;
+  std::string lora;  // --lora FILE: a LoRA adapter over the model
+  float lora_scale = 1.f;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -77,6 +79,11 @@ int run_engine(const RunArgs& a, const Model& model, const Tokenizer& tokenizer,
   p.sampling = a.sampling;
   p.stop.max_tokens = std::max(1, std::min<int>(a.n_predict, int(a.n_ctx - int64_t(n_prompt))));
   p.grammar = std::move(grammar);
+  if (!a.lora.empty()) {
+    auto adapter = (*core)->runner().load_adapter(a.lora, a.lora_scale);
+    if (!adapter) return fail(adapter.error());
+    p.adapter = std::move(*adapter);
+  }
   auto id = (*core)->add_request(std::move(p));
   if (!id) return fail(id.error());
   const auto t0 = Clock::now();
@@ -134,7 +141,7 @@ int run_generate(RunArgs a) {
   if (auto st = a.spec.prepare(**model, *tokenizer, a.threads, *spec); !st) return fail(st.error());
   auto kv_transform = calibrate_kv_cache(**model, *tokenizer, *kv_type, a.n_ctx, "", a.threads, !a.kv_no_calibrate);
   if (!kv_transform) return fail(kv_transform.error());
-  if (spec->method != engine::SpecMethod::none || *grammar)
+  if (spec->method != engine::SpecMethod::none || *grammar || !a.lora.empty())
     return run_engine(a, **model, *tokenizer, std::move(tokens), *kv_type, *kv_transform, *spec, *grammar);
   auto device = cuda::parse_device(a.device);
   if (!device) return fail(device.error());
@@ -198,6 +205,8 @@ void register_run(CLI::App& app, Handler& handler) {
   cmd->add_option("--kv-type", a->kv_type, "KV cache type: f16, f32, q8_0 or q4_0 (quantized K and V are stored in a basis calibrated at start-up)");
   cmd->add_flag("--kv-no-calibrate", a->kv_no_calibrate, "Store quantized K and V as they are (no KV calibration)");
   a->spec.add_to(cmd);
+  cmd->add_option("--lora", a->lora, "A LoRA adapter (llama.cpp's GGUF format) over the model");
+  cmd->add_option("--lora-scale", a->lora_scale, "Multiplies the adapter's delta")->capture_default_str();
   cmd->add_option("--json-schema", a->json_schema_file, "Constrain the output to JSON matching this JSON Schema file");
   cmd->add_option("--grammar", a->grammar_file, "Constrain the output to this GBNF grammar file");
   cmd->callback([&handler, a] { handler = [a] { return run_generate(*a); }; });

@@ -345,3 +345,28 @@ TEST(Cli, BenchAlternatesKvTypesFromOneDepth) {
   EXPECT_NE(bad.code, 0);
   EXPECT_NE(bad.err.find("bogus"), std::string::npos) << bad.err;
 }
+
+// LoRA from the command line: synth-lora writes an adapter, run --lora uses it, export-lora merges
+// it; the merged model's greedy text is the adapter's, and a foreign adapter is refused by name.
+TEST(Cli, LoraRunEqualsTheMergedModel) {
+  const std::string base = shared_path("models/stories260K.gguf");
+  const std::string adapter = ::testing::TempDir() + "/cli_lora.gguf", merged = ::testing::TempDir() + "/cli_merged.gguf";
+  ASSERT_EQ(kvasir({"synth-lora", "-m", base, "-o", adapter, "--rank", "8", "--alpha", "16", "--seed", "3"}).code, 0);
+  ASSERT_EQ(kvasir({"export-lora", "-m", base, "--lora", adapter, "-o", merged}).code, 0);
+  const std::vector<std::string> gen = {"-p", "Once upon a time", "-n", "24", "--temp", "0", "-t", "2"};
+  auto with_args = std::vector<std::string>{"run", "-m", base, "--lora", adapter};
+  with_args.insert(with_args.end(), gen.begin(), gen.end());
+  auto merged_args = std::vector<std::string>{"run", "-m", merged};
+  merged_args.insert(merged_args.end(), gen.begin(), gen.end());
+  auto base_args = std::vector<std::string>{"run", "-m", base};
+  base_args.insert(base_args.end(), gen.begin(), gen.end());
+  const auto with = kvasir(with_args), m = kvasir(merged_args), plain = kvasir(base_args);
+  ASSERT_EQ(with.code, 0) << with.err;
+  EXPECT_EQ(with.out, m.out);
+  EXPECT_NE(with.out, plain.out);
+  const auto foreign = kvasir({"run", "-m", shared_path("models/fixture-gemma3-f32.gguf"), "--lora", adapter, "-p", "x", "-n", "2"});
+  EXPECT_EQ(foreign.code, 1);
+  EXPECT_NE(foreign.err.find("an adapter for 'llama'"), std::string::npos) << foreign.err;
+  std::remove(adapter.c_str());
+  std::remove(merged.c_str());
+}
