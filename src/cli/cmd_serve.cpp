@@ -41,6 +41,7 @@ struct ServeArgs {
   std::string json_whitespace = "bounded";
   int32_t default_max_tokens = 0;
   std::string kv_mem;
+  std::string kv_disk, kv_disk_size = "20G";  // --kv-disk DIR --kv-disk-size
   KvFlags kv;
   std::string max_body = "8M";
   int64_t kv_blocks = 0;
@@ -252,6 +253,12 @@ int run_serve(ServeArgs a) {
   bo.serving.device = *device;
   if (!a.quantize.empty()) bo.load_model = [a] { return load_model(a.model, a.quantize, a.threads); };
   bo.serving.engine.prefix_cache = !a.no_prefix_cache;
+  if (!a.kv_disk.empty()) {
+    auto size = parse_size(a.kv_disk_size, "--kv-disk-size");
+    if (!size) return fail(size.error());
+    bo.serving.engine.kv_disk_dir = a.kv_disk;
+    bo.serving.engine.kv_disk_bytes = *size;
+  }
   bo.serving.engine.tpot_target_ms = a.tpot_target_ms;
   bo.serving.engine.reserve_kv = a.kv_reserve;
   bo.serving.engine.spec = *spec;
@@ -347,6 +354,11 @@ void register_serve(CLI::App& app, Handler& handler) {
       ->check(CLI::Range(int64_t(0), int64_t(1) << 32));
   a->kv.add_to(cmd);
   cmd->add_flag("--no-prefix-cache", a->no_prefix_cache, "Disable prefix caching");
+  cmd->add_option("--kv-disk", a->kv_disk,
+                  "A disk tier for the prefix cache: full KV blocks kept in this folder (written as they are "
+                  "computed, read back instead of recomputed; kept across restarts)");
+  cmd->add_option("--kv-disk-size", a->kv_disk_size, "The disk tier's size bound, e.g. 20G (least recently used files go first)")
+      ->capture_default_str();
   cmd->add_option("--tpot-target", a->tpot_target_ms,
                   "Decode latency target, ms per output token: prefill joins running decodes only as far as "
                   "they stay within it (0: throughput first)")

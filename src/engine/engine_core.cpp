@@ -72,8 +72,21 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<runtime::
   } else if (o.spec.method == SpecMethod::ngram) {
     proposer = spec::ngram_proposer();
   }
+  std::shared_ptr<kv::DiskStore> disk;
+  if (!o.kv_disk_dir.empty()) {
+    if (!o.prefix_cache) return Error{"the KV disk tier needs the prefix cache", ErrorCode::invalid_argument};
+    if (runner->kv_block_bytes(0) == 0) return Error{"this runner has no KV block I/O for a disk tier", ErrorCode::invalid_argument};
+    auto d = kv::DiskStore::open({.dir = o.kv_disk_dir, .max_bytes = o.kv_disk_bytes,
+                                  .format = runner->kv_format() + "/bs" + std::to_string(block_size)});
+    if (!d) return Error{d.error(), d.error_code()};
+    disk = std::move(*d);
+  }
   auto impl = std::make_unique<Impl>(std::move(runner), tokenizer, o, std::move(*sched), len);
   impl->proposer = std::move(proposer);
+  if (disk) {
+    impl->tiering = std::make_unique<KvTiering>(std::move(disk), *impl->runner);
+    (void)impl->scheduler.tier_kv().take_newly_cached();  // from now on the cache records new blocks
+  }
   impl->pool = o.pool ? o.pool : std::make_shared<ThreadPool>(o.num_threads > 0 ? o.num_threads : ThreadPool::default_threads());
   impl->clock = clock;
   return std::unique_ptr<EngineCore>(new EngineCore(std::move(impl)));
@@ -144,6 +157,8 @@ Status EngineCore::add_request_with_id(RequestId id, GenerationParams params) {
                            .service_class = params.service_class, .tenant = params.tenant,
                            .tenant_weight = params.tenant_weight, .cache_salt = params.cache_salt, .prefill_only = params.stop.max_tokens == 0,
                            .reuse_prefix = !every_row};
+  // Blocks of this prompt on disk join the prefix cache before the scheduler looks for them.
+  if (m.tiering && ro.reuse_prefix) m.tiering->load_prefix(m.scheduler.tier_kv(), params.prompt, params.cache_salt);
   std::vector<int32_t> prompt = params.prompt;
   if (auto s = m.scheduler.add_request(id, std::move(prompt), std::move(ro)); !s) {
     m.adapters.release(*m.runner, slot);
@@ -301,6 +316,7 @@ Status EngineCore::step(std::vector<Delta>& out) {
     for (const auto& o : m.outputs) m.totals.generation_tokens_total += 1 + int64_t(o.accepted.size());
     if (m.options.spec.method != SpecMethod::none) m.note_spec_step(so);
     if (auto s = m.scheduler.update(m.outputs); !s) return s;
+    if (m.tiering) m.tiering->save_new(m.scheduler.tier_kv());
   }
   m.emit_deltas(out);
   return {};
@@ -488,6 +504,15 @@ EngineStats EngineCore::stats() const {
   }
   s.max_model_len = m.max_model_len;
   s.max_seqs = m.options.max_seqs;
+  if (m.tiering) {
+    s.has_kv_disk = true;
+    const KvTierCounters& t = m.tiering->counters();
+    const kv::DiskStoreCounters d = m.tiering->disk().counters();
+    s.kv_disk_loaded_blocks = t.loaded_blocks, s.kv_disk_loads = t.loads, s.kv_disk_load_ns = t.load_ns;
+    s.kv_disk_saved_blocks = t.saved_blocks, s.kv_disk_writes = d.writes, s.kv_disk_write_errors = d.write_errors;
+    s.kv_disk_misses = d.misses, s.kv_disk_corrupt = d.corrupt, s.kv_disk_evictions = d.evictions;
+    s.kv_disk_bytes_read = d.bytes_read, s.kv_disk_bytes_written = d.bytes_written, s.kv_disk_bytes_stored = d.bytes_stored;
+  }
   return s;
 }
 

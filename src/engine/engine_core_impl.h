@@ -12,6 +12,7 @@
 
 #include "engine/adapter_slots.h"
 #include "engine/engine.h"
+#include "engine/kv_tiering.h"
 #include "engine/grammar_constraint.h"
 #include "engine/outputs.h"
 #include "engine/stop_matcher.h"
@@ -107,6 +108,7 @@ struct EngineCore::Impl {
   using Live = detail::Live;
   std::unique_ptr<runtime::ModelRunner> runner;
   AdapterSlots adapters;  // the LoRA adapters running requests name
+  std::unique_ptr<KvTiering> tiering;  // the prefix cache's disk tier; null: none
   std::shared_ptr<ThreadPool> pool;  // where rows are sampled and scored
   const Tokenizer& tokenizer;
   EngineOptions options;

@@ -95,6 +95,7 @@ void KvManager::seq_commit(SeqId id, std::span<const int32_t> tokens, int32_t nu
       node = s.blocks[size_t(s.num_committed)];
       assert(!cache_.is_cached(node));
       cache_.insert(node, h, parent, block_tokens, s.salt);
+      if (track_new_) newly_cached_.push_back(node);
     }
     s.chain_node = node;
     s.chain_hash = h;
@@ -141,6 +142,33 @@ void KvManager::release_block(BlockId id) {
   // reusable join the head, so they are reused before any cached block.
   const bool cached = enable_prefix_cache_ && cache_.is_cached(id);
   pool_.block_free(id, cached ? FreePlace::Tail : FreePlace::Head);
+}
+
+std::vector<BlockId> KvManager::take_newly_cached() {
+  track_new_ = true;
+  std::vector<BlockId> out;
+  out.swap(newly_cached_);
+  return out;
+}
+
+BlockId KvManager::adopt_block(BlockHash hash, BlockId parent, std::span<const int32_t> tokens, std::string_view salt) {
+  if (!enable_prefix_cache_ || int32_t(tokens.size()) != block_size_) return kNoBlock;
+  if (BlockId have = cache_.find(hash, parent, tokens, salt); have != kNoBlock) {
+    pool_.touch(have);
+    return have;
+  }
+  if (pool_.num_free() == 0) return kNoBlock;
+  const BlockId id = take_block();
+  cache_.insert(id, hash, parent, tokens, salt);
+  return id;
+}
+
+void KvManager::drop_cached(BlockId id) {
+  if (!enable_prefix_cache_ || !cache_.is_cached(id)) return;
+  dropped_.clear();
+  cache_.evict(id, &dropped_);
+  for (BlockId b : dropped_)
+    if (pool_.is_free(b)) pool_.move_to_head(b);
 }
 
 Status KvManager::check() const {

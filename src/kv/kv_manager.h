@@ -80,6 +80,23 @@ class KvManager {
   // Pool and cache invariants, and ref counts equal to the references held by block tables.
   Status check() const;
 
+  // KV tiers (engine/kv_tiering.h). Blocks registered in the prefix cache since the last call
+  // (their KV is written and final while they stay cached); recorded only once asked for.
+  std::vector<BlockId> take_newly_cached();
+  // The chain hash a prompt's first block hangs from under `salt`.
+  BlockHash root_hash(std::string_view salt) const { return hash_root(model_id_, salt); }
+  // A reference on a block outside any sequence: while a tier fills blocks after a cached prefix,
+  // nothing may evict that prefix. Every hold is given back with unhold().
+  void hold(BlockId id) { pool_.touch(id); }
+  void unhold(BlockId id) { release_block(id); }
+  // A block from another tier: takes a block (evicting the least recently used cached one if need
+  // be), registers it in the prefix cache as holding `tokens` after `parent` (held, or kNoBlock
+  // for a first block) and returns it held; the caller writes its KV, then unholds it. The cached
+  // block when one has this content already (held too); kNoBlock when no block is free.
+  BlockId adopt_block(BlockHash hash, BlockId parent, std::span<const int32_t> tokens, std::string_view salt);
+  // Unregisters a cached block (and its descendants) whose KV could not be written.
+  void drop_cached(BlockId id);
+
  private:
   struct Seq {
     std::vector<BlockId> blocks;
@@ -105,6 +122,8 @@ class KvManager {
   PrefixCache cache_;
   std::unordered_map<SeqId, Seq> seqs_;
   std::vector<BlockId> dropped_;  // scratch for evictions
+  bool track_new_ = false;
+  std::vector<BlockId> newly_cached_;
 };
 
 }  // namespace kvasir::kv

@@ -63,6 +63,8 @@ class PrefixCache {
   bool is_cached(BlockId id) const { return nodes_[size_t(id)].cached; }
   BlockHash block_hash(BlockId id) const { return nodes_[size_t(id)].hash; }
   BlockId parent(BlockId id) const { return nodes_[size_t(id)].parent; }
+  // A first block's salt (empty for the others).
+  const std::string& salt(BlockId id) const { return nodes_[size_t(id)].salt; }
   // Changes whenever the block is inserted or evicted: lets a holder of a block id notice that
   // the id now names different content.
   uint32_t generation(BlockId id) const { return nodes_[size_t(id)].generation; }

@@ -177,6 +177,9 @@ class Scheduler {
   int32_t num_running() const { return int32_t(running_.size()); }
   bool has_unfinished() const { return !requests_.empty(); }
   const kv::KvManager& kv() const { return kv_; }
+  // For the KV tiers only (engine/kv_tiering.h): they register blocks in the prefix cache and
+  // take the ones registered; nothing else changes the pool behind the scheduler.
+  kv::KvManager& tier_kv() { return kv_; }
 
   // KV held outside any request (prefill/decode disaggregation), under ids of the caller's that
   // are never request ids (negative). Blocks stay referenced until release_kv(id).

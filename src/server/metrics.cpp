@@ -201,6 +201,25 @@ std::string Metrics::render(const EngineGauges* g, const HttpGauges* http) const
              double(g->prefix_hit_tokens));
     w.scalar("kvasir:prompt_tokens_total", "counter", "Prefill tokens computed.", double(g->prompt_tokens_total));
     w.scalar("kvasir:generation_tokens_total", "counter", "Tokens generated.", double(g->generation_tokens_total));
+    if (const auto& d = g->kv_disk) {  // the prefix cache's disk tier (--kv-disk)
+      w.scalar("kvasir:kv_disk_loaded_blocks_total", "counter", "KV blocks read back from the disk tier instead of recomputed.",
+               double(d->loaded_blocks));
+      w.scalar("kvasir:kv_disk_loads_total", "counter", "Requests whose prompt got KV blocks from the disk tier.", double(d->loads));
+      w.scalar("kvasir:kv_disk_load_seconds_total", "counter", "Time spent reading, checking and importing disk blocks.",
+               d->load_seconds);
+      w.scalar("kvasir:kv_disk_misses_total", "counter", "Disk tier lookups that found no usable block.", double(d->misses));
+      w.scalar("kvasir:kv_disk_corrupt_total", "counter", "Disk tier files refused (torn, corrupted, foreign) and deleted.",
+               double(d->corrupt));
+      w.scalar("kvasir:kv_disk_saved_blocks_total", "counter", "KV blocks queued for the disk tier.", double(d->saved_blocks));
+      w.scalar("kvasir:kv_disk_written_blocks_total", "counter", "KV blocks written to the disk tier.", double(d->writes));
+      w.scalar("kvasir:kv_disk_write_errors_total", "counter", "Disk tier writes that failed (disk full, folder gone).",
+               double(d->write_errors));
+      w.scalar("kvasir:kv_disk_evictions_total", "counter", "Disk tier files removed to keep within --kv-disk-size.",
+               double(d->evictions));
+      w.scalar("kvasir:kv_disk_read_bytes_total", "counter", "Bytes read from the disk tier.", double(d->bytes_read));
+      w.scalar("kvasir:kv_disk_written_bytes_total", "counter", "Bytes written to the disk tier.", double(d->bytes_written));
+      w.scalar("kvasir:kv_disk_stored_bytes", "gauge", "Bytes the disk tier holds.", double(d->bytes_stored));
+    }
     if (!g->iteration_tokens.empty() && g->iteration_tokens.size() == g->iteration_token_bounds.size() + 1) {  // vLLM's iteration_tokens_total: rows per engine step
       const std::string name = "kvasir:iteration_tokens_total";
       w.header(name, "histogram", "Tokens (prompt and generated rows) per engine step.");

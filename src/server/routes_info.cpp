@@ -47,7 +47,7 @@ std::optional<ApiError> select_model(GenerationRequest& gen, const ServerState& 
 namespace {
 
 EngineGauges gauges_of(const engine::EngineStats& s, double kv_guard_kld) {
-  return EngineGauges{.num_running = s.num_running,
+  EngineGauges g{.num_running = s.num_running,
                       .num_waiting = s.num_waiting,
                       .kv_blocks_total = s.kv_blocks_total,
                       .kv_blocks_used = s.kv_blocks_used,
@@ -69,6 +69,14 @@ EngineGauges gauges_of(const engine::EngineStats& s, double kv_guard_kld) {
                       .kv_layers = s.kv_layers,
                       .kv_quantized_layers = s.kv_quantized_layers,
                       .kv_guard_kld = kv_guard_kld};
+  if (s.has_kv_disk)
+    g.kv_disk = EngineGauges::KvDisk{.loaded_blocks = s.kv_disk_loaded_blocks, .loads = s.kv_disk_loads,
+                                     .saved_blocks = s.kv_disk_saved_blocks, .writes = s.kv_disk_writes,
+                                     .write_errors = s.kv_disk_write_errors, .misses = s.kv_disk_misses,
+                                     .corrupt = s.kv_disk_corrupt, .evictions = s.kv_disk_evictions,
+                                     .load_seconds = double(s.kv_disk_load_ns) / 1e9, .bytes_read = s.kv_disk_bytes_read,
+                                     .bytes_written = s.kv_disk_bytes_written, .bytes_stored = s.kv_disk_bytes_stored};
+  return g;
 }
 
 void handle_health(ServerState& st, http::Response& res) {

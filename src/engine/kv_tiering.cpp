@@ -1,0 +1,91 @@
+#include "engine/kv_tiering.h"
+
+#include <chrono>
+
+namespace kvasir::engine {
+
+KvTiering::KvTiering(std::shared_ptr<kv::DiskStore> disk, runtime::ModelRunner& runner)
+    : disk_(std::move(disk)), runner_(runner) {
+  for (int64_t l = 0; l < runner.info().n_layers; ++l) {
+    layer_bytes_.push_back(runner.kv_block_bytes(l));
+    block_bytes_ += layer_bytes_.back();
+  }
+}
+
+void KvTiering::save_new(kv::KvManager& kv) {
+  const kv::PrefixCache& cache = kv.cache();
+  for (kv::BlockId b : kv.take_newly_cached()) {
+    if (!cache.is_cached(b)) continue;
+    const kv::BlockHash hash = cache.block_hash(b);
+    if (disk_->contains(hash)) continue;
+    const kv::BlockId parent = cache.parent(b);
+    kv::DiskBlock d{.hash = hash,
+                    .parent = parent == kv::kNoBlock ? kv.root_hash(cache.salt(b)) : cache.block_hash(parent),
+                    .salt = parent == kv::kNoBlock ? cache.salt(b) : std::string(),
+                    .tokens = {cache.block_tokens(b).begin(), cache.block_tokens(b).end()},
+                    .payload = std::vector<uint8_t>(block_bytes_)};
+    size_t at = 0;
+    bool ok = true;
+    const int32_t one[] = {b};
+    for (size_t l = 0; l < layer_bytes_.size() && ok; ++l) {
+      ok = bool(runner_.export_kv(int64_t(l), one, d.payload.data() + at));
+      at += layer_bytes_[l];
+    }
+    if (!ok) continue;
+    disk_->write_async(std::move(d));
+    ++counters_.saved_blocks;
+  }
+}
+
+int32_t KvTiering::load_prefix(kv::KvManager& kv, std::span<const int32_t> prompt, const std::string& salt) {
+  const size_t bs = size_t(kv.block_size());
+  if (prompt.size() <= bs) return 0;
+  const size_t max_blocks = (prompt.size() - 1) / bs;  // never the last token (its logits are needed)
+  const kv::PrefixHit hit = kv.find_prefix(prompt, salt);
+  size_t i = hit.blocks.size();
+  if (i >= max_blocks) return 0;
+  const kv::PrefixCache& cache = kv.cache();
+  kv::BlockHash parent_hash = i ? cache.block_hash(hit.blocks.back()) : kv.root_hash(salt);
+  if (!disk_->contains(cache.hash(parent_hash, prompt.subspan(i * bs, bs)))) return 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  // Hold the prefix (and each block read) so that adopting the next one cannot evict it.
+  std::vector<kv::BlockId> held(hit.blocks.begin(), hit.blocks.end());
+  for (kv::BlockId b : held) kv.hold(b);
+  kv::BlockId parent = i ? hit.blocks.back() : kv::kNoBlock;
+  int32_t loaded = 0;
+  for (; i < max_blocks; ++i) {
+    const auto tokens = prompt.subspan(i * bs, bs);
+    const kv::BlockHash hash = cache.hash(parent_hash, tokens);
+    if (!disk_->contains(hash)) break;
+    auto d = disk_->read(hash);
+    if (!d || d->parent != parent_hash || d->payload.size() != block_bytes_ ||
+        !std::equal(tokens.begin(), tokens.end(), d->tokens.begin(), d->tokens.end()) || (i == 0 && d->salt != salt))
+      break;
+    const kv::BlockId id = kv.adopt_block(hash, parent, tokens, salt);
+    if (id == kv::kNoBlock) break;
+    held.push_back(id);
+    size_t at = 0;
+    const int32_t one[] = {id};
+    bool ok = true;
+    for (size_t l = 0; l < layer_bytes_.size() && ok; ++l) {
+      ok = bool(runner_.import_kv(int64_t(l), one, d->payload.data() + at));
+      at += layer_bytes_[l];
+    }
+    if (!ok) {  // never serve a block whose KV did not arrive
+      kv.drop_cached(id);
+      break;
+    }
+    parent = id;
+    parent_hash = hash;
+    ++loaded;
+  }
+  for (auto b = held.rbegin(); b != held.rend(); ++b) kv.unhold(*b);
+  if (loaded > 0) {
+    ++counters_.loads;
+    counters_.loaded_blocks += loaded;
+  }
+  counters_.load_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+  return loaded;
+}
+
+}  // namespace kvasir::engine

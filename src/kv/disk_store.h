@@ -1,0 +1,99 @@
+// The disk tier of the KV cache: full KV blocks as files, content-addressed by the chained block
+// hash that keys the prefix cache (model identity and tenant salt are in its root), each file
+// carrying what a lookup must match besides the hash: its parent's hash, its tokens and (first
+// blocks) its salt, and the KV format it was written in. Files are written by a background thread
+// (to a temporary name, then renamed: a crash leaves a whole file or none) and checked on read (a
+// 64-bit checksum over header and payload): a torn, corrupted, truncated or foreign file is never
+// returned, it is deleted and counts as a miss. The folder holds at most max_bytes; the least
+// recently used files go first (use is a file's modification time, so the order survives a
+// restart). A full disk or an unwritable folder loses writes, never fails a caller.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+#include "kv/block_hash.h"
+
+namespace kvasir::kv {
+
+struct DiskStoreOptions {
+  std::string dir;
+  uint64_t max_bytes = 0;
+  // What a block's bytes mean (the runner's kv_format(): model identity, KV types, block size):
+  // files of another format live in another subfolder and are never read.
+  std::string format;
+  uint64_t max_pending_bytes = 256u << 20;  // queued writes beyond this are dropped
+};
+
+struct DiskBlock {
+  BlockHash hash = 0, parent = 0;  // parent: the previous block's hash, or the chain's root
+  std::string salt;                // first blocks only
+  std::vector<int32_t> tokens;
+  std::vector<uint8_t> payload;
+};
+
+struct DiskStoreCounters {
+  int64_t hits = 0, misses = 0, corrupt = 0;        // reads: returned, absent, refused and deleted
+  int64_t writes = 0, write_errors = 0, dropped = 0;  // blocks written, failed, dropped (queue full)
+  int64_t evictions = 0;
+  uint64_t bytes_read = 0, bytes_written = 0, bytes_stored = 0;
+  int64_t files = 0;
+};
+
+class DiskStore {
+ public:
+  static Result<std::unique_ptr<DiskStore>> open(const DiskStoreOptions& options);
+  ~DiskStore();  // writes what is queued, then stops
+  DiskStore(const DiskStore&) = delete;
+  DiskStore& operator=(const DiskStore&) = delete;
+
+  bool contains(BlockHash hash) const;
+  // The block, verified; nullopt when absent or refused.
+  std::optional<DiskBlock> read(BlockHash hash);
+  // Queues a block for writing (a copy is taken); a hash already stored or queued is skipped.
+  void write_async(DiskBlock block);
+  void flush();  // returns once every queued write is done
+  DiskStoreCounters counters() const;
+  const std::string& folder() const { return folder_; }
+
+  // A block's file bytes and their parse (exposed for tests and the fuzzer).
+  static std::vector<uint8_t> encode(const DiskBlock& block, const std::string& format);
+  static std::optional<DiskBlock> decode(const uint8_t* data, size_t size, const std::string& format);
+
+ private:
+  explicit DiskStore(const DiskStoreOptions& options);
+  std::string path_of(BlockHash hash) const;
+  void writer();
+  void store(const DiskBlock& block);
+  void index_add(BlockHash hash, uint64_t bytes, uint64_t use);
+  void index_remove(BlockHash hash);
+  void evict_over_budget();
+
+  DiskStoreOptions options_;
+  std::string folder_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_, idle_cv_;
+  struct Entry {
+    uint64_t bytes = 0, use = 0;
+  };
+  std::unordered_map<BlockHash, Entry> index_;
+  std::map<std::pair<uint64_t, BlockHash>, bool> lru_;  // (use, hash), oldest first
+  uint64_t clock_ = 0;
+  std::deque<DiskBlock> queue_;
+  std::unordered_map<BlockHash, bool> queued_;
+  uint64_t pending_bytes_ = 0;
+  bool busy_ = false, stop_ = false, warned_ = false;
+  DiskStoreCounters counters_;
+  std::thread thread_;
+};
+
+}  // namespace kvasir::kv
