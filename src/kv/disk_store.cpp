@@ -1,5 +1,7 @@
 #include "kv/disk_store.h"
 
+#include "core/fnv.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -19,16 +21,7 @@ constexpr char kMagic[8] = {'K', 'V', 'B', 'L', 'O', 'C', 'K', '1'};
 constexpr size_t kMaxTokens = 1 << 12, kMaxSalt = 1 << 16, kMaxFormat = 1 << 12;
 constexpr uint64_t kMaxPayload = uint64_t(1) << 32;
 
-uint64_t fnv64(uint64_t h, const uint8_t* p, size_t n) {
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    uint64_t w;
-    std::memcpy(&w, p + i, 8);
-    h = (h ^ w) * 1099511628211ull;
-  }
-  for (; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
+uint64_t fnv64(uint64_t h, const uint8_t* p, size_t n) { return fnv1a_words(h, p, n); }
 
 template <typename T>
 void put(std::vector<uint8_t>& out, T v) {
@@ -83,7 +76,7 @@ std::vector<uint8_t> DiskStore::encode(const DiskBlock& b, const std::string& fo
   out.insert(out.end(), format.begin(), format.end());
   put(out, uint64_t(b.payload.size()));
   out.insert(out.end(), b.payload.begin(), b.payload.end());
-  put(out, fnv64(1469598103934665603ull, out.data(), out.size()));
+  put(out, fnv64(kFnvOffset, out.data(), out.size()));
   return out;
 }
 
@@ -91,7 +84,7 @@ std::optional<DiskBlock> DiskStore::decode(const uint8_t* data, size_t size, con
   if (size < 8 + 8 || std::memcmp(data, kMagic, 8) != 0) return std::nullopt;
   uint64_t sum;
   std::memcpy(&sum, data + size - 8, 8);
-  if (fnv64(1469598103934665603ull, data, size - 8) != sum) return std::nullopt;
+  if (fnv64(kFnvOffset, data, size - 8) != sum) return std::nullopt;
   Reader r{data + 8, size - 16};
   DiskBlock b;
   uint32_t n = 0;
@@ -117,7 +110,7 @@ Result<std::unique_ptr<DiskStore>> DiskStore::open(const DiskStoreOptions& optio
   if (options.max_bytes == 0) return Error{"the KV disk tier needs a size above 0", ErrorCode::invalid_argument};
   auto s = std::unique_ptr<DiskStore>(new DiskStore(options));
   // One subfolder per format: another model's or another KV type's blocks are never looked at.
-  s->folder_ = options.dir + "/" + hex16(fnv64(1469598103934665603ull,
+  s->folder_ = options.dir + "/" + hex16(fnv64(kFnvOffset,
                                                reinterpret_cast<const uint8_t*>(options.format.data()),
                                                options.format.size()));
   std::error_code ec;

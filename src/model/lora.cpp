@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "core/fnv.h"
 #include "format/mapped_file.h"
 #include "kernels/quant/quant.h"
 
@@ -37,11 +38,7 @@ std::vector<const Matrix*> matrices_of(const Weights& w) {
   return out;
 }
 
-uint64_t fnv(uint64_t h, const void* p, size_t n) {
-  const auto* b = static_cast<const uint8_t*>(p);
-  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
-  return h;
-}
+uint64_t fnv(uint64_t h, const void* p, size_t n) { return fnv1a_words(h, p, n); }
 
 // splitmix64: the same stream on every machine.
 struct Rng {
@@ -90,7 +87,7 @@ Result<std::shared_ptr<const LoraAdapter>> LoraAdapter::load(const std::string& 
   }
   const auto views = matrices_of(model.weights());
   const gguf::File& base = model.gguf();
-  uint64_t h = fnv(1469598103934665603ull, &scale, sizeof scale);
+  uint64_t h = fnv(kFnvOffset, &scale, sizeof scale);
   for (const gguf::TensorInfo& ta : f.tensors) {
     if (ends_with(ta.name, kB)) {
       if (!f.tensor(ta.name.substr(0, ta.name.size() - kB.size()) + std::string(kA)))

@@ -1,5 +1,7 @@
 #include "model/model.h"
 
+#include "core/fnv.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -7,19 +9,10 @@
 namespace kvasir {
 namespace {
 
-// FNV-1a over 64-bit words (then the tail bytes): fast enough to run over a few MiB at load.
+// Fast enough to run over a few MiB at load.
 struct Hasher {
-  uint64_t h = 1469598103934665603ull;
-  void bytes(const void* p, size_t n) {
-    const uint8_t* b = static_cast<const uint8_t*>(p);
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-      uint64_t w;
-      std::memcpy(&w, b + i, 8);
-      h = (h ^ w) * 1099511628211ull;
-    }
-    for (; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
-  }
+  uint64_t h = kFnvOffset;
+  void bytes(const void* p, size_t n) { h = fnv1a_words(h, p, n); }
   void u64(uint64_t v) { bytes(&v, 8); }
 };
 

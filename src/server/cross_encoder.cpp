@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "server/generation.h"
+#include "server/routes.h"
 #include "server/slo.h"
 
 namespace kvasir::server {
@@ -55,26 +56,17 @@ Parsed<Judged> judge_pairs(ServerState& st, Backend& b, const http::Request& req
     params.push_back(std::move(p));
     prompt_of.push_back(int32_t(i));
   }
-  auto guard = std::make_shared<ActiveGuard>(st);
-  auto job = GenerationJob::submit(*b.engine, st.metrics, std::move(params), std::move(prompt_of));
-  if (!job) return job.error();
   Judged out;
   out.scores.assign(pairs.size(), -1);
-  int32_t choice = 0;
-  engine::Delta d;
-  for (;;) {
-    if (req.client_gone()) {
-      (*job)->abort_all();
-      return ApiError{.status = 499, .message = "the client went away"};
-    }
-    if (!(*job)->wait_ready(std::chrono::milliseconds(100))) continue;
-    if (!(*job)->next(choice, d)) break;
+  auto e = run_to_end(st, b, req, std::move(params), std::move(prompt_of), [&](int32_t choice, engine::Delta& d) -> std::optional<ApiError> {
     if (!d.logprobs.empty() && d.logprobs[0].top.size() == 2) {
       const double lp_yes = d.logprobs[0].top[0].second, lp_no = d.logprobs[0].top[1].second;
       out.scores[size_t(choice)] = 1.0 / (1.0 + std::exp(lp_no - lp_yes));
     }
     if (d.finish != engine::FinishReason::None) out.prompt_tokens += d.usage.prompt_tokens;
-  }
+    return std::nullopt;
+  });
+  if (e) return *e;
   for (double s : out.scores)
     if (s < 0) return ApiError{.status = 503, .message = "a scoring request was aborted", .type = "server_error"};
   return out;

@@ -2,6 +2,7 @@
 // OpenAI-style error with an exact status (400 bad request, 401 auth, 404 unknown model or path,
 // 405 wrong method, 413 body too large, 415 not JSON, 503 loading or draining).
 #pragma once
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -50,6 +51,14 @@ struct ChatPrompt {
 Parsed<ChatPrompt> chat_prompt(const Backend& b, const ordered_json& messages, const chat::ChatRenderOptions& options,
                                const GenerationRequest& gen, const std::string& messages_param,
                                const chat::ChatFormatter* formatter = nullptr);
+
+// Submits `params` (choice i of prompt prompt_of[i]) and waits for every choice to finish,
+// handing each delta to `on_delta` (an error it returns aborts the rest and is returned); a client
+// that hangs up aborts them (499). For answers built whole from the engine's output (embeddings,
+// rerank scores).
+std::optional<ApiError> run_to_end(ServerState& st, Backend& b, const http::Request& req,
+                                   std::vector<engine::GenerationParams> params, std::vector<int32_t> prompt_of,
+                                   const std::function<std::optional<ApiError>(int32_t choice, engine::Delta& d)>& on_delta);
 
 // 404 model_not_found unless `model` is empty or the served name.
 std::optional<ApiError> check_model(const std::string& model, const ServerState& state);

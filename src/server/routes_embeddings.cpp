@@ -17,6 +17,28 @@
 
 namespace kvasir::server {
 
+std::optional<ApiError> run_to_end(ServerState& st, Backend& b, const http::Request& req,
+                                   std::vector<engine::GenerationParams> params, std::vector<int32_t> prompt_of,
+                                   const std::function<std::optional<ApiError>(int32_t, engine::Delta&)>& on_delta) {
+  auto guard = std::make_shared<ActiveGuard>(st);
+  auto job = GenerationJob::submit(*b.engine, st.metrics, std::move(params), std::move(prompt_of));
+  if (!job) return job.error();
+  int32_t choice = 0;
+  engine::Delta d;
+  for (;;) {
+    if (req.client_gone()) {
+      (*job)->abort_all();
+      return ApiError{.status = 499, .message = "the client went away"};
+    }
+    if (!(*job)->wait_ready(std::chrono::milliseconds(100))) continue;
+    if (!(*job)->next(choice, d)) return std::nullopt;
+    if (auto e = on_delta(choice, d)) {
+      (*job)->abort_all();
+      return e;
+    }
+  }
+}
+
 namespace {
 
 std::string base64_of(const std::vector<float>& v) {
@@ -79,26 +101,17 @@ Parsed<Embedded> embed(ServerState& st, Backend& b, const http::Request& req, st
     params.push_back(std::move(p));
     prompt_of.push_back(int32_t(i));
   }
-  auto guard = std::make_shared<ActiveGuard>(st);
-  auto job = GenerationJob::submit(*b.engine, st.metrics, std::move(params), std::move(prompt_of));
-  if (!job) return job.error();
   Embedded out;
   out.vectors.resize(inputs.size());
-  int32_t choice = 0;
-  engine::Delta d;
-  for (;;) {
-    if (req.client_gone()) {
-      (*job)->abort_all();
-      return ApiError{.status = 499, .message = "the client went away"};
-    }
-    if (!(*job)->wait_ready(std::chrono::milliseconds(100))) continue;
-    if (!(*job)->next(choice, d)) break;
-    if (d.finish == engine::FinishReason::None) continue;
+  auto e = run_to_end(st, b, req, std::move(params), std::move(prompt_of), [&](int32_t choice, engine::Delta& d) -> std::optional<ApiError> {
+    if (d.finish == engine::FinishReason::None) return std::nullopt;
     if (d.embedding.empty())
       return ApiError{.status = 503, .message = "the embedding request was aborted", .type = "server_error"};
     out.vectors[size_t(choice)] = std::move(d.embedding);
     out.prompt_tokens += d.usage.prompt_tokens;
-  }
+    return std::nullopt;
+  });
+  if (e) return *e;
   return out;
 }
 
