@@ -3,7 +3,7 @@
 set -euo pipefail
 pkgs=(cmake ninja-build g++ clang libclang-rt-14-dev pkg-config libgtest-dev libgmock-dev libbenchmark-dev
       libcli11-dev nlohmann-json3-dev libpcre2-dev python3 python3-venv libcpp-httplib-dev libboost1.81-dev chromium chromium-driver
-      json-schema-test-suite libucx-dev)
+      json-schema-test-suite libucx-dev libhiredis-dev redis-server)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -42,6 +42,7 @@ struct ServeArgs {
   int32_t default_max_tokens = 0;
   std::string kv_mem;
   std::string kv_disk, kv_disk_size = "20G";  // --kv-disk DIR --kv-disk-size
+  std::string kv_store;                        // --kv-store redis://HOST:PORT
   KvFlags kv;
   std::string max_body = "8M";
   int64_t kv_blocks = 0;
@@ -259,6 +260,7 @@ int run_serve(ServeArgs a) {
     bo.serving.engine.kv_disk_dir = a.kv_disk;
     bo.serving.engine.kv_disk_bytes = *size;
   }
+  bo.serving.engine.kv_store_url = a.kv_store;
   bo.serving.engine.tpot_target_ms = a.tpot_target_ms;
   bo.serving.engine.reserve_kv = a.kv_reserve;
   bo.serving.engine.spec = *spec;
@@ -357,6 +359,9 @@ void register_serve(CLI::App& app, Handler& handler) {
   cmd->add_option("--kv-disk", a->kv_disk,
                   "A disk tier for the prefix cache: full KV blocks kept in this folder (written as they are "
                   "computed, read back instead of recomputed; kept across restarts)");
+  cmd->add_option("--kv-store", a->kv_store,
+                  "A Redis/Valkey server (redis://HOST:PORT) every instance of the model shares KV blocks through "
+                  "(after --kv-disk when both are given)");
   cmd->add_option("--kv-disk-size", a->kv_disk_size, "The disk tier's size bound, e.g. 20G (least recently used files go first)")
       ->capture_default_str();
   cmd->add_option("--tpot-target", a->tpot_target_ms,

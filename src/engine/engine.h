@@ -27,6 +27,7 @@
 #include "model/model.h"
 #include "runtime/model_runner.h"
 #include "sample/sampler.h"
+#include "kv/block_store.h"
 #include "sched/request.h"
 #include "sched/scheduler.h"
 #include "tokenizer/tokenizer.h"
@@ -161,9 +162,11 @@ struct EngineOptions {
   // null: a pool of the engine's own.
   std::shared_ptr<ThreadPool> pool = nullptr;
   bool prefix_cache = true;
-  // The prefix cache's disk tier (engine/kv_tiering.h): a folder and its size bound; empty: none.
+  // The prefix cache's tiers (engine/kv_tiering.h): a folder and its size bound (empty: none), and
+  // a Redis/Valkey server shared by instances (redis://HOST:PORT; empty: none).
   std::string kv_disk_dir;
   uint64_t kv_disk_bytes = 0;
+  std::string kv_store_url;
   double tpot_target_ms = 0;   // decode latency target per output token (sched::SchedulerConfig); 0: off
   bool reserve_kv = false;     // admit only when the whole answer's KV fits (sched::SchedulerConfig)
   SpecOptions spec;
@@ -189,13 +192,15 @@ struct EngineStats {
   int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;  // speculative decoding
   std::vector<int64_t> spec_draft_tokens_at, spec_accepted_tokens_at;  // per draft position, up to --spec-k
   int64_t num_steps = 0;
-  // The disk tier (zeros without one): blocks read back, requests that got some, time spent
-  // loading; blocks queued, written, failed; lookups that missed; files refused as corrupt.
-  bool has_kv_disk = false;
-  int64_t kv_disk_loaded_blocks = 0, kv_disk_loads = 0, kv_disk_load_ns = 0;
-  int64_t kv_disk_saved_blocks = 0, kv_disk_writes = 0, kv_disk_write_errors = 0, kv_disk_misses = 0,
-          kv_disk_corrupt = 0, kv_disk_evictions = 0;
-  uint64_t kv_disk_bytes_read = 0, kv_disk_bytes_written = 0, kv_disk_bytes_stored = 0;
+  // The prefix cache's stores beyond memory (--kv-disk, --kv-store), in lookup order: blocks
+  // each gave back, and its own counters; requests that got blocks, time spent loading, blocks queued.
+  struct KvTierStats {
+    std::string tier;
+    int64_t loaded_blocks = 0;
+    kv::StoreCounters store;
+  };
+  std::vector<KvTierStats> kv_tiers;
+  int64_t kv_tier_loads = 0, kv_tier_load_ns = 0, kv_tier_saved_blocks = 0;
   int64_t draft_kv_blocks_total = 0, draft_kv_blocks_used = 0;  // a draft model's own KV pool
   int32_t max_model_len = 0;
   int32_t max_seqs = 0;  // seats: sequences in one step at most

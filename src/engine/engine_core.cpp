@@ -8,6 +8,8 @@
 #include <unordered_map>
 
 #include "engine/engine_core_impl.h"
+#include "kv/disk_store.h"
+#include "kv/redis_store.h"
 #include "sched/scheduler.h"
 #include "spec/controller.h"
 
@@ -72,19 +74,26 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<runtime::
   } else if (o.spec.method == SpecMethod::ngram) {
     proposer = spec::ngram_proposer();
   }
-  std::shared_ptr<kv::DiskStore> disk;
+  std::vector<std::shared_ptr<kv::BlockStore>> stores;
+  if (!o.kv_disk_dir.empty() || !o.kv_store_url.empty()) {
+    if (!o.prefix_cache) return Error{"the KV tiers need the prefix cache", ErrorCode::invalid_argument};
+    if (runner->kv_block_bytes(0) == 0) return Error{"this runner has no KV block I/O for KV tiers", ErrorCode::invalid_argument};
+  }
+  const std::string format = runner->kv_format() + "/bs" + std::to_string(block_size);
   if (!o.kv_disk_dir.empty()) {
-    if (!o.prefix_cache) return Error{"the KV disk tier needs the prefix cache", ErrorCode::invalid_argument};
-    if (runner->kv_block_bytes(0) == 0) return Error{"this runner has no KV block I/O for a disk tier", ErrorCode::invalid_argument};
-    auto d = kv::DiskStore::open({.dir = o.kv_disk_dir, .max_bytes = o.kv_disk_bytes,
-                                  .format = runner->kv_format() + "/bs" + std::to_string(block_size)});
+    auto d = kv::DiskStore::open({.dir = o.kv_disk_dir, .max_bytes = o.kv_disk_bytes, .format = format});
     if (!d) return Error{d.error(), d.error_code()};
-    disk = std::move(*d);
+    stores.push_back(std::move(*d));
+  }
+  if (!o.kv_store_url.empty()) {
+    auto r = kv::RedisStore::open({.url = o.kv_store_url, .format = format});
+    if (!r) return Error{r.error(), r.error_code()};
+    stores.push_back(std::move(*r));
   }
   auto impl = std::make_unique<Impl>(std::move(runner), tokenizer, o, std::move(*sched), len);
   impl->proposer = std::move(proposer);
-  if (disk) {
-    impl->tiering = std::make_unique<KvTiering>(std::move(disk), *impl->runner);
+  if (!stores.empty()) {
+    impl->tiering = std::make_unique<KvTiering>(std::move(stores), *impl->runner);
     (void)impl->scheduler.tier_kv().take_newly_cached();  // from now on the cache records new blocks
   }
   impl->pool = o.pool ? o.pool : std::make_shared<ThreadPool>(o.num_threads > 0 ? o.num_threads : ThreadPool::default_threads());
@@ -505,13 +514,10 @@ EngineStats EngineCore::stats() const {
   s.max_model_len = m.max_model_len;
   s.max_seqs = m.options.max_seqs;
   if (m.tiering) {
-    s.has_kv_disk = true;
     const KvTierCounters& t = m.tiering->counters();
-    const kv::DiskStoreCounters d = m.tiering->disk().counters();
-    s.kv_disk_loaded_blocks = t.loaded_blocks, s.kv_disk_loads = t.loads, s.kv_disk_load_ns = t.load_ns;
-    s.kv_disk_saved_blocks = t.saved_blocks, s.kv_disk_writes = d.writes, s.kv_disk_write_errors = d.write_errors;
-    s.kv_disk_misses = d.misses, s.kv_disk_corrupt = d.corrupt, s.kv_disk_evictions = d.evictions;
-    s.kv_disk_bytes_read = d.bytes_read, s.kv_disk_bytes_written = d.bytes_written, s.kv_disk_bytes_stored = d.bytes_stored;
+    for (size_t i = 0; i < m.tiering->stores().size(); ++i)
+      s.kv_tiers.push_back({m.tiering->stores()[i]->tier(), t.loaded_blocks[i], m.tiering->stores()[i]->counters()});
+    s.kv_tier_loads = t.loads, s.kv_tier_load_ns = t.load_ns, s.kv_tier_saved_blocks = t.saved_blocks;
   }
   return s;
 }

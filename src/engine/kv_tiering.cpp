@@ -1,15 +1,17 @@
 #include "engine/kv_tiering.h"
 
+#include <algorithm>
 #include <chrono>
 
 namespace kvasir::engine {
 
-KvTiering::KvTiering(std::shared_ptr<kv::DiskStore> disk, runtime::ModelRunner& runner)
-    : disk_(std::move(disk)), runner_(runner) {
+KvTiering::KvTiering(std::vector<std::shared_ptr<kv::BlockStore>> stores, runtime::ModelRunner& runner)
+    : stores_(std::move(stores)), runner_(runner) {
   for (int64_t l = 0; l < runner.info().n_layers; ++l) {
     layer_bytes_.push_back(runner.kv_block_bytes(l));
     block_bytes_ += layer_bytes_.back();
   }
+  counters_.loaded_blocks.assign(stores_.size(), 0);
 }
 
 void KvTiering::save_new(kv::KvManager& kv) {
@@ -17,13 +19,12 @@ void KvTiering::save_new(kv::KvManager& kv) {
   for (kv::BlockId b : kv.take_newly_cached()) {
     if (!cache.is_cached(b)) continue;
     const kv::BlockHash hash = cache.block_hash(b);
-    if (disk_->contains(hash)) continue;
     const kv::BlockId parent = cache.parent(b);
-    kv::DiskBlock d{.hash = hash,
-                    .parent = parent == kv::kNoBlock ? kv.root_hash(cache.salt(b)) : cache.block_hash(parent),
-                    .salt = parent == kv::kNoBlock ? cache.salt(b) : std::string(),
-                    .tokens = {cache.block_tokens(b).begin(), cache.block_tokens(b).end()},
-                    .payload = std::vector<uint8_t>(block_bytes_)};
+    kv::StoredBlock d{.hash = hash,
+                      .parent = parent == kv::kNoBlock ? kv.root_hash(cache.salt(b)) : cache.block_hash(parent),
+                      .salt = parent == kv::kNoBlock ? cache.salt(b) : std::string(),
+                      .tokens = {cache.block_tokens(b).begin(), cache.block_tokens(b).end()},
+                      .payload = std::vector<uint8_t>(block_bytes_)};
     size_t at = 0;
     bool ok = true;
     const int32_t one[] = {b};
@@ -32,9 +33,25 @@ void KvTiering::save_new(kv::KvManager& kv) {
       at += layer_bytes_[l];
     }
     if (!ok) continue;
-    disk_->write_async(std::move(d));
+    for (size_t s = 0; s < stores_.size(); ++s) stores_[s]->write_async(s + 1 == stores_.size() ? std::move(d) : d);
     ++counters_.saved_blocks;
   }
+}
+
+std::optional<kv::StoredBlock> KvTiering::find(kv::BlockHash hash, kv::BlockHash parent_hash,
+                                               std::span<const int32_t> tokens, bool first, const std::string& salt,
+                                               size_t* store) {
+  for (size_t s = 0; s < stores_.size(); ++s) {
+    if (!stores_[s]->contains(hash)) continue;
+    auto d = stores_[s]->read(hash);
+    if (!d || d->parent != parent_hash || d->payload.size() != block_bytes_ ||
+        !std::equal(tokens.begin(), tokens.end(), d->tokens.begin(), d->tokens.end()) || (first && d->salt != salt))
+      continue;
+    for (size_t earlier = 0; earlier < s; ++earlier) stores_[earlier]->write_async(*d);
+    *store = s;
+    return d;
+  }
+  return std::nullopt;
 }
 
 int32_t KvTiering::load_prefix(kv::KvManager& kv, std::span<const int32_t> prompt, const std::string& salt) {
@@ -46,7 +63,8 @@ int32_t KvTiering::load_prefix(kv::KvManager& kv, std::span<const int32_t> promp
   if (i >= max_blocks) return 0;
   const kv::PrefixCache& cache = kv.cache();
   kv::BlockHash parent_hash = i ? cache.block_hash(hit.blocks.back()) : kv.root_hash(salt);
-  if (!disk_->contains(cache.hash(parent_hash, prompt.subspan(i * bs, bs)))) return 0;
+  const kv::BlockHash next = cache.hash(parent_hash, prompt.subspan(i * bs, bs));
+  if (std::none_of(stores_.begin(), stores_.end(), [&](const auto& s) { return s->contains(next); })) return 0;
   const auto t0 = std::chrono::steady_clock::now();
   // Hold the prefix (and each block read) so that adopting the next one cannot evict it.
   std::vector<kv::BlockId> held(hit.blocks.begin(), hit.blocks.end());
@@ -56,11 +74,9 @@ int32_t KvTiering::load_prefix(kv::KvManager& kv, std::span<const int32_t> promp
   for (; i < max_blocks; ++i) {
     const auto tokens = prompt.subspan(i * bs, bs);
     const kv::BlockHash hash = cache.hash(parent_hash, tokens);
-    if (!disk_->contains(hash)) break;
-    auto d = disk_->read(hash);
-    if (!d || d->parent != parent_hash || d->payload.size() != block_bytes_ ||
-        !std::equal(tokens.begin(), tokens.end(), d->tokens.begin(), d->tokens.end()) || (i == 0 && d->salt != salt))
-      break;
+    size_t store = 0;
+    auto d = find(hash, parent_hash, tokens, i == 0, salt, &store);
+    if (!d) break;
     const kv::BlockId id = kv.adopt_block(hash, parent, tokens, salt);
     if (id == kv::kNoBlock) break;
     held.push_back(id);
@@ -75,15 +91,13 @@ int32_t KvTiering::load_prefix(kv::KvManager& kv, std::span<const int32_t> promp
       kv.drop_cached(id);
       break;
     }
+    ++counters_.loaded_blocks[store];
     parent = id;
     parent_hash = hash;
     ++loaded;
   }
   for (auto b = held.rbegin(); b != held.rend(); ++b) kv.unhold(*b);
-  if (loaded > 0) {
-    ++counters_.loads;
-    counters_.loaded_blocks += loaded;
-  }
+  if (loaded > 0) ++counters_.loads;
   counters_.load_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
   return loaded;
 }

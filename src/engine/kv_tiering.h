@@ -1,41 +1,49 @@
-// The prefix cache's tiers beyond the runner's memory, on the engine thread. Write-through: every
-// block the prefix cache registers (its KV final while it stays cached) is copied out of the
-// runner (ModelRunner::export_kv, every layer) and queued for the disk store, which writes it off
-// the step loop. Read on arrival: a new request's prompt continues its in-memory prefix hit with
-// blocks from disk, each checked (its parent's hash, its tokens, a first block's salt, its size),
-// written into a fresh block (import_kv) and registered in the prefix cache, before the scheduler
-// looks; admission then finds them as it finds any cached block, and cached_tokens counts them.
+// The prefix cache's tiers beyond the runner's memory (a folder, a shared Redis/Valkey server), on
+// the engine thread. Write-through: every block the prefix cache registers (its KV final while it
+// stays cached) is copied out of the runner (ModelRunner::export_kv, every layer) and queued for
+// every store, which write it off the step loop. Read on arrival: a new request's prompt continues
+// its in-memory prefix hit with blocks from the first store that has each (a block found in a later
+// store is copied into the earlier ones), checked (its parent's hash, its tokens, a first block's
+// salt, its size), written into a fresh block (import_kv) and registered in the prefix cache
+// before the scheduler looks; admission then finds them as it finds any cached block, and
+// cached_tokens counts them.
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
-#include "kv/disk_store.h"
+#include "kv/block_store.h"
 #include "kv/kv_manager.h"
 #include "runtime/model_runner.h"
 
 namespace kvasir::engine {
 
 struct KvTierCounters {
-  int64_t loads = 0;            // requests that got blocks from disk
-  int64_t loaded_blocks = 0;    // blocks read back and registered
-  int64_t load_ns = 0;          // time spent loading (read, check, import)
-  int64_t saved_blocks = 0;     // blocks queued for writing
+  int64_t loads = 0;          // requests that got blocks from a store
+  int64_t load_ns = 0;        // time spent loading (read, check, import)
+  int64_t saved_blocks = 0;   // blocks queued for writing
+  std::vector<int64_t> loaded_blocks;  // per store: blocks read back and registered
 };
 
 class KvTiering {
  public:
-  KvTiering(std::shared_ptr<kv::DiskStore> disk, runtime::ModelRunner& runner);
+  KvTiering(std::vector<std::shared_ptr<kv::BlockStore>> stores, runtime::ModelRunner& runner);
   // Queues the blocks registered since the last call (after each step's update).
   void save_new(kv::KvManager& kv);
-  // Extends the cached prefix of `prompt` under `salt` with blocks from disk; returns how many.
+  // Extends the cached prefix of `prompt` under `salt` with stored blocks; returns how many.
   int32_t load_prefix(kv::KvManager& kv, std::span<const int32_t> prompt, const std::string& salt);
   const KvTierCounters& counters() const { return counters_; }
-  const kv::DiskStore& disk() const { return *disk_; }
+  const std::vector<std::shared_ptr<kv::BlockStore>>& stores() const { return stores_; }
 
  private:
-  std::shared_ptr<kv::DiskStore> disk_;
+  // The block `hash` from the first store that has a valid one after `parent_hash`; copied into
+  // the stores before it.
+  std::optional<kv::StoredBlock> find(kv::BlockHash hash, kv::BlockHash parent_hash, std::span<const int32_t> tokens,
+                                      bool first, const std::string& salt, size_t* store);
+
+  std::vector<std::shared_ptr<kv::BlockStore>> stores_;
   runtime::ModelRunner& runner_;
   std::vector<size_t> layer_bytes_;
   size_t block_bytes_ = 0;

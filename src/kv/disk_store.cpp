@@ -64,7 +64,7 @@ uint64_t now_use() {
 
 // magic, u64 hash, u64 parent, u32 n_tokens, tokens, u32 salt length, salt, u32 format length,
 // format, u64 payload length, payload, u64 checksum of everything before it.
-std::vector<uint8_t> DiskStore::encode(const DiskBlock& b, const std::string& format) {
+std::vector<uint8_t> encode_block(const StoredBlock& b, const std::string& format) {
   std::vector<uint8_t> out(kMagic, kMagic + 8);
   put(out, b.hash);
   put(out, b.parent);
@@ -80,13 +80,13 @@ std::vector<uint8_t> DiskStore::encode(const DiskBlock& b, const std::string& fo
   return out;
 }
 
-std::optional<DiskBlock> DiskStore::decode(const uint8_t* data, size_t size, const std::string& format) {
+std::optional<StoredBlock> decode_block(const uint8_t* data, size_t size, const std::string& format) {
   if (size < 8 + 8 || std::memcmp(data, kMagic, 8) != 0) return std::nullopt;
   uint64_t sum;
   std::memcpy(&sum, data + size - 8, 8);
   if (fnv64(kFnvOffset, data, size - 8) != sum) return std::nullopt;
   Reader r{data + 8, size - 16};
-  DiskBlock b;
+  StoredBlock b;
   uint32_t n = 0;
   if (!r.get(b.hash) || !r.get(b.parent) || !r.get(n) || n > kMaxTokens) return std::nullopt;
   b.tokens.resize(n);
@@ -180,7 +180,7 @@ bool DiskStore::contains(BlockHash hash) const {
   return index_.count(hash) != 0;
 }
 
-std::optional<DiskBlock> DiskStore::read(BlockHash hash) {
+std::optional<StoredBlock> DiskStore::read(BlockHash hash) {
   {
     std::lock_guard lock(mu_);
     if (!index_.count(hash)) {
@@ -200,7 +200,7 @@ std::optional<DiskBlock> DiskStore::read(BlockHash hash) {
     }
     std::fclose(f);
   }
-  auto block = bytes.empty() ? std::nullopt : decode(bytes.data(), bytes.size(), options_.format);
+  auto block = bytes.empty() ? std::nullopt : decode_block(bytes.data(), bytes.size(), options_.format);
   std::lock_guard lock(mu_);
   if (!block || block->hash != hash) {  // torn, corrupted, foreign: recompute, and never again
     index_remove(hash);
@@ -222,7 +222,7 @@ std::optional<DiskBlock> DiskStore::read(BlockHash hash) {
   return block;
 }
 
-void DiskStore::write_async(DiskBlock block) {
+void DiskStore::write_async(StoredBlock block) {
   std::lock_guard lock(mu_);
   if (index_.count(block.hash) || queued_.count(block.hash)) return;
   const uint64_t bytes = block.payload.size();
@@ -241,7 +241,7 @@ void DiskStore::flush() {
   idle_cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
 }
 
-DiskStoreCounters DiskStore::counters() const {
+StoreCounters DiskStore::counters() const {
   std::lock_guard lock(mu_);
   return counters_;
 }
@@ -254,7 +254,7 @@ void DiskStore::writer() {
       if (stop_) return;
       continue;
     }
-    DiskBlock b = std::move(queue_.front());
+    StoredBlock b = std::move(queue_.front());
     queue_.pop_front();
     busy_ = true;
     lock.unlock();
@@ -267,8 +267,8 @@ void DiskStore::writer() {
   }
 }
 
-void DiskStore::store(const DiskBlock& b) {
-  const std::vector<uint8_t> bytes = encode(b, options_.format);
+void DiskStore::store(const StoredBlock& b) {
+  const std::vector<uint8_t> bytes = encode_block(b, options_.format);
   const std::string path = path_of(b.hash), tmp = path + ".tmp";
   bool ok = false;
   if (FILE* f = std::fopen(tmp.c_str(), "wb")) {

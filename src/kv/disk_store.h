@@ -22,6 +22,7 @@
 
 #include "core/status.h"
 #include "kv/block_hash.h"
+#include "kv/block_store.h"
 
 namespace kvasir::kv {
 
@@ -34,46 +35,28 @@ struct DiskStoreOptions {
   uint64_t max_pending_bytes = 256u << 20;  // queued writes beyond this are dropped
 };
 
-struct DiskBlock {
-  BlockHash hash = 0, parent = 0;  // parent: the previous block's hash, or the chain's root
-  std::string salt;                // first blocks only
-  std::vector<int32_t> tokens;
-  std::vector<uint8_t> payload;
-};
-
-struct DiskStoreCounters {
-  int64_t hits = 0, misses = 0, corrupt = 0;        // reads: returned, absent, refused and deleted
-  int64_t writes = 0, write_errors = 0, dropped = 0;  // blocks written, failed, dropped (queue full)
-  int64_t evictions = 0;
-  uint64_t bytes_read = 0, bytes_written = 0, bytes_stored = 0;
-  int64_t files = 0;
-};
-
-class DiskStore {
+class DiskStore : public BlockStore {
  public:
   static Result<std::unique_ptr<DiskStore>> open(const DiskStoreOptions& options);
-  ~DiskStore();  // writes what is queued, then stops
+  ~DiskStore() override;  // writes what is queued, then stops
   DiskStore(const DiskStore&) = delete;
   DiskStore& operator=(const DiskStore&) = delete;
 
-  bool contains(BlockHash hash) const;
+  const char* tier() const override { return "disk"; }
+  bool contains(BlockHash hash) const override;
   // The block, verified; nullopt when absent or refused.
-  std::optional<DiskBlock> read(BlockHash hash);
+  std::optional<StoredBlock> read(BlockHash hash) override;
   // Queues a block for writing (a copy is taken); a hash already stored or queued is skipped.
-  void write_async(DiskBlock block);
-  void flush();  // returns once every queued write is done
-  DiskStoreCounters counters() const;
+  void write_async(StoredBlock block) override;
+  void flush() override;  // returns once every queued write is done
+  StoreCounters counters() const override;
   const std::string& folder() const { return folder_; }
-
-  // A block's file bytes and their parse (exposed for tests and the fuzzer).
-  static std::vector<uint8_t> encode(const DiskBlock& block, const std::string& format);
-  static std::optional<DiskBlock> decode(const uint8_t* data, size_t size, const std::string& format);
 
  private:
   explicit DiskStore(const DiskStoreOptions& options);
   std::string path_of(BlockHash hash) const;
   void writer();
-  void store(const DiskBlock& block);
+  void store(const StoredBlock& block);
   void index_add(BlockHash hash, uint64_t bytes, uint64_t use);
   void index_remove(BlockHash hash);
   void evict_over_budget();
@@ -88,11 +71,11 @@ class DiskStore {
   std::unordered_map<BlockHash, Entry> index_;
   std::map<std::pair<uint64_t, BlockHash>, bool> lru_;  // (use, hash), oldest first
   uint64_t clock_ = 0;
-  std::deque<DiskBlock> queue_;
+  std::deque<StoredBlock> queue_;
   std::unordered_map<BlockHash, bool> queued_;
   uint64_t pending_bytes_ = 0;
   bool busy_ = false, stop_ = false, warned_ = false;
-  DiskStoreCounters counters_;
+  StoreCounters counters_;
   std::thread thread_;
 };
 

@@ -201,24 +201,32 @@ std::string Metrics::render(const EngineGauges* g, const HttpGauges* http) const
              double(g->prefix_hit_tokens));
     w.scalar("kvasir:prompt_tokens_total", "counter", "Prefill tokens computed.", double(g->prompt_tokens_total));
     w.scalar("kvasir:generation_tokens_total", "counter", "Tokens generated.", double(g->generation_tokens_total));
-    if (const auto& d = g->kv_disk) {  // the prefix cache's disk tier (--kv-disk)
-      w.scalar("kvasir:kv_disk_loaded_blocks_total", "counter", "KV blocks read back from the disk tier instead of recomputed.",
-               double(d->loaded_blocks));
-      w.scalar("kvasir:kv_disk_loads_total", "counter", "Requests whose prompt got KV blocks from the disk tier.", double(d->loads));
-      w.scalar("kvasir:kv_disk_load_seconds_total", "counter", "Time spent reading, checking and importing disk blocks.",
-               d->load_seconds);
-      w.scalar("kvasir:kv_disk_misses_total", "counter", "Disk tier lookups that found no usable block.", double(d->misses));
-      w.scalar("kvasir:kv_disk_corrupt_total", "counter", "Disk tier files refused (torn, corrupted, foreign) and deleted.",
-               double(d->corrupt));
-      w.scalar("kvasir:kv_disk_saved_blocks_total", "counter", "KV blocks queued for the disk tier.", double(d->saved_blocks));
-      w.scalar("kvasir:kv_disk_written_blocks_total", "counter", "KV blocks written to the disk tier.", double(d->writes));
-      w.scalar("kvasir:kv_disk_write_errors_total", "counter", "Disk tier writes that failed (disk full, folder gone).",
-               double(d->write_errors));
-      w.scalar("kvasir:kv_disk_evictions_total", "counter", "Disk tier files removed to keep within --kv-disk-size.",
-               double(d->evictions));
-      w.scalar("kvasir:kv_disk_read_bytes_total", "counter", "Bytes read from the disk tier.", double(d->bytes_read));
-      w.scalar("kvasir:kv_disk_written_bytes_total", "counter", "Bytes written to the disk tier.", double(d->bytes_written));
-      w.scalar("kvasir:kv_disk_stored_bytes", "gauge", "Bytes the disk tier holds.", double(d->bytes_stored));
+    if (!g->kv_tiers.empty()) {  // the prefix cache's stores beyond memory (--kv-disk, --kv-store)
+      auto family = [&](const char* name, const char* type, const char* help, auto value) {
+        w.header(name, type, help);
+        for (const auto& t : g->kv_tiers) w.sample(name, "tier=\"" + t.tier + "\"", double(value(t)));
+      };
+      using T = EngineGauges::KvTier;
+      family("kvasir:kv_tier_loaded_blocks_total", "counter", "KV blocks read back from a tier instead of recomputed.",
+             [](const T& t) { return t.loaded_blocks; });
+      family("kvasir:kv_tier_misses_total", "counter", "Tier lookups that found no usable block.", [](const T& t) { return t.misses; });
+      family("kvasir:kv_tier_corrupt_total", "counter", "Stored blocks refused (torn, corrupted, foreign).",
+             [](const T& t) { return t.corrupt; });
+      family("kvasir:kv_tier_written_blocks_total", "counter", "KV blocks written to a tier.", [](const T& t) { return t.writes; });
+      family("kvasir:kv_tier_write_errors_total", "counter", "Tier writes that failed (disk full, store down).",
+             [](const T& t) { return t.write_errors; });
+      family("kvasir:kv_tier_dropped_blocks_total", "counter", "Blocks not written: the queue was full or the store down.",
+             [](const T& t) { return t.dropped; });
+      family("kvasir:kv_tier_evictions_total", "counter", "Blocks a tier removed to keep within its bound.",
+             [](const T& t) { return t.evictions; });
+      family("kvasir:kv_tier_read_bytes_total", "counter", "Bytes read from a tier.", [](const T& t) { return t.bytes_read; });
+      family("kvasir:kv_tier_written_bytes_total", "counter", "Bytes written to a tier.", [](const T& t) { return t.bytes_written; });
+      family("kvasir:kv_tier_stored_bytes", "gauge", "Bytes a tier holds (the disk tier; 0 where the store keeps count itself).",
+             [](const T& t) { return t.bytes_stored; });
+      w.scalar("kvasir:kv_tier_loads_total", "counter", "Requests whose prompt got KV blocks from a tier.", double(g->kv_tier_loads));
+      w.scalar("kvasir:kv_tier_load_seconds_total", "counter", "Time spent reading, checking and importing stored blocks.",
+               g->kv_tier_load_seconds);
+      w.scalar("kvasir:kv_tier_saved_blocks_total", "counter", "KV blocks queued for the tiers.", double(g->kv_tier_saved_blocks));
     }
     if (!g->iteration_tokens.empty() && g->iteration_tokens.size() == g->iteration_token_bounds.size() + 1) {  // vLLM's iteration_tokens_total: rows per engine step
       const std::string name = "kvasir:iteration_tokens_total";

@@ -65,14 +65,15 @@ struct EngineGauges {
   int64_t num_yields = 0;
   int64_t num_prefill_held = 0;
   int64_t prompt_tokens_total = 0, generation_tokens_total = 0;
-  // The prefix cache's disk tier (--kv-disk): absent without one.
-  struct KvDisk {
-    int64_t loaded_blocks = 0, loads = 0, saved_blocks = 0, writes = 0, write_errors = 0, misses = 0, corrupt = 0,
-            evictions = 0;
-    double load_seconds = 0;
+  // The prefix cache's stores beyond memory (--kv-disk, --kv-store), by tier.
+  struct KvTier {
+    std::string tier;
+    int64_t loaded_blocks = 0, misses = 0, corrupt = 0, writes = 0, write_errors = 0, dropped = 0, evictions = 0;
     uint64_t bytes_read = 0, bytes_written = 0, bytes_stored = 0;
   };
-  std::optional<KvDisk> kv_disk;
+  std::vector<KvTier> kv_tiers;
+  int64_t kv_tier_loads = 0, kv_tier_saved_blocks = 0;
+  double kv_tier_load_seconds = 0;
   std::vector<int64_t> iteration_tokens;        // per bucket of iteration_token_bounds, then above them
   std::vector<int64_t> iteration_token_bounds;  // engine::kIterationTokenBounds
   int64_t iteration_tokens_sum = 0;

@@ -69,13 +69,13 @@ EngineGauges gauges_of(const engine::EngineStats& s, double kv_guard_kld) {
                       .kv_layers = s.kv_layers,
                       .kv_quantized_layers = s.kv_quantized_layers,
                       .kv_guard_kld = kv_guard_kld};
-  if (s.has_kv_disk)
-    g.kv_disk = EngineGauges::KvDisk{.loaded_blocks = s.kv_disk_loaded_blocks, .loads = s.kv_disk_loads,
-                                     .saved_blocks = s.kv_disk_saved_blocks, .writes = s.kv_disk_writes,
-                                     .write_errors = s.kv_disk_write_errors, .misses = s.kv_disk_misses,
-                                     .corrupt = s.kv_disk_corrupt, .evictions = s.kv_disk_evictions,
-                                     .load_seconds = double(s.kv_disk_load_ns) / 1e9, .bytes_read = s.kv_disk_bytes_read,
-                                     .bytes_written = s.kv_disk_bytes_written, .bytes_stored = s.kv_disk_bytes_stored};
+  for (const auto& t : s.kv_tiers)
+    g.kv_tiers.push_back({.tier = t.tier, .loaded_blocks = t.loaded_blocks, .misses = t.store.misses,
+                          .corrupt = t.store.corrupt, .writes = t.store.writes, .write_errors = t.store.write_errors,
+                          .dropped = t.store.dropped, .evictions = t.store.evictions, .bytes_read = t.store.bytes_read,
+                          .bytes_written = t.store.bytes_written, .bytes_stored = t.store.bytes_stored});
+  g.kv_tier_loads = s.kv_tier_loads, g.kv_tier_saved_blocks = s.kv_tier_saved_blocks;
+  g.kv_tier_load_seconds = double(s.kv_tier_load_ns) / 1e9;
   return g;
 }
 

@@ -3,7 +3,11 @@
 // greedy answer; another tenant's salt never sees them; corrupted files are recomputed; a bound on
 // the folder holds.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <cstdlib>
 
 #include <filesystem>
 #include <fstream>
@@ -86,13 +90,15 @@ TEST_P(KvDiskTier, ARestartedEngineReadsItsBlocksBackAndAnswersAsCold) {
   EXPECT_EQ(again.tokens, cold.tokens);
   EXPECT_EQ(again.usage.cached_tokens, 8 * 16);  // every full block but the one holding the last token
   const EngineStats s = warm->stats();
-  EXPECT_EQ(s.kv_disk_loaded_blocks, 8);
-  EXPECT_EQ(s.kv_disk_loads, 1);
+  ASSERT_EQ(s.kv_tiers.size(), 1u);
+  EXPECT_EQ(s.kv_tiers[0].tier, "disk");
+  EXPECT_EQ(s.kv_tiers[0].loaded_blocks, 8);
+  EXPECT_EQ(s.kv_tier_loads, 1);
   // Another tenant's salt roots another chain: nothing of the first tenant's is found.
   const Answer other = run(*warm, prompt_, "tenant-b");
   EXPECT_EQ(other.usage.cached_tokens, 0);
   EXPECT_EQ(other.tokens, cold.tokens);
-  EXPECT_EQ(warm->stats().kv_disk_loaded_blocks, 8);
+  EXPECT_EQ(warm->stats().kv_tiers[0].loaded_blocks, 8);
 }
 
 TEST_P(KvDiskTier, BlocksMemoryEvictedComeBackFromDisk) {
@@ -105,7 +111,7 @@ TEST_P(KvDiskTier, BlocksMemoryEvictedComeBackFromDisk) {
   const Answer back = run(*c, prompt_);
   EXPECT_EQ(back.tokens, cold.tokens);
   EXPECT_GT(back.usage.cached_tokens, 0);
-  EXPECT_GT(c->stats().kv_disk_loaded_blocks, 0);
+  EXPECT_GT(c->stats().kv_tiers[0].loaded_blocks, 0);
 }
 
 TEST_P(KvDiskTier, CorruptedFilesAreRecomputed) {
@@ -123,7 +129,7 @@ TEST_P(KvDiskTier, CorruptedFilesAreRecomputed) {
   const Answer again = run(*c, prompt_);
   EXPECT_EQ(again.tokens, cold.tokens);
   EXPECT_EQ(again.usage.cached_tokens, 0);
-  EXPECT_GE(c->stats().kv_disk_corrupt, 1);
+  EXPECT_GE(c->stats().kv_tiers[0].store.corrupt, 1);
 }
 
 TEST_P(KvDiskTier, TheFolderStaysWithinItsBound) {
@@ -147,6 +153,82 @@ TEST_P(KvDiskTier, TheFolderStaysWithinItsBound) {
     if (f.path().extension() == ".kvb") total += fs::file_size(f.path());
   EXPECT_LE(total, 5 * block_file);
   EXPECT_GT(total, 0u);
+}
+
+// The shared tier: a Redis server the test starts on a free loopback port (skipped without
+// redis-server). One engine's blocks answer another's prompt (another instance, here another
+// engine over the same model file); tenants stay apart; a server that dies costs recomputation.
+class RedisServer {
+ public:
+  RedisServer() {
+    if (std::system("command -v redis-server > /dev/null 2>&1") != 0) return;
+    for (int attempt = 0; attempt < 5 && pid_ <= 0; ++attempt) {
+      port_ = 20000 + int((::getpid() * 7 + attempt * 131) % 20000);
+      pid_ = ::fork();
+      if (pid_ == 0) {
+        const std::string port = std::to_string(port_);
+        ::execlp("redis-server", "redis-server", "--port", port.c_str(), "--bind", "127.0.0.1", "--save", "",
+                 "--appendonly", "no", "--loglevel", "warning", static_cast<char*>(nullptr));
+        ::_exit(127);
+      }
+      for (int i = 0; i < 100; ++i) {  // up to 2 s for it to listen (a taken port: it exits, try another)
+        if (::waitpid(pid_, nullptr, WNOHANG) == pid_) {
+          pid_ = -1;
+          break;
+        }
+        if (std::system(("redis-cli -p " + std::to_string(port_) + " ping > /dev/null 2>&1").c_str()) == 0) return;
+        ::usleep(20000);
+      }
+      stop();
+    }
+  }
+  ~RedisServer() { stop(); }
+  void stop() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    pid_ = -1;
+  }
+  bool up() const { return pid_ > 0; }
+  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  pid_t pid_ = -1;
+  int port_ = 0;
+};
+
+TEST_P(KvDiskTier, AnotherInstancesBlocksComeFromTheSharedStore) {
+  RedisServer redis;
+  if (!redis.up()) GTEST_SKIP() << "needs redis-server";
+  auto with_store = [&](bool disk) {
+    EngineOptions o{.max_batch_tokens = 64, .max_seqs = 4, .num_threads = 2, .kv_store_url = redis.url()};
+    if (disk) o.kv_disk_dir = dir_.string(), o.kv_disk_bytes = 1 << 30;
+    auto c = backends::create_engine_core(*model_, *tok_, {.engine = o, .kv = {.n_blocks = 64}});
+    EXPECT_TRUE(c.ok()) << c.error();
+    return std::move(*c);
+  };
+  const Answer cold = run(*engine(false), prompt_);
+  EXPECT_EQ(run(*with_store(false), prompt_).tokens, cold.tokens);  // instance A computes and shares
+  auto b = with_store(/*disk=*/true);                                // instance B: a disk tier of its own, empty
+  const Answer shared = run(*b, prompt_);
+  EXPECT_EQ(shared.tokens, cold.tokens);
+  EXPECT_EQ(shared.usage.cached_tokens, 8 * 16);
+  const EngineStats s = b->stats();
+  ASSERT_EQ(s.kv_tiers.size(), 2u);
+  EXPECT_EQ(s.kv_tiers[1].tier, "redis");
+  EXPECT_EQ(s.kv_tiers[1].loaded_blocks, 8);
+  EXPECT_EQ(s.kv_tiers[0].loaded_blocks, 0);
+  // Another tenant on another instance sees none of them.
+  EXPECT_EQ(run(*with_store(false), prompt_, "tenant-b").usage.cached_tokens, 0);
+  // The store dies: answers go on, recomputed.
+  redis.stop();
+  auto c = with_store(false);
+  std::vector<int32_t> other = prompt_;
+  other[3] = 7;
+  const Answer down = run(*c, other);
+  EXPECT_EQ(down.tokens.size(), 24u);
+  EXPECT_EQ(down.usage.cached_tokens, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, KvDiskTier, ::testing::Values("stories260K", "fixture-gemma3-q8_0"),

@@ -15,14 +15,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-DiskBlock block(uint64_t hash, size_t payload = 1000) {
-  DiskBlock b{.hash = hash, .parent = hash * 7 + 1, .salt = hash % 2 ? "tenant" : "", .tokens = {}, .payload = {}};
+StoredBlock block(uint64_t hash, size_t payload = 1000) {
+  StoredBlock b{.hash = hash, .parent = hash * 7 + 1, .salt = hash % 2 ? "tenant" : "", .tokens = {}, .payload = {}};
   for (int i = 0; i < 16; ++i) b.tokens.push_back(int32_t(hash * 31 + uint64_t(i)));
   for (size_t i = 0; i < payload; ++i) b.payload.push_back(uint8_t(hash * 13 + i));
   return b;
 }
 
-bool same(const DiskBlock& a, const DiskBlock& b) {
+bool same(const StoredBlock& a, const StoredBlock& b) {
   return a.hash == b.hash && a.parent == b.parent && a.salt == b.salt && a.tokens == b.tokens && a.payload == b.payload;
 }
 
@@ -90,7 +90,7 @@ TEST_F(DiskStoreTest, TornCorruptedTruncatedAndForeignFilesAreRefusedAndDeleted)
   EXPECT_EQ(s->counters().corrupt, 3);
   EXPECT_TRUE(s->read(4));
   // A file of another model (or KV type) in this folder: its format does not match.
-  const auto foreign = DiskStore::encode(block(5), "model-b/q8_0");
+  const auto foreign = encode_block(block(5), "model-b/q8_0");
   std::ofstream(file_of(*s, 5), std::ios::binary) << std::string(foreign.begin(), foreign.end());
   auto reopened = open();
   EXPECT_TRUE(reopened->contains(5));
@@ -101,13 +101,13 @@ TEST_F(DiskStoreTest, TornCorruptedTruncatedAndForeignFilesAreRefusedAndDeleted)
   EXPECT_NE(other->folder(), s->folder());
   EXPECT_FALSE(other->contains(4));
   // decode takes any bytes without reading past them.
-  const auto good = DiskStore::encode(block(6), "f");
-  for (size_t n = 0; n < good.size(); ++n) EXPECT_FALSE(DiskStore::decode(good.data(), n, "f")) << n;
-  EXPECT_TRUE(DiskStore::decode(good.data(), good.size(), "f"));
+  const auto good = encode_block(block(6), "f");
+  for (size_t n = 0; n < good.size(); ++n) EXPECT_FALSE(decode_block(good.data(), n, "f")) << n;
+  EXPECT_TRUE(decode_block(good.data(), good.size(), "f"));
 }
 
 TEST_F(DiskStoreTest, TheSizeBoundHoldsUnderChurnAndRecentlyReadBlocksStay) {
-  const uint64_t file = DiskStore::encode(block(1, 4000), "model-a/f16").size();
+  const uint64_t file = encode_block(block(1, 4000), "model-a/f16").size();
   auto s = open(10 * file);
   for (uint64_t h = 1; h <= 10; ++h) s->write_async(block(h, 4000));
   s->flush();
