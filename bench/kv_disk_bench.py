@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """TTFT of a request whose long prefix is (a) cold, (b) in the prefix cache in memory, (c) on the disk
 tier after a restart (page cache as it is, and dropped where the kernel lets us), and the disk
-tier's read rate.
+tier's read rate; with --shared, (d) held by another instance: two servers sharing a Redis server
+(--kv-store), the prompt computed on one and asked of the other.
 
-  bench/kv_disk_bench.py [--model models/gemma-3-270m-q4_k_m.gguf] [--tokens 4000] [--rounds 3]
+  bench/kv_disk_bench.py [--model models/gemma-3-270m-q4_k_m.gguf] [--tokens 4000] [--rounds 3] [--shared]
 
 Each round uses a prefix of its own (so (a) is cold), ending in a different question; TTFT is the
 time of a request with max_tokens 1. Prints per round and medians.
@@ -63,6 +64,48 @@ def drop_caches():
         return False
 
 
+def shared_rounds(a):
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        rport = sock.getsockname()[1]
+    redis = subprocess.Popen(["redis-server", "--port", str(rport), "--bind", "127.0.0.1", "--save", "", "--appendonly",
+                              "no", "--maxmemory", "4gb", "--maxmemory-policy", "allkeys-lru"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.5)
+    base = [a.kvasir, "serve", "-m", a.model, "--kv-store", f"redis://127.0.0.1:{rport}", "--max-model-len",
+            str(a.tokens + 64), *a.serve_args.split()]
+    procs = [subprocess.Popen(base + ["--port", str(a.port + k)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for k in (0, 1)]
+    rows = []
+    try:
+        for k, p in enumerate(procs):
+            wait(a.port + k, p)
+        for rnd in range(a.rounds):
+            ids = [2] + [1000 + (i * 7919 + rnd * 104729 + 17) % 20000 for i in range(a.tokens - 1)]
+            cold, _ = ttft(a.port, ids)
+            for _ in range(600):  # the writes to the store are asynchronous
+                m = urllib.request.urlopen(f"http://127.0.0.1:{a.port}/metrics").read().decode()
+                written = [float(l.rsplit(" ", 1)[1]) for l in m.splitlines()
+                           if l.startswith('kvasir:kv_tier_written_blocks_total') and 'tier="redis"' in l]
+                if written and written[0] >= (rnd + 1) * ((a.tokens - 1) // 16):
+                    break
+                time.sleep(0.05)
+            other, cached = ttft(a.port + 1, ids)
+            rows.append((cold, other))
+            print(f"round {rnd + 1}: cold on A {cold * 1e3:.0f} ms, on B from the shared store {other * 1e3:.0f} ms "
+                  f"({cached} cached, {other / cold:.1%} of cold)", flush=True)
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait()
+        redis.kill()
+        redis.wait()
+    c = statistics.median(r[0] for r in rows)
+    o = statistics.median(r[1] for r in rows)
+    print(f"median: cold {c * 1e3:.0f} ms, another instance's blocks {o * 1e3:.0f} ms ({o / c:.1%})")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kvasir", default=str(ROOT / "build" / "bin" / "kvasir"))
@@ -71,7 +114,10 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--port", type=int, default=18761)
     ap.add_argument("--serve-args", default="")
+    ap.add_argument("--shared", action="store_true", help="measure (d) through a Redis server instead")
     a = ap.parse_args()
+    if a.shared:
+        return shared_rounds(a)
     tmp = tempfile.mkdtemp(prefix="kvdisk_bench_")
     args = [a.kvasir, "serve", "-m", a.model, "--port", str(a.port), "--kv-disk", tmp, "--kv-disk-size", "20G",
             "--max-model-len", str(a.tokens + 64), *a.serve_args.split()]
