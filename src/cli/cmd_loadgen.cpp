@@ -29,7 +29,7 @@ struct LoadgenArgs {
   std::string input_len = "128", output_len = "128";
   std::string dataset = "random";
   std::string prompt_file;
-  int64_t prefix_len = 256, num_prefixes = 1;
+  int64_t prefix_len = 256, num_prefixes = 1, turns = 4;
   bool no_ignore_eos = false;
   double temperature = 0;
   uint64_t seed = 0;
@@ -113,6 +113,8 @@ Result<std::vector<double>> parse_numbers(const std::string& text, const std::st
 Result<std::vector<loadgen::LoadPoint>> load_points(const LoadgenArgs& a) {
   std::vector<loadgen::LoadPoint> points;
   if (!a.concurrency.empty() && !a.rate.empty()) return Error{"give --concurrency or --rate, not both"};
+  if (!a.rate.empty() && a.dataset == "conversations")
+    return Error{"--dataset conversations runs closed loop (--concurrency): a turn waits for the one before"};
   if (!a.rate.empty()) {
     auto rates = parse_numbers(a.rate, "--rate");
     if (!rates) return Error{rates.error()};
@@ -157,11 +159,13 @@ int run_loadgen(const LoadgenArgs& a) {
   else return fail("--knee-metric must be ttft, tpot, itl or e2el");
 
   loadgen::WorkloadOptions wo{.prefix_len = a.prefix_len, .num_prefixes = a.num_prefixes,
-                              .prompt_file = a.prompt_file, .num_requests = a.num_prompts, .seed = a.seed};
+                              .prompt_file = a.prompt_file, .num_requests = a.num_prompts, .turns = a.turns,
+                              .seed = a.seed};
   if (a.dataset == "random") wo.dataset = loadgen::Dataset::random;
   else if (a.dataset == "shared-prefix") wo.dataset = loadgen::Dataset::shared_prefix;
+  else if (a.dataset == "conversations") wo.dataset = loadgen::Dataset::conversations;
   else if (a.dataset == "jsonl") wo.dataset = loadgen::Dataset::jsonl;
-  else return fail("--dataset must be random, shared-prefix or jsonl");
+  else return fail("--dataset must be random, shared-prefix, conversations or jsonl");
   if (wo.dataset == loadgen::Dataset::jsonl && a.prompt_file.empty()) return fail("--dataset jsonl needs --prompt-file");
   auto in_len = loadgen::LengthSpec::parse(a.input_len);
   if (!in_len) return fail("--input-len: " + in_len.error());
@@ -322,7 +326,11 @@ void register_loadgen(CLI::App& app, Handler& handler) {
   cmd->add_option("--num-prompts", a->num_prompts, "Requests per run")->check(CLI::Range(int64_t(1), int64_t(1) << 24));
   cmd->add_option("--input-len", a->input_len, "Prompt tokens: N, LO:HI (uniform) or log:LO:HI");
   cmd->add_option("--output-len", a->output_len, "max_tokens: N, LO:HI or log:LO:HI");
-  cmd->add_option("--dataset", a->dataset, "random, shared-prefix or jsonl");
+  cmd->add_option("--dataset", a->dataset,
+                  "random, shared-prefix, conversations (multi-turn: each turn's prompt is the last one, an answer "
+                  "and a new message; a client sends a conversation's turns in order; closed loop) or jsonl");
+  cmd->add_option("--turns", a->turns, "conversations: turns each (--num-prompts / --turns conversations)")
+      ->check(CLI::Range(int64_t(1), int64_t(1000)));
   cmd->add_option("--prompt-file", a->prompt_file, "JSONL: {\"prompt\": ...} or {\"messages\": [...]}, optional output_len");
   cmd->add_option("--prefix-len", a->prefix_len, "shared-prefix: tokens of the shared prefix");
   cmd->add_option("--num-prefixes", a->num_prefixes, "shared-prefix: distinct prefixes")->check(CLI::Range(int64_t(1), int64_t(1) << 20));

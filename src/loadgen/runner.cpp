@@ -39,13 +39,20 @@ class Slots {
 
 void run_closed(const ClientOptions& co, const std::string& model, const std::vector<RequestSpec>& requests,
                 const LoadPoint& load, RunResult& out, SteadyClock::time_point t0) {
+  // Units of work: a conversation's turns together (sent in order by one client), else one request.
+  std::vector<size_t> unit_start;
+  for (size_t i = 0; i < requests.size(); ++i)
+    if (i == 0 || requests[i].conversation < 0 || requests[i].conversation != requests[i - 1].conversation)
+      unit_start.push_back(i);
+  unit_start.push_back(requests.size());
   std::atomic<size_t> next{0};
   std::vector<std::thread> workers;
-  const int64_t n = std::max<int64_t>(1, std::min<int64_t>(load.concurrency, int64_t(requests.size())));
+  const int64_t n = std::max<int64_t>(1, std::min<int64_t>(load.concurrency, int64_t(unit_start.size() - 1)));
   for (int64_t w = 0; w < n; ++w) {
     workers.emplace_back([&] {
       Client client(co);
-      for (size_t i; (i = next.fetch_add(1)) < requests.size();) out.outcomes[i] = client.send(requests[i], model, t0);
+      for (size_t u; (u = next.fetch_add(1)) + 1 < unit_start.size();)
+        for (size_t i = unit_start[u]; i < unit_start[u + 1]; ++i) out.outcomes[i] = client.send(requests[i], model, t0);
     });
   }
   for (auto& t : workers) t.join();

@@ -145,6 +145,27 @@ std::string filler_text(size_t words, uint64_t seed) {
 Result<std::vector<RequestSpec>> build_workload(const WorkloadOptions& o, const std::vector<int32_t>& pool) {
   std::mt19937_64 rng(o.seed);
   if (o.dataset == Dataset::jsonl) return read_jsonl(o, rng);
+  if (o.dataset == Dataset::conversations) {
+    if (pool.empty()) return Error{"conversations need a vocabulary to draw token ids from (--model)"};
+    const int64_t turns = std::max<int64_t>(o.turns, 1);
+    std::vector<RequestSpec> out;
+    for (int64_t c = 0; c < std::max<int64_t>(o.num_requests / turns, 1); ++c) {
+      std::vector<int32_t> history = draw_tokens(pool, o.prefix_len, rng);
+      for (int64_t t = 0; t < turns; ++t) {
+        RequestSpec r;
+        auto user = draw_tokens(pool, o.input_len.sample(rng), rng);
+        history.insert(history.end(), user.begin(), user.end());
+        r.prompt_ids = history;
+        r.input_len = int64_t(history.size());
+        r.output_len = o.output_len.sample(rng);
+        r.conversation = c;
+        out.push_back(std::move(r));
+        auto answer = draw_tokens(pool, r.output_len, rng);  // stands in for the model's answer
+        history.insert(history.end(), answer.begin(), answer.end());
+      }
+    }
+    return out;
+  }
   std::vector<std::vector<int32_t>> prefix_ids;
   std::vector<std::string> prefix_words;
   if (o.dataset == Dataset::shared_prefix) {

@@ -31,9 +31,13 @@ struct RequestSpec {
   nlohmann::ordered_json messages;     // from a JSONL file with "messages" (chat)
   int64_t input_len = 0;               // tokens, when known before sending
   int64_t output_len = 0;              // max_tokens
+  int64_t conversation = -1;           // the turns of one conversation are consecutive and go in order
 };
 
-enum class Dataset { random, shared_prefix, jsonl };
+// conversations: multi-turn chats whose history grows: turn k's prompt is turn k-1's prompt, a
+// stand-in for its answer (output_len tokens) and a new user message (input_len tokens), after a
+// prefix_len-token system prompt of the conversation's own. Token-id prompts (a vocabulary is needed).
+enum class Dataset { random, shared_prefix, jsonl, conversations };
 
 struct WorkloadOptions {
   Dataset dataset = Dataset::random;
@@ -42,6 +46,7 @@ struct WorkloadOptions {
   int64_t num_prefixes = 1;     // shared_prefix: groups
   std::string prompt_file;      // jsonl: {"prompt": "..."} or {"messages": [...]}, optional "output_len"
   int64_t num_requests = 100;
+  int64_t turns = 4;            // conversations: turns each (num_requests / turns conversations)
   uint64_t seed = 0;
 };
 

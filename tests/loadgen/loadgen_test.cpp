@@ -2,6 +2,8 @@
 // arrival gaps, SSE parsing, the knee of a throughput-latency curve, and well-formed SVG.
 #include <gtest/gtest.h>
 
+#include <mutex>
+
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -359,5 +361,57 @@ TEST(Client, RetriesARequestOnAConnectionTheServerClosed) {
   EXPECT_EQ(s.connections(), 2);  // sent again, once, on a fresh connection
 }
 
+// Multi-turn conversations: each turn's prompt is the one before, an answer and a new message;
+// a closed-loop client sends a conversation's turns in order (the server sees each conversation's
+// prompts grow), while conversations run side by side.
+TEST(Workload, ConversationsGrowTurnByTurnAndAreSentInOrder) {
+  WorkloadOptions o{.dataset = Dataset::conversations, .input_len = *LengthSpec::parse("5"),
+                    .output_len = *LengthSpec::parse("3"), .prefix_len = 8, .num_requests = 12, .turns = 4};
+  std::vector<int32_t> pool;
+  for (int i = 0; i < 50; ++i) pool.push_back(100 + i);
+  auto reqs = build_workload(o, pool);
+  ASSERT_TRUE(reqs.ok()) << reqs.error();
+  ASSERT_EQ(reqs->size(), 12u);
+  for (size_t i = 0; i < reqs->size(); ++i) {
+    const RequestSpec& r = (*reqs)[i];
+    EXPECT_EQ(r.conversation, int64_t(i / 4));
+    EXPECT_EQ(r.input_len, int64_t(8 + (i % 4) * (5 + 3) + 5));
+    if (i % 4) {
+      const auto& before = (*reqs)[i - 1].prompt_ids;
+      EXPECT_TRUE(std::equal(before.begin(), before.end(), r.prompt_ids.begin())) << i;
+    }
+  }
+  EXPECT_FALSE(build_workload(o, {}).ok());  // token ids are needed
+
+  std::mutex mu;
+  std::vector<std::vector<int32_t>> seen;
+  httplib::Server server;
+  server.Post("/v1/completions", [&](const httplib::Request& req, httplib::Response& res) {
+    auto j = nlohmann::json::parse(req.body);
+    {
+      std::lock_guard lock(mu);
+      seen.push_back(j["prompt"].get<std::vector<int32_t>>());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    res.set_content("data: {\"choices\":[{\"text\":\"hi\"}]}\n\ndata: [DONE]\n\n", "text/event-stream");
+  });
+  const int port = server.bind_to_any_port("127.0.0.1");
+  std::thread t([&] { server.listen_after_bind(); });
+  while (!server.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const RunResult r = run_load({.url = "http://127.0.0.1:" + std::to_string(port)}, "m", *reqs,
+                               {.mode = LoadPoint::Mode::closed, .concurrency = 3});
+  server.stop();
+  t.join();
+  ASSERT_EQ(seen.size(), 12u);
+  for (int64_t c = 0; c < 3; ++c) {  // in arrival order, each conversation's prompts are its turns in order
+    size_t turn = 0;
+    for (const auto& p : seen)
+      if (p.size() >= 8 && std::equal(p.begin(), p.begin() + 8, (*reqs)[size_t(c * 4)].prompt_ids.begin()))
+        EXPECT_EQ(p, (*reqs)[size_t(c * 4) + turn++].prompt_ids);
+    EXPECT_EQ(turn, 4u);
+  }
+}
+
 }  // namespace
 }  // namespace kvasir::loadgen
+
