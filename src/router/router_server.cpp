@@ -75,7 +75,8 @@ RouterServer::RouterServer(RouterOptions options)
   router_.add("GET", "/v1/models", [this](const http::Request&, http::Response& res) { models(res); }, quick);
   router_.add("GET", "/metrics", [this](const http::Request&, http::Response& res) { metrics(res); },
               options_.access.metrics_public ? open : quick);
-  for (const char* path : {"/v1/completions", "/v1/chat/completions", "/v1/embeddings", "/v1/responses"})
+  for (const char* path : {"/v1/completions", "/v1/chat/completions", "/v1/embeddings", "/v1/responses", "/tokenize",
+                           "/detokenize"})
     router_.add("POST", path, [this](const http::Request& req, http::Response& res) { relay(req, res); }, post);
   transport_ = std::make_unique<http::Transport>(transport_options(options_), router_);
 }
