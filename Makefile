@@ -35,7 +35,7 @@ asan: deps model
 
 # libFuzzer targets, each run for FUZZ_SECONDS.
 FUZZ_SECONDS ?= 30
-FUZZ_TARGETS ?= fuzz_gguf fuzz_tokenizer fuzz_jinja fuzz_quant_dot fuzz_protocol fuzz_http fuzz_grammar fuzz_imatrix fuzz_transfer
+FUZZ_TARGETS ?= fuzz_gguf fuzz_tokenizer fuzz_jinja fuzz_quant_dot fuzz_protocol fuzz_http fuzz_grammar fuzz_imatrix fuzz_transfer fuzz_kv_block
 fuzz: deps
 	cmake -S . -B build-fuzz -G Ninja -DKVASIR_FUZZ=ON -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo
 	cmake --build build-fuzz -j $(JOBS) --target $(FUZZ_TARGETS)
