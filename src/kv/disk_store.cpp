@@ -132,19 +132,11 @@ Result<std::unique_ptr<DiskStore>> DiskStore::open(const DiskStoreOptions& optio
     s->index_add(h, uint64_t(st.st_size), uint64_t(st.st_mtim.tv_sec) * 1000000 + uint64_t(st.st_mtim.tv_nsec / 1000));
   }
   s->evict_over_budget();
-  s->thread_ = std::thread([p = s.get()] { p->writer(); });
+  s->queue_ = std::make_unique<BlockWriteQueue>(options.max_pending_bytes, [p = s.get()](const StoredBlock& b) { p->store(b); });
   return s;
 }
 
-DiskStore::~DiskStore() {
-  flush();
-  {
-    std::lock_guard lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-}
+DiskStore::~DiskStore() { queue_.reset(); }
 
 std::string DiskStore::path_of(BlockHash hash) const { return folder_ + "/" + hex16(hash) + ".kvb"; }
 
@@ -223,48 +215,23 @@ std::optional<StoredBlock> DiskStore::read(BlockHash hash) {
 }
 
 void DiskStore::write_async(StoredBlock block) {
-  std::lock_guard lock(mu_);
-  if (index_.count(block.hash) || queued_.count(block.hash)) return;
-  const uint64_t bytes = block.payload.size();
-  if (pending_bytes_ + bytes > options_.max_pending_bytes) {
-    ++counters_.dropped;
-    return;
+  const BlockHash hash = block.hash;
+  {
+    std::lock_guard lock(mu_);
+    if (index_.count(hash) || queued_.count(hash)) return;
+    queued_[hash] = true;
   }
-  pending_bytes_ += bytes;
-  queued_[block.hash] = true;
-  queue_.push_back(std::move(block));
-  cv_.notify_one();
+  if (queue_->push(std::move(block))) return;
+  std::lock_guard lock(mu_);
+  queued_.erase(hash);
+  ++counters_.dropped;
 }
 
-void DiskStore::flush() {
-  std::unique_lock lock(mu_);
-  idle_cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
-}
+void DiskStore::flush() { queue_->flush(); }
 
 StoreCounters DiskStore::counters() const {
   std::lock_guard lock(mu_);
   return counters_;
-}
-
-void DiskStore::writer() {
-  std::unique_lock lock(mu_);
-  for (;;) {
-    cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-    if (queue_.empty()) {
-      if (stop_) return;
-      continue;
-    }
-    StoredBlock b = std::move(queue_.front());
-    queue_.pop_front();
-    busy_ = true;
-    lock.unlock();
-    store(b);
-    lock.lock();
-    busy_ = false;
-    queued_.erase(b.hash);
-    pending_bytes_ -= b.payload.size();
-    if (queue_.empty()) idle_cv_.notify_all();
-  }
 }
 
 void DiskStore::store(const StoredBlock& b) {
@@ -281,6 +248,7 @@ void DiskStore::store(const StoredBlock& b) {
     ok = !ec;
   }
   std::lock_guard lock(mu_);
+  queued_.erase(b.hash);
   if (!ok) {
     fs::remove(tmp, ec);
     ++counters_.write_errors;

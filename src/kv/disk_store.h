@@ -23,6 +23,7 @@
 #include "core/status.h"
 #include "kv/block_hash.h"
 #include "kv/block_store.h"
+#include "kv/block_write_queue.h"
 
 namespace kvasir::kv {
 
@@ -55,8 +56,7 @@ class DiskStore : public BlockStore {
  private:
   explicit DiskStore(const DiskStoreOptions& options);
   std::string path_of(BlockHash hash) const;
-  void writer();
-  void store(const StoredBlock& block);
+  void store(const StoredBlock& block);  // on the queue's thread
   void index_add(BlockHash hash, uint64_t bytes, uint64_t use);
   void index_remove(BlockHash hash);
   void evict_over_budget();
@@ -64,19 +64,16 @@ class DiskStore : public BlockStore {
   DiskStoreOptions options_;
   std::string folder_;
   mutable std::mutex mu_;
-  std::condition_variable cv_, idle_cv_;
   struct Entry {
     uint64_t bytes = 0, use = 0;
   };
   std::unordered_map<BlockHash, Entry> index_;
   std::map<std::pair<uint64_t, BlockHash>, bool> lru_;  // (use, hash), oldest first
   uint64_t clock_ = 0;
-  std::deque<StoredBlock> queue_;
   std::unordered_map<BlockHash, bool> queued_;
-  uint64_t pending_bytes_ = 0;
-  bool busy_ = false, stop_ = false, warned_ = false;
+  bool warned_ = false;
   StoreCounters counters_;
-  std::thread thread_;
+  std::unique_ptr<BlockWriteQueue> queue_;  // last: drained before the rest goes
 };
 
 }  // namespace kvasir::kv

@@ -48,19 +48,11 @@ Result<std::unique_ptr<RedisStore>> RedisStore::open(const RedisStoreOptions& o)
   }
   if (s->host_.empty()) return Error{"--kv-store: no host in '" + o.url + "'", ErrorCode::invalid_argument};
   s->prefix_ = "kvasir:kv:" + hex16(fnv1a_words(kFnvOffset, o.format.data(), o.format.size())) + ":";
-  s->thread_ = std::thread([p = s.get()] { p->writer(); });
+  s->queue_ = std::make_unique<BlockWriteQueue>(o.max_pending_bytes, [p = s.get()](const StoredBlock& b) { p->store(b); });
   return s;
 }
 
-RedisStore::~RedisStore() {
-  flush();
-  {
-    std::lock_guard lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-}
+RedisStore::~RedisStore() { queue_.reset(); }
 
 std::string RedisStore::key_of(BlockHash hash) const { return prefix_ + hex16(hash); }
 
@@ -134,62 +126,47 @@ std::optional<StoredBlock> RedisStore::read(BlockHash hash) {
 }
 
 void RedisStore::write_async(StoredBlock block) {
-  std::lock_guard lock(mu_);
-  if (pending_bytes_ + block.payload.size() > options_.max_pending_bytes ||
-      (down_ && std::chrono::steady_clock::now() < retry_at_)) {
-    ++counters_.dropped;
-    return;
+  {
+    std::lock_guard lock(mu_);
+    if (down_ && std::chrono::steady_clock::now() < retry_at_) {
+      ++counters_.dropped;
+      return;
+    }
   }
-  pending_bytes_ += block.payload.size();
-  queue_.push_back(std::move(block));
-  cv_.notify_one();
+  if (queue_->push(std::move(block))) return;
+  std::lock_guard lock(mu_);
+  ++counters_.dropped;
 }
 
-void RedisStore::flush() {
-  std::unique_lock lock(mu_);
-  idle_cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
-}
+void RedisStore::flush() { queue_->flush(); }
 
 StoreCounters RedisStore::counters() const {
   std::lock_guard lock(mu_);
   return counters_;
 }
 
-void RedisStore::writer() {
-  std::unique_lock lock(mu_);
-  for (;;) {
-    cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-    if (queue_.empty()) {
-      if (stop_) return;
-      continue;
-    }
-    StoredBlock b = std::move(queue_.front());
-    queue_.pop_front();
-    busy_ = true;
-    lock.unlock();
-    bool ok = false;
-    if (redisContext* c = connect(write_conn_)) {
-      const std::vector<uint8_t> value = encode_block(b, options_.format);
-      const std::string key = key_of(b.hash);
-      // NX: a block already there holds the same content; keep the first writer's.
-      auto* r = static_cast<redisReply*>(redisCommand(c, "SET %b %b NX", key.data(), key.size(), value.data(), value.size()));
-      if (!r) {
-        mark_down(write_conn_, c->errstr);
-      } else {
-        ok = r->type != REDIS_REPLY_ERROR;
-        freeReplyObject(r);
-        if (ok) {
-          std::lock_guard l(mu_);
-          ++counters_.writes;
-          counters_.bytes_written += value.size();
-        }
+void RedisStore::store(const StoredBlock& b) {
+  bool ok = false;
+  if (redisContext* c = connect(write_conn_)) {
+    const std::vector<uint8_t> value = encode_block(b, options_.format);
+    const std::string key = key_of(b.hash);
+    // NX: a block already there holds the same content; keep the first writer's.
+    auto* r = static_cast<redisReply*>(redisCommand(c, "SET %b %b NX", key.data(), key.size(), value.data(), value.size()));
+    if (!r) {
+      mark_down(write_conn_, c->errstr);
+    } else {
+      ok = r->type != REDIS_REPLY_ERROR;
+      freeReplyObject(r);
+      if (ok) {
+        std::lock_guard lock(mu_);
+        ++counters_.writes;
+        counters_.bytes_written += value.size();
       }
     }
-    lock.lock();
-    if (!ok) ++counters_.write_errors;
-    busy_ = false;
-    pending_bytes_ -= b.payload.size();
-    if (queue_.empty()) idle_cv_.notify_all();
+  }
+  if (!ok) {
+    std::lock_guard lock(mu_);
+    ++counters_.write_errors;
   }
 }
 

@@ -16,6 +16,7 @@
 
 #include "core/status.h"
 #include "kv/block_store.h"
+#include "kv/block_write_queue.h"
 
 struct redisContext;
 
@@ -48,21 +49,18 @@ class RedisStore : public BlockStore {
   redisContext* connect(std::unique_ptr<Conn>& conn);
   void mark_down(std::unique_ptr<Conn>& conn, const std::string& why);
   std::string key_of(BlockHash hash) const;
-  void writer();
+  void store(const StoredBlock& block);  // on the queue's thread
 
   RedisStoreOptions options_;
   std::string host_, prefix_;
   int port_ = 6379;
-  mutable std::mutex mu_;  // counters, queue, state
+  mutable std::mutex mu_;  // counters and state
   std::mutex read_mu_;     // the reading connection
-  std::condition_variable cv_, idle_cv_;
   std::unique_ptr<Conn> read_conn_, write_conn_;
   std::chrono::steady_clock::time_point retry_at_{};
-  bool down_ = false, busy_ = false, stop_ = false;
-  std::deque<StoredBlock> queue_;
-  uint64_t pending_bytes_ = 0;
+  bool down_ = false;
   StoreCounters counters_;
-  std::thread thread_;
+  std::unique_ptr<BlockWriteQueue> queue_;  // last: drained before the rest goes
 };
 
 }  // namespace kvasir::kv
