@@ -55,6 +55,9 @@ Engine::~Engine() {
 
 Result<std::shared_ptr<RequestStream>> Engine::submit(GenerationParams params) {
   if (auto s = core_->validate(params); !s) return Error{s.error(), ErrorCode::invalid_argument};
+  // Stored KV blocks of the prompt are read here, on the caller's thread, so that the engine
+  // thread only registers them (engine/kv_tiering.h).
+  core_->prefetch_kv(params, [this](const std::function<void()>& fn) { call([&](EngineCore&) { fn(); }); });
   std::shared_ptr<RequestStream> stream;
   {
     std::lock_guard<std::mutex> lock(mutex_);

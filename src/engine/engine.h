@@ -201,6 +201,7 @@ struct EngineStats {
   };
   std::vector<KvTierStats> kv_tiers;
   int64_t kv_tier_loads = 0, kv_tier_load_ns = 0, kv_tier_saved_blocks = 0;
+  int64_t kv_tier_prefetched_blocks = 0;  // of the blocks loaded: read off the engine thread
   int64_t draft_kv_blocks_total = 0, draft_kv_blocks_used = 0;  // a draft model's own KV pool
   int32_t max_model_len = 0;
   int32_t max_seqs = 0;  // seats: sequences in one step at most
@@ -234,6 +235,10 @@ class EngineCore {
   sched::QueueLoad load() const;  // for TTFT forecasts (sched/ttft_forecast.h)
   const Tokenizer& tokenizer() const;
   runtime::ModelRunner& runner();
+  // Reads a new prompt's stored KV blocks (engine/kv_tiering.h) with the reading off the engine
+  // thread: plan here, read on the caller's thread, import here. What Engine::submit does before
+  // queueing; add_request finds them in memory then. Nothing without KV tiers.
+  void prefetch_kv(const GenerationParams& params, const std::function<void(const std::function<void()>&)>& on_engine_thread);
 
   // KV held outside requests (disaggregation; sched::Scheduler's holds). Hold ids are negative.
   // reserve_kv: blocks for `tokens`' full blocks, the first n_cached already in the prefix cache;

@@ -16,6 +16,17 @@
 namespace kvasir::engine {
 namespace {
 
+// The prefix cache's salt of a request: its tenant's, and its adapter's (another adapter computes
+// other KV for the same tokens).
+std::string effective_salt(const GenerationParams& p) {
+  return p.adapter ? p.cache_salt + "\x1f" + p.adapter->identity() : p.cache_salt;
+}
+
+bool reuses_prefix(const GenerationParams& p) {
+  return !(p.prompt_logprobs >= 0 || p.pooling == Pooling::mean || p.pooling == Pooling::cls);
+}
+
+
 using detail::Live;
 
 double ns_to_ms(int64_t ns) { return ns < 0 ? -1 : double(ns) / 1e6; }
@@ -154,13 +165,13 @@ Status EngineCore::add_request_with_id(RequestId id, GenerationParams params) {
   if (m.live.count(id)) return Error{"duplicate request id"};
   m.next_id = std::max(m.next_id, id + 1);
   // Scoring and mean / CLS pooling need rows the prefix cache would skip.
-  const bool every_row = params.prompt_logprobs >= 0 || params.pooling == Pooling::mean || params.pooling == Pooling::cls;
+  const bool every_row = !reuses_prefix(params);
   int32_t slot = -1;
   if (params.adapter) {  // another adapter computes other KV for the same tokens
     auto acquired = m.adapters.acquire(*m.runner, params.adapter);
     if (!acquired) return Error{acquired.error(), acquired.error_code()};
     slot = *acquired;
-    params.cache_salt += "\x1f" + params.adapter->identity();
+    params.cache_salt = effective_salt(params);
   }
   sched::RequestOptions ro{.priority = params.priority, .max_new_tokens = params.stop.max_tokens,
                            .service_class = params.service_class, .tenant = params.tenant,
@@ -464,6 +475,19 @@ bool EngineCore::Impl::pin_progress(Live& l, RequestId id, int32_t n_tokens, Del
 
 runtime::ModelRunner& EngineCore::runner() { return *impl_->runner; }
 
+void EngineCore::prefetch_kv(const GenerationParams& params,
+                             const std::function<void(const std::function<void()>&)>& on_engine_thread) {
+  KvTiering* t = impl_->tiering.get();
+  if (!t || !reuses_prefix(params)) return;
+  const std::string salt = effective_salt(params);
+  KvTiering::Plan plan;
+  on_engine_thread([&] { plan = t->plan(impl_->scheduler.tier_kv(), params.prompt, salt); });
+  if (plan.hashes.empty()) return;
+  KvTiering::Read read = t->read(plan, params.prompt, salt);
+  if (read.blocks.empty()) return;
+  on_engine_thread([&] { t->count_prefetched(t->import(impl_->scheduler.tier_kv(), params.prompt, salt, std::move(read))); });
+}
+
 Result<sched::Scheduler::KvReservation> EngineCore::reserve_kv(int64_t hold_id, std::span<const int32_t> tokens,
                                                                const std::string& salt) {
   if (hold_id <= -(int64_t(1) << 40)) return Error{"hold ids below -2^40 are the engine's pins", ErrorCode::invalid_argument};
@@ -518,6 +542,7 @@ EngineStats EngineCore::stats() const {
     for (size_t i = 0; i < m.tiering->stores().size(); ++i)
       s.kv_tiers.push_back({m.tiering->stores()[i]->tier(), t.loaded_blocks[i], m.tiering->stores()[i]->counters()});
     s.kv_tier_loads = t.loads, s.kv_tier_load_ns = t.load_ns, s.kv_tier_saved_blocks = t.saved_blocks;
+    s.kv_tier_prefetched_blocks = t.prefetched_blocks;
   }
   return s;
 }

@@ -101,6 +101,33 @@ TEST_P(KvDiskTier, ARestartedEngineReadsItsBlocksBackAndAnswersAsCold) {
   EXPECT_EQ(warm->stats().kv_tiers[0].loaded_blocks, 8);
 }
 
+// Through the threaded Engine, the blocks are read on the submitting thread (Engine::submit's
+// prefetch) and the engine thread only registers them: the same answer, the same cached tokens.
+TEST_P(KvDiskTier, TheThreadedEngineReadsOffTheEngineThread) {
+  const Answer cold = run(*engine(false), prompt_);
+  run(*engine(true), prompt_);  // writes the blocks
+  Engine e(engine(true));
+  GenerationParams p;
+  p.prompt = prompt_;
+  p.sampling.temperature = 0;
+  p.stop = {.max_tokens = 24, .ignore_eos = true};
+  auto s = e.submit(p);
+  ASSERT_TRUE(s.ok()) << s.error();
+  Answer got;
+  Delta d;
+  while ((*s)->next(d)) {
+    got.tokens.insert(got.tokens.end(), d.tokens.begin(), d.tokens.end());
+    if (d.finish != FinishReason::None) got.usage = d.usage;
+  }
+  EXPECT_EQ(got.tokens, cold.tokens);
+  EXPECT_EQ(got.usage.cached_tokens, 8 * 16);
+  const EngineStats st = e.stats();
+  ASSERT_EQ(st.kv_tiers.size(), 1u);
+  EXPECT_EQ(st.kv_tiers[0].loaded_blocks, 8);
+  EXPECT_EQ(st.kv_tier_prefetched_blocks, 8);  // all read on the submitting thread
+  EXPECT_EQ(st.kv_tiers[0].store.hits, 8);     // once: the engine thread's own lookup found them in memory
+}
+
 TEST_P(KvDiskTier, BlocksMemoryEvictedComeBackFromDisk) {
   const Answer cold = run(*engine(false), prompt_);
   auto c = engine(true, /*kv_blocks=*/14);  // room for one prompt's blocks at a time
