@@ -38,7 +38,7 @@ def wait(port, proc):
 def metrics(port):
     out = {}
     for line in urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode().splitlines():
-        if line.startswith("kvasir:kv_disk"):
+        if line.startswith("kvasir:kv_tier") and ('tier="disk"' in line or "tier=" not in line):
             k, v = line.rsplit(" ", 1)
             out[k.split("{")[0]] = float(v)
     return out
@@ -136,7 +136,7 @@ def main():
             wait(a.port, proc)
             disk, disk_cached = ttft(a.port, ids)
             m = metrics(a.port)
-            rate = m.get("kvasir:kv_disk_read_bytes_total", 0) / max(m.get("kvasir:kv_disk_load_seconds_total", 0), 1e-9)
+            rate = m.get("kvasir:kv_tier_read_bytes_total", 0) / max(m.get("kvasir:kv_tier_load_seconds_total", 0), 1e-9)
             proc.terminate()
             proc.wait()
             dropped = None
