@@ -222,9 +222,10 @@ class EngineCore {
   // Checks a request without queueing it (non-empty prompt, ids in the vocabulary, prompt
   // shorter than max_model_len, sane values). Pure: safe to call from any thread.
   Status validate(const GenerationParams& params) const;
-  // Validates and queues the request under a fresh id.
+  // Validates and queues the request under a fresh id, its stored KV blocks read first.
   Result<RequestId> add_request(GenerationParams params);
-  // Queues an already validated request under an id chosen by the caller (unique).
+  // Queues an already validated request under an id chosen by the caller (unique); its stored KV
+  // blocks are the caller's to read first (prefetch_kv: Engine::submit does).
   Status add_request_with_id(RequestId id, GenerationParams params);
   void abort(RequestId id);  // its final delta (FinishReason::Abort) comes out of the next step()
   // Runs one scheduler step and one batched forward; appends a delta per request that produced
@@ -235,9 +236,10 @@ class EngineCore {
   sched::QueueLoad load() const;  // for TTFT forecasts (sched/ttft_forecast.h)
   const Tokenizer& tokenizer() const;
   runtime::ModelRunner& runner();
-  // Reads a new prompt's stored KV blocks (engine/kv_tiering.h) with the reading off the engine
-  // thread: plan here, read on the caller's thread, import here. What Engine::submit does before
-  // queueing; add_request finds them in memory then. Nothing without KV tiers.
+  // Reads a new prompt's stored KV blocks (engine/kv_tiering.h) into the prefix cache: the plan
+  // and the import through `on_engine_thread`, the reading (files, network) on the caller's
+  // thread, so the step loop never waits on a disk or a store. Engine::submit runs it before
+  // queueing. Nothing without KV tiers.
   void prefetch_kv(const GenerationParams& params, const std::function<void(const std::function<void()>&)>& on_engine_thread);
 
   // KV held outside requests (disaggregation; sched::Scheduler's holds). Hold ids are negative.

@@ -155,6 +155,10 @@ Status EngineCore::validate(const GenerationParams& p) const {
 
 Result<RequestId> EngineCore::add_request(GenerationParams params) {
   if (auto s = validate(params); !s) return Error{s.error()};
+  // Stored blocks of the prompt join the prefix cache before the scheduler looks for them (read
+  // here, on the thread that steps this core; Engine::submit reads them off it: prefetch_kv).
+  if (impl_->tiering && reuses_prefix(params))
+    impl_->tiering->load_prefix(impl_->scheduler.tier_kv(), params.prompt, effective_salt(params));
   const RequestId id = impl_->next_id++;
   if (auto s = add_request_with_id(id, std::move(params)); !s) return Error{s.error()};
   return id;
@@ -177,8 +181,6 @@ Status EngineCore::add_request_with_id(RequestId id, GenerationParams params) {
                            .service_class = params.service_class, .tenant = params.tenant,
                            .tenant_weight = params.tenant_weight, .cache_salt = params.cache_salt, .prefill_only = params.stop.max_tokens == 0,
                            .reuse_prefix = !every_row};
-  // Blocks of this prompt on disk join the prefix cache before the scheduler looks for them.
-  if (m.tiering && ro.reuse_prefix) m.tiering->load_prefix(m.scheduler.tier_kv(), params.prompt, params.cache_salt);
   std::vector<int32_t> prompt = params.prompt;
   if (auto s = m.scheduler.add_request(id, std::move(prompt), std::move(ro)); !s) {
     m.adapters.release(*m.runner, slot);
