@@ -41,6 +41,14 @@ class BlockStore {
   virtual StoreCounters counters() const = 0;
 };
 
+// 16 lower-case hex digits: how stores name blocks and formats.
+inline std::string hash_hex(uint64_t v) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out(16, '0');
+  for (int i = 15; i >= 0; --i, v >>= 4) out[size_t(i)] = kDigits[v & 15];
+  return out;
+}
+
 // A block's bytes in a store (magic, header, payload, a 64-bit checksum over all of it) and their
 // parse, which takes any bytes without reading past them and refuses another `format`.
 std::vector<uint8_t> encode_block(const StoredBlock& block, const std::string& format);

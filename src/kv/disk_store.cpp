@@ -48,12 +48,6 @@ struct Reader {
   }
 };
 
-std::string hex16(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
 uint64_t now_use() {
   return uint64_t(std::chrono::duration_cast<std::chrono::microseconds>(
                       std::chrono::system_clock::now().time_since_epoch())
@@ -110,7 +104,7 @@ Result<std::unique_ptr<DiskStore>> DiskStore::open(const DiskStoreOptions& optio
   if (options.max_bytes == 0) return Error{"the KV disk tier needs a size above 0", ErrorCode::invalid_argument};
   auto s = std::unique_ptr<DiskStore>(new DiskStore(options));
   // One subfolder per format: another model's or another KV type's blocks are never looked at.
-  s->folder_ = options.dir + "/" + hex16(fnv64(kFnvOffset,
+  s->folder_ = options.dir + "/" + hash_hex(fnv64(kFnvOffset,
                                                reinterpret_cast<const uint8_t*>(options.format.data()),
                                                options.format.size()));
   std::error_code ec;
@@ -138,7 +132,7 @@ Result<std::unique_ptr<DiskStore>> DiskStore::open(const DiskStoreOptions& optio
 
 DiskStore::~DiskStore() { queue_.reset(); }
 
-std::string DiskStore::path_of(BlockHash hash) const { return folder_ + "/" + hex16(hash) + ".kvb"; }
+std::string DiskStore::path_of(BlockHash hash) const { return folder_ + "/" + hash_hex(hash) + ".kvb"; }
 
 void DiskStore::index_add(BlockHash hash, uint64_t bytes, uint64_t use) {
   if (auto it = index_.find(hash); it != index_.end()) index_remove(hash);

@@ -11,12 +11,6 @@ namespace {
 
 constexpr auto kRetryAfter = std::chrono::seconds(2);
 
-std::string hex16(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
 timeval to_timeval(int ms) { return timeval{ms / 1000, (ms % 1000) * 1000}; }
 
 }  // namespace
@@ -47,14 +41,14 @@ Result<std::unique_ptr<RedisStore>> RedisStore::open(const RedisStoreOptions& o)
     s->port_ = int(port);
   }
   if (s->host_.empty()) return Error{"--kv-store: no host in '" + o.url + "'", ErrorCode::invalid_argument};
-  s->prefix_ = "kvasir:kv:" + hex16(fnv1a_words(kFnvOffset, o.format.data(), o.format.size())) + ":";
+  s->prefix_ = "kvasir:kv:" + hash_hex(fnv1a_words(kFnvOffset, o.format.data(), o.format.size())) + ":";
   s->queue_ = std::make_unique<BlockWriteQueue>(o.max_pending_bytes, [p = s.get()](const StoredBlock& b) { p->store(b); });
   return s;
 }
 
 RedisStore::~RedisStore() { queue_.reset(); }
 
-std::string RedisStore::key_of(BlockHash hash) const { return prefix_ + hex16(hash); }
+std::string RedisStore::key_of(BlockHash hash) const { return prefix_ + hash_hex(hash); }
 
 redisContext* RedisStore::connect(std::unique_ptr<Conn>& conn) {
   if (conn && conn->c && !conn->c->err) return conn->c;

@@ -1,5 +1,7 @@
 #include "server/http_util.h"
 
+#include <algorithm>
+
 #include "server/responses.h"
 
 namespace kvasir::server {
@@ -41,6 +43,14 @@ ApiError api_error(ErrorCode code, std::string message) {
     case ErrorCode::unknown: break;
   }
   return bad_request(std::move(message));
+}
+
+std::optional<ApiError> only_fields(const ordered_json& doc, std::initializer_list<std::string_view> known) {
+  if (!doc.is_object()) return bad_request("the request body must be a JSON object", {}, "invalid_json");
+  for (const auto& [k, v] : doc.items())
+    if (!v.is_null() && std::find(known.begin(), known.end(), k) == known.end())
+      return bad_request("'" + k + "' is not supported by this server (see docs/API.md)", k, "unsupported_field");
+  return std::nullopt;
 }
 
 }  // namespace kvasir::server

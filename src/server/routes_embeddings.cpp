@@ -225,14 +225,6 @@ double cosine(const std::vector<float>& a, const std::vector<float>& b) {  // bo
   return dot;
 }
 
-// Only `known` fields (null counts as absent); else a 400 naming the field.
-std::optional<ApiError> only_fields(const ordered_json& doc, std::initializer_list<std::string_view> known) {
-  if (!doc.is_object()) return bad_request("the request body must be a JSON object", {}, "invalid_json");
-  for (const auto& [k, v] : doc.items())
-    if (!v.is_null() && std::find(known.begin(), known.end(), k) == known.end())
-      return bad_request("'" + k + "' is not supported by this server (see docs/API.md)", k, "unsupported_field");
-  return std::nullopt;
-}
 
 // {"query", "documents": [string | {"text"}], "top_n", "return_documents"} -> results by relevance.
 void handle_rerank(ServerState& st, const http::Request& req, http::Response& res) {

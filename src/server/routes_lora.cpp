@@ -17,16 +17,6 @@ Parsed<std::string> string_field(const ordered_json& doc, const char* key) {
   return it->get<std::string>();
 }
 
-std::optional<ApiError> only_fields(const ordered_json& doc, std::initializer_list<std::string_view> known) {
-  if (!doc.is_object()) return bad_request("the body must be a JSON object");
-  for (const auto& [k, _] : doc.items()) {
-    bool ok = false;
-    for (auto f : known) ok |= k == f;
-    if (!ok) return bad_request("unsupported field '" + k + "'", k, "unsupported_field");
-  }
-  return std::nullopt;
-}
-
 Backend* lora_backend(ServerState& st, http::Response& res) {
   Backend* b = serving_backend(st, res);
   if (b && !st.options.allow_runtime_lora) {
