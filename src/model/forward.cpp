@@ -195,7 +195,8 @@ void Forward::prepare_lora(std::initializer_list<LinearJob> jobs, const float* x
   if (lora_u_.size() < floats) lora_u_.resize(floats);
   const int64_t n_in = jobs.begin()->w->n_in;
   // One item per (unit, row); inline when too small to pay for the threads' sync (decode).
-  std::vector<int64_t> row_start(lora_units_.size() + 1, 0);
+  std::vector<int64_t>& row_start = lora_row_start_;
+  row_start.assign(lora_units_.size() + 1, 0);
   for (size_t i = 0; i < lora_units_.size(); ++i) row_start[i + 1] = row_start[i] + int64_t(lora_units_[i].g->rows.size());
   auto down = [&](int64_t begin, int64_t end, int) {
     for (size_t i = 0; i < lora_units_.size() && begin < end; ++i) {

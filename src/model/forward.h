@@ -1,5 +1,6 @@
 // The batched forward pass shared by every architecture: Batch + KvCache -> logits.
-// All activations are preallocated for max_batch_tokens rows; forward() allocates nothing.
+// All activations are preallocated for max_batch_tokens rows; forward() allocates nothing (a batch
+// with LoRA adapters: its rows grouped by adapter, once per forward).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -217,6 +218,7 @@ class Forward {
   std::vector<LoraGroup> lora_groups_;       // this forward's rows by adapter
   std::vector<LoraGroup> lora_head_groups_;  // the same over the rows that want logits
   std::vector<LoraUnit> lora_units_;         // the current linear() call's
+  std::vector<int64_t> lora_row_start_;      // its units' first rows (prefix sums)
   AlignedVector<float> lora_u_;              // A x of every (job, group) row
 };
 
