@@ -83,6 +83,12 @@ void register_router(CLI::App& app, Handler& handler) {
       ->check(CLI::Range(int64_t(100), int64_t(3600000)));
   cmd->add_option("--health-interval", a->health_interval_ms, "Milliseconds between health checks")
       ->check(CLI::Range(int64_t(50), int64_t(600000)));
+  cmd->add_option("--affinity-slack", a->options.affinity_slack,
+                  "Requests more than the least busy instance that a prompt's affine instance may run and still get it")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 20));
+  cmd->add_option("--pooled-affinity-slack", a->options.pooled_affinity_slack,
+                  "The same, when the less busy instance shares the affine one's KV pool (serve --kv-store)")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 20));
   cmd->add_option("--max-attempts", a->options.max_attempts, "Instances tried per request")->check(CLI::Range(1, 16));
   cmd->callback([&handler, a] { handler = [a] { return run_router(*a); }; });
 }

@@ -196,6 +196,7 @@ struct EngineStats {
   // each gave back, and its own counters; requests that got blocks, time spent loading, blocks queued.
   struct KvTierStats {
     std::string tier;
+    std::string pool_id;  // BlockStore::pool_id: shared with the instances that report the same
     int64_t loaded_blocks = 0;
     kv::StoreCounters store;
   };

@@ -541,8 +541,10 @@ EngineStats EngineCore::stats() const {
   s.max_seqs = m.options.max_seqs;
   if (m.tiering) {
     const KvTierCounters& t = m.tiering->counters();
-    for (size_t i = 0; i < m.tiering->stores().size(); ++i)
-      s.kv_tiers.push_back({m.tiering->stores()[i]->tier(), t.loaded_blocks[i], m.tiering->stores()[i]->counters()});
+    for (size_t i = 0; i < m.tiering->stores().size(); ++i) {
+      const kv::BlockStore& store = *m.tiering->stores()[i];
+      s.kv_tiers.push_back({store.tier(), store.pool_id(), t.loaded_blocks[i], store.counters()});
+    }
     s.kv_tier_loads = t.loads, s.kv_tier_load_ns = t.load_ns, s.kv_tier_saved_blocks = t.saved_blocks;
     s.kv_tier_prefetched_blocks = t.prefetched_blocks;
   }

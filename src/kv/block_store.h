@@ -39,6 +39,9 @@ class BlockStore {
   virtual void write_async(StoredBlock block) = 0;
   virtual void flush() = 0;
   virtual StoreCounters counters() const = 0;
+  // The same text on every instance that shares this store's blocks (a router places requests by
+  // it); empty for a store private to this process, or while a shared one has not been reached.
+  virtual std::string pool_id() const { return {}; }
 };
 
 // 16 lower-case hex digits: how stores name blocks and formats.

@@ -3,6 +3,7 @@
 #include <hiredis/hiredis.h>
 
 #include <cstdio>
+#include <random>
 
 #include "core/fnv.h"
 
@@ -10,6 +11,7 @@ namespace kvasir::kv {
 namespace {
 
 constexpr auto kRetryAfter = std::chrono::seconds(2);
+constexpr const char* kPoolIdKey = "kvasir:pool-id";
 
 timeval to_timeval(int ms) { return timeval{ms / 1000, (ms % 1000) * 1000}; }
 
@@ -43,6 +45,10 @@ Result<std::unique_ptr<RedisStore>> RedisStore::open(const RedisStoreOptions& o)
   if (s->host_.empty()) return Error{"--kv-store: no host in '" + o.url + "'", ErrorCode::invalid_argument};
   s->prefix_ = "kvasir:kv:" + hash_hex(fnv1a_words(kFnvOffset, o.format.data(), o.format.size())) + ":";
   s->queue_ = std::make_unique<BlockWriteQueue>(o.max_pending_bytes, [p = s.get()](const StoredBlock& b) { p->store(b); });
+  {  // one try now, so the pool's identity is known from the start when the server is up
+    std::lock_guard read_lock(s->read_mu_);
+    s->connect(s->read_conn_);
+  }
   return s;
 }
 
@@ -63,10 +69,32 @@ redisContext* RedisStore::connect(std::unique_ptr<Conn>& conn) {
     return nullptr;
   }
   redisSetTimeout(conn->c, to_timeval(options_.timeout_ms));
+  learn_pool_id(conn->c);
   std::lock_guard lock(mu_);
   if (down_) std::fprintf(stderr, "kvasir: KV store %s is reachable again\n", options_.url.c_str());
   down_ = false;
   return conn->c;
+}
+
+void RedisStore::learn_pool_id(redisContext* c) {
+  {
+    std::lock_guard lock(mu_);
+    if (!pool_id_.empty()) return;
+  }
+  std::random_device rd;
+  const std::string mine = hash_hex((uint64_t(rd()) << 32) ^ rd());
+  if (auto* r = static_cast<redisReply*>(redisCommand(c, "SET %s %s NX", kPoolIdKey, mine.c_str()))) freeReplyObject(r);
+  auto* r = static_cast<redisReply*>(redisCommand(c, "GET %s", kPoolIdKey));
+  if (r && r->type == REDIS_REPLY_STRING) {
+    std::lock_guard lock(mu_);
+    pool_id_ = std::string(r->str, r->len) + "/" + prefix_;
+  }
+  if (r) freeReplyObject(r);
+}
+
+std::string RedisStore::pool_id() const {
+  std::lock_guard lock(mu_);
+  return pool_id_;
 }
 
 void RedisStore::mark_down(std::unique_ptr<Conn>& conn, const std::string& why) {

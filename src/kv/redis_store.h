@@ -41,6 +41,9 @@ class RedisStore : public BlockStore {
   void write_async(StoredBlock block) override;
   void flush() override;
   StoreCounters counters() const override;
+  // The server's "kvasir:pool-id" (set once by the first instance to reach it, with SET NX) and
+  // the block format: instances of one model on one server report the same.
+  std::string pool_id() const override;
 
  private:
   explicit RedisStore(const RedisStoreOptions& options);
@@ -48,6 +51,7 @@ class RedisStore : public BlockStore {
   // A live connection (reconnecting when due); null while the server is down.
   redisContext* connect(std::unique_ptr<Conn>& conn);
   void mark_down(std::unique_ptr<Conn>& conn, const std::string& why);
+  void learn_pool_id(redisContext* c);
   std::string key_of(BlockHash hash) const;
   void store(const StoredBlock& block);  // on the queue's thread
 
@@ -60,6 +64,7 @@ class RedisStore : public BlockStore {
   std::chrono::steady_clock::time_point retry_at_{};
   bool down_ = false;
   StoreCounters counters_;
+  std::string pool_id_;
   std::unique_ptr<BlockWriteQueue> queue_;  // last: drained before the rest goes
 };
 

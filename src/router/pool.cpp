@@ -77,6 +77,13 @@ void Pool::check(Instance& inst) {
   client.set_write_timeout(options_.health_timeout);
   auto health = client.Get("/health");
   const bool ok = health && health->status == 200;
+  if (ok) {
+    const auto h = nlohmann::json::parse(health->body, nullptr, false);
+    std::string pool;
+    if (h.is_object() && h.contains("kv_pool") && h["kv_pool"].is_string()) pool = h["kv_pool"].get<std::string>();
+    std::lock_guard<std::mutex> lock(mutex_);
+    inst.kv_pool = std::move(pool);
+  }
   if (ok && inst.spec.role != Role::prefill) {
     httplib::Headers headers;
     if (!options_.api_key.empty()) headers.emplace("Authorization", "Bearer " + options_.api_key);
@@ -110,8 +117,21 @@ int Pool::pick(const std::string& model, bool prefill, uint64_t key, const std::
   }
   if (best < 0) return -1;
   if (key == 0) return least;
-  return instances_[size_t(best)]->in_flight > instances_[size_t(least)]->in_flight + options_.affinity_slack ? least
-                                                                                                             : best;
+  const Instance& home = *instances_[size_t(best)];
+  const Instance& idle = *instances_[size_t(least)];
+  const bool pooled = !home.kv_pool.empty() && home.kv_pool == idle.kv_pool;
+  const int64_t slack = pooled ? options_.pooled_affinity_slack : options_.affinity_slack;
+  if (home.in_flight <= idle.in_flight + slack) {
+    ++placements_.affine;
+    return best;
+  }
+  ++(pooled ? placements_.balanced_pooled : placements_.balanced);
+  return least;
+}
+
+PlacementCounts Pool::placements() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return placements_;
 }
 
 bool Pool::any_prefill() const {
@@ -162,7 +182,7 @@ std::vector<InstanceView> Pool::view() const {
   std::vector<InstanceView> out;
   for (const auto& inst : instances_)
     out.push_back({inst->spec.url, inst->spec.role, inst->healthy.load(), inst->in_flight.load(), inst->requests.load(),
-                   inst->failures.load(), inst->models});
+                   inst->failures.load(), inst->models, inst->kv_pool});
   return out;
 }
 

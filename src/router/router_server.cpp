@@ -57,7 +57,9 @@ RouterServer::RouterServer(RouterOptions options)
       pool_(options_.instances, PoolOptions{.health_interval = options_.health_interval,
                                              .api_key = options_.upstream_api_key.empty() && !options_.access.api_keys.empty()
                                                             ? options_.access.api_keys[0]
-                                                            : options_.upstream_api_key}) {
+                                                            : options_.upstream_api_key,
+                                             .affinity_slack = options_.affinity_slack,
+                                             .pooled_affinity_slack = options_.pooled_affinity_slack}) {
   router_.set_admission(server::make_admission(access_));
   router_.set_finisher([this](const http::Request& req, http::Response& res) { access_.decorate(req, res); });
   router_.set_error_builder([](int status, const std::string& message, const std::string& code, std::string_view) {
@@ -220,6 +222,13 @@ void RouterServer::metrics(http::Response& res) const {
   counter("kvasir_router_broken_streams_total", "Streams ended by their instance failing mid-way", counters_.broken_streams);
   counter("kvasir_router_prefill_assigned_total", "Requests sent to a decode instance with a prefill instance named",
           counters_.with_prefill);
+  const PlacementCounts placed = pool_.placements();
+  o << "# HELP kvasir_router_placements_total Requests with a prompt, by where placement sent them: the instance "
+       "its prefix is affine to, or a less busy one that shares its KV pool or does not\n"
+       "# TYPE kvasir_router_placements_total counter\n"
+    << "kvasir_router_placements_total{reason=\"affine\"} " << placed.affine << "\n"
+    << "kvasir_router_placements_total{reason=\"balanced_pooled\"} " << placed.balanced_pooled << "\n"
+    << "kvasir_router_placements_total{reason=\"balanced\"} " << placed.balanced << "\n";
   const auto instances = pool_.view();
   auto per_instance = [&](const char* name, const char* help, const char* type, auto get) {
     o << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";

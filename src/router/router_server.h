@@ -27,6 +27,7 @@ struct RouterOptions {
   std::chrono::milliseconds upstream_timeout{60000};  // silence from an instance before it counts as failed
   std::chrono::milliseconds health_interval{1000};
   int max_attempts = 3;  // instances tried per request
+  int64_t affinity_slack = 2, pooled_affinity_slack = 1;  // PoolOptions'
   size_t max_body_bytes = 8u << 20;
 };
 

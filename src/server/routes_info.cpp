@@ -80,7 +80,14 @@ EngineGauges gauges_of(const engine::EngineStats& s, double kv_guard_kld) {
 }
 
 void handle_health(ServerState& st, http::Response& res) {
-  if (st.phase() == Phase::ready) return send_json(res, 200, ordered_json{{"status", "ok"}});
+  if (st.phase() == Phase::ready) {
+    ordered_json body{{"status", "ok"}};
+    // A shared KV pool's identity: a router lets instances that share one trade requests freely.
+    if (Backend* b = st.backend(); b && b->engine)
+      for (const auto& t : b->engine->stats().kv_tiers)
+        if (!t.pool_id.empty()) body["kv_pool"] = t.pool_id;
+    return send_json(res, 200, body);
+  }
   serving_backend(st, res);  // the 503 that says why
 }
 

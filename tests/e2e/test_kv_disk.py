@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import STORIES, Server
+from conftest import STORIES, Server, wait_for
 
 PROMPT = "Once upon a time there was a little girl named Lily who loved to play in the park. " * 8
 
@@ -22,6 +22,8 @@ def test_restart_warm_and_metrics(tmp_path):
     cold = Server(STORIES, extra=["--kv-mem", "32M"], log_name="kvdisk-cold")
     try:
         want, _ = ask(cold)
+        status, health = cold.json("GET", "/health", auth=False)
+        assert status == 200 and "kv_pool" not in health
     finally:
         assert cold.stop() == 0
     args = ["--kv-mem", "32M", "--kv-disk", str(tmp_path / "kv"), "--kv-disk-size", "64M"]
@@ -83,6 +85,12 @@ def test_two_instances_share_blocks_through_redis(tmp_path):
         b = Server(STORIES, extra=["--kv-mem", "32M", "--kv-store", url], log_name="kvstore-b")
         want, cached = ask(a)
         assert cached == 0
+        # Both report the one pool in /health (what the router's placement compares); a server
+        # without a store reports none.
+        def pool(s):
+            status, h = s.json("GET", "/health", auth=False)
+            return h.get("kv_pool") if status == 200 else None
+        assert wait_for(lambda: pool(a) and pool(a) == pool(b)), (pool(a), pool(b))
         for _ in range(50):  # the writes are asynchronous
             if a.metrics()['kvasir:kv_tier_written_blocks_total{tier="redis"}'] >= 8:
                 break

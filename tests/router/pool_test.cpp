@@ -1,6 +1,7 @@
 // Router placement against fake instances (cpp-httplib servers answering /health and /v1/models):
 // by model, by prefix affinity unless the affine instance is busier than the slack allows, never
-// on an unhealthy instance, and a failed request takes its instance out until a health check.
+// on an unhealthy instance, and a failed request takes its instance out until a health check;
+// instances that report one shared KV pool trade requests at the smaller slack.
 #include <gtest/gtest.h>
 #include <httplib.h>
 
@@ -15,8 +16,13 @@ namespace {
 
 class FakeInstance {
  public:
-  FakeInstance(std::string model, int health = 200) : model_(std::move(model)), health_(health) {
-    server_.Get("/health", [this](const httplib::Request&, httplib::Response& r) { r.status = health_; });
+  FakeInstance(std::string model, int health = 200, std::string kv_pool = {})
+      : model_(std::move(model)), kv_pool_(std::move(kv_pool)), health_(health) {
+    server_.Get("/health", [this](const httplib::Request&, httplib::Response& r) {
+      r.status = health_;
+      r.set_content(kv_pool_.empty() ? R"({"status":"ok"})" : R"({"status":"ok","kv_pool":")" + kv_pool_ + R"("})",
+                    "application/json");
+    });
     server_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& r) {
       r.set_content(R"({"object":"list","data":[{"id":")" + model_ + R"("}]})", "application/json");
     });
@@ -31,7 +37,7 @@ class FakeInstance {
   void set_health(int h) { health_ = h; }
 
  private:
-  std::string model_;
+  std::string model_, kv_pool_;
   std::atomic<int> health_;
   httplib::Server server_;
   int port_ = 0;
@@ -69,6 +75,30 @@ TEST(RouterPool, PlacesByModelAffinityAndLoad) {
   EXPECT_EQ(pool.pick("alpha", false, key, {}), home);
   // Excluded (already tried) instances are skipped.
   EXPECT_EQ(pool.pick("alpha", false, key, {home}), other);
+}
+
+// With a shared KV pool the affine instance yields at the pooled slack (0 here): one request more
+// than the other sends the key over; instances of different pools (or none) keep the plain slack.
+TEST(RouterPool, InstancesSharingAKvPoolTradeRequestsSooner) {
+  auto place = [](const std::string& pool_a, const std::string& pool_b) {
+    FakeInstance a("m", 200, pool_a), b("m", 200, pool_b);
+    Pool pool({{a.url(), Role::both}, {b.url(), Role::both}}, {.affinity_slack = 2, .pooled_affinity_slack = 0});
+    pool.check_now();
+    EXPECT_EQ(pool.view()[0].kv_pool, pool_a);
+    const uint64_t key = affinity_key("conversation");
+    const int home = pool.pick("m", false, key, {});
+    pool.begin(home);
+    const int next = pool.pick("m", false, key, {});
+    const PlacementCounts c = pool.placements();
+    EXPECT_EQ(c.affine + c.balanced + c.balanced_pooled, 2);
+    return std::pair{next != home, c};
+  };
+  auto [moved, counts] = place("pool-1/m", "pool-1/m");
+  EXPECT_TRUE(moved);
+  EXPECT_EQ(counts.balanced_pooled, 1);
+  EXPECT_FALSE(place("pool-1/m", "pool-2/m").first);
+  EXPECT_FALSE(place("", "").first);
+  EXPECT_FALSE(place("pool-1/m", "").first);
 }
 
 TEST(RouterPool, UnhealthyInstancesAreNotPicked) {
