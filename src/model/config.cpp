@@ -194,6 +194,15 @@ Result<ModelConfig> config_from_gguf(const gguf::File& file) {
       if (c.sliding_window > 0) set_swa_pattern(c, 6);
       break;
   }
+  // A per-layer pattern in the file overrides the family's (a model whose layers were removed by
+  // `kvasir prune` keeps each remaining layer's own kind): true / nonzero slides.
+  if (const gguf::Value* p = file.find(m.arch + ".attention.sliding_window_pattern");
+      p && p->type == gguf::ValueType::ARRAY && c.sliding_window > 0) {
+    if (int64_t(p->items.size()) != c.n_layers)
+      return Error{"model config: " + m.arch + ".attention.sliding_window_pattern has " +
+                   std::to_string(p->items.size()) + " entries for " + std::to_string(c.n_layers) + " layers"};
+    for (int64_t il = 0; il < c.n_layers; ++il) c.layer_is_swa[size_t(il)] = p->items[size_t(il)].u != 0 || p->items[size_t(il)].i != 0;
+  }
   if (m.has("attention.scale")) c.attn_scale = m.float_or("attention.scale", c.attn_scale);
   if (auto st = check_floats(c); !st) return Error{st.error()};
   return c;

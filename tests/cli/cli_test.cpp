@@ -370,3 +370,34 @@ TEST(Cli, LoraRunEqualsTheMergedModel) {
   std::remove(adapter.c_str());
   std::remove(merged.c_str());
 }
+
+// `kvasir prune` as a user runs it: layers chosen on a text and removed, the report in JSON, the
+// result loadable and evaluated; bad requests exit 1 naming the problem.
+TEST(Cli, PruneRemovesLayersAndReports) {
+  const std::string model = shared_path("models/stories260K.gguf"), text = shared_path("golden/perplexity/stories-sampled.txt");
+  if (!std::ifstream(model) || !std::ifstream(text)) GTEST_SKIP() << "../shared is not available";
+  const std::string out = ::testing::TempDir() + "/kvasir_cli_pruned.gguf";
+  const auto r = kvasir({"prune", model, out, "--remove-layers", "2", "-f", text, "-c", "128", "--calib-chunks", "2",
+                         "--eval", text, "--eval-chunks", "4", "--json", "-t", "2"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["layers_in"], 5);
+  EXPECT_EQ(j["layers_out"], 3);
+  ASSERT_EQ(j["removed_layers"].size(), 2u);
+  EXPECT_NE(j["removed_layers"][1], 4);  // never the last layer
+  EXPECT_EQ(j["layer_distance"].size(), 5u);
+  EXPECT_LT(j["bytes_out"].get<double>(), j["bytes_in"].get<double>());
+  EXPECT_GT(j["eval"]["kld"].get<double>(), 0.0);
+  EXPECT_GT(j["eval"]["same_top1"].get<double>(), 0.2);
+  const auto gen = kvasir({"run", "-m", out, "-p", "Once upon a time", "-n", "8", "--temp", "0"});
+  EXPECT_EQ(gen.code, 0) << gen.err;
+  const auto nothing = kvasir({"prune", model, out});
+  EXPECT_EQ(nothing.code, 1);
+  EXPECT_NE(nothing.err.find("nothing to prune"), std::string::npos) << nothing.err;
+  const auto no_text = kvasir({"prune", model, out, "--method", "wanda", "--sparsity", "0.5"});
+  EXPECT_EQ(no_text.code, 1);
+  EXPECT_NE(no_text.err.find("-f TEXT"), std::string::npos) << no_text.err;
+  const auto bad_nm = kvasir({"prune", model, out, "--nm", "4:2"});
+  EXPECT_EQ(bad_nm.code, 1);
+  EXPECT_NE(bad_nm.err.find("N:M"), std::string::npos) << bad_nm.err;
+}
