@@ -1,6 +1,6 @@
 // `kvasir prune IN.gguf OUT.gguf`: weights zeroed by magnitude or Wanda (a sparsity per row,
-// matrix, layer or model, or an N:M pattern such as 2:4) and/or whole layers removed (chosen by
-// their angular distance on a calibration text, or named), then, with --eval, the pruned model's
+// matrix, layer or model, or an N:M pattern such as 2:4), whole layers removed (chosen by their
+// angular distance on a calibration text, or named) and/or FFN channels removed; then, with --eval, the pruned model's
 // perplexity, KL divergence and same-top-1 against the input on held-out text.
 #include <unistd.h>
 
@@ -26,7 +26,7 @@ namespace {
 
 struct PruneArgs {
   std::string in, out, method = "magnitude", scope, nm, calib_file, imatrix_file, eval_file;
-  double sparsity = -1;
+  double sparsity = -1, ffn_keep = 1.0;
   int64_t remove_layers = 0, n_ctx = 512, calib_chunks = 8, eval_chunks = -1;
   std::vector<int64_t> drop_layers;
   bool contiguous = false, allow_requantize = false, json = false;
@@ -66,20 +66,21 @@ Result<compress::Unstructured> unstructured_of(const PruneArgs& a) {
 
 int run_prune(PruneArgs a) {
   const bool unstructured = a.sparsity >= 0 || !a.nm.empty();
-  if (!unstructured && a.remove_layers == 0 && a.drop_layers.empty())
-    return fail("nothing to prune: give --sparsity S, --nm N:M, --remove-layers N or --drop-layers L,...");
+  if (!unstructured && a.remove_layers == 0 && a.drop_layers.empty() && a.ffn_keep >= 1.0)
+    return fail("nothing to prune: give --sparsity S, --nm N:M, --remove-layers N, --drop-layers L,... or --ffn-keep F");
   if (a.remove_layers > 0 && !a.drop_layers.empty()) return fail("--remove-layers and --drop-layers exclude each other");
-  compress::PruneOptions po{.allow_requantize = a.allow_requantize, .num_threads = a.threads};
+  compress::PruneOptions po{.ffn_keep = a.ffn_keep, .allow_requantize = a.allow_requantize, .num_threads = a.threads};
   if (unstructured) {
     auto u = unstructured_of(a);
     if (!u) return fail(u.error());
     po.unstructured = *u;
   }
-  const bool needs_text = a.remove_layers > 0 || (unstructured && po.unstructured->method == compress::PruneMethod::wanda &&
-                                                   a.imatrix_file.empty());
-  if (needs_text && a.calib_file.empty())
+  const bool wanda = unstructured && po.unstructured->method == compress::PruneMethod::wanda;
+  const bool needs_stats = wanda || a.ffn_keep < 1.0;  // activation statistics: an imatrix
+  if ((a.remove_layers > 0 || (needs_stats && a.imatrix_file.empty())) && a.calib_file.empty())
     return fail(a.remove_layers > 0 ? "--remove-layers chooses layers on a calibration text: give -f TEXT"
-                                    : "Wanda needs activation statistics: give -f TEXT or --imatrix FILE");
+                                    : std::string(wanda ? "Wanda" : "--ffn-keep") +
+                                          " needs activation statistics: give -f TEXT or --imatrix FILE");
   auto model = Model::load(a.in);
   if (!model) return fail(model.error());
   auto tok = Tokenizer::from_gguf((*model)->gguf());
@@ -120,9 +121,9 @@ int run_prune(PruneArgs a) {
       std::printf("run of %lld from layer %lld: distance %.4f\n", (long long)a.remove_layers, (long long)po.remove_layers[0],
                   d->at(po.remove_layers[0], a.remove_layers));
   }
-  // Unstructured with Wanda: the columns' activation norms.
+  // Wanda and FFN channels: the columns' activation norms.
   calib::Imatrix imatrix;
-  if (unstructured && po.unstructured->method == compress::PruneMethod::wanda) {
+  if (needs_stats) {
     if (!a.imatrix_file.empty()) {
       auto m = calib::read_imatrix(a.imatrix_file);
       if (!m) return fail(m.error());
@@ -157,6 +158,8 @@ int run_prune(PruneArgs a) {
   j["layers_in"] = report->layers_in;
   j["layers_out"] = report->layers_out;
   j["removed_layers"] = report->removed_layers;
+  j["n_ff_in"] = report->n_ff_in;
+  j["n_ff_out"] = report->n_ff_out;
   j["bytes_in"] = report->bytes_in;
   j["bytes_out"] = report->bytes_out;
   if (unstructured) {
@@ -170,6 +173,8 @@ int run_prune(PruneArgs a) {
       for (int64_t l : report->removed_layers) std::printf(" %lld", (long long)l);
       std::printf(" (%lld -> %lld layers)\n", (long long)report->layers_in, (long long)report->layers_out);
     }
+    if (report->n_ff_out != report->n_ff_in)
+      std::printf("FFN channels: %lld -> %lld in every layer\n", (long long)report->n_ff_in, (long long)report->n_ff_out);
     if (unstructured) {
       std::printf("layer  zeroed of its matrices' weights\n");
       for (const auto& [l, ez] : per_layer)
@@ -215,6 +220,8 @@ void register_prune(CLI::App& app, Handler& handler) {
   cmd->add_option("--nm", a->nm, "N:M pattern instead of a sparsity: keep N of every M consecutive weights (2:4)");
   cmd->add_option("--remove-layers", a->remove_layers, "Remove this many layers, those that turn the hidden state least")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 10));
+  cmd->add_option("--ffn-keep", a->ffn_keep, "Keep this fraction of every layer's FFN channels (by activation x weight norm)")
+      ->check(CLI::Range(0.01, 1.0));
   cmd->add_flag("--contiguous", a->contiguous, "With --remove-layers: one run of consecutive layers (Gromov et al.)");
   cmd->add_option("--drop-layers", a->drop_layers, "Remove these layers (0-based, comma separated)")->delimiter(',');
   cmd->add_option("-f,--file", a->calib_file, "Calibration text (Wanda's statistics, the layers' distances)");

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <numeric>
 #include <set>
 
 #include "core/thread_pool.h"
@@ -33,25 +34,53 @@ bool prunable(const gguf::TensorInfo& t) {
          t.name.find("norm") == std::string::npos && t.name.find("ffn_gate_inp") == std::string::npos;
 }
 
-std::vector<int64_t> shape_of(const gguf::TensorInfo& t) { return std::vector<int64_t>(t.ne, t.ne + t.n_dims); }
+// One tensor of the output: its source, and the FFN channels it keeps when channels are removed
+// (rows of gate/up, columns of down; null: all).
+struct Out {
+  const gguf::TensorInfo* t;
+  std::string name;
+  int64_t layer;  // output layer, -1 outside the blocks
+  bool prune;     // sparsified
+  const std::vector<int32_t>* keep_rows = nullptr;
+  const std::vector<int32_t>* keep_cols = nullptr;
+  int64_t n_in() const { return keep_cols ? int64_t(keep_cols->size()) : t->ne[0]; }
+  int64_t n_rows() const { return keep_rows ? int64_t(keep_rows->size()) : t->num_rows(); }
+  std::vector<int64_t> shape() const {
+    std::vector<int64_t> s(t->ne, t->ne + t->n_dims);
+    s[0] = n_in();
+    if (keep_rows) s[1] = int64_t(keep_rows->size());
+    return s;
+  }
+};
 
-// A tensor's rows in F32.
-Result<std::vector<float>> to_f32(const gguf::TensorInfo& t, ThreadPool& pool) {
+// A tensor's kept rows and columns in F32.
+Result<std::vector<float>> to_f32(const Out& x, ThreadPool& pool) {
+  const gguf::TensorInfo& t = *x.t;
   const auto* tr = kernels::quant_traits(t.type);
   if (!tr) return Error{"tensor '" + t.name + "': cannot read type " + std::string(dtype_name(t.type))};
-  const int64_t n = t.ne[0], rows = t.num_rows();
+  const int64_t n = t.ne[0], m = x.n_in(), rows = x.n_rows();
   const size_t rb = row_bytes(t.type, n);
-  std::vector<float> w(size_t(n * rows));
+  std::vector<float> w(size_t(m * rows));
   pool.parallel_for(rows, 16, [&](int64_t b, int64_t e, int) {
-    for (int64_t r = b; r < e; ++r) tr->dequantize_row(t.data + size_t(r) * rb, w.data() + r * n, n);
+    std::vector<float> full(x.keep_cols ? static_cast<size_t>(n) : 0);
+    for (int64_t r = b; r < e; ++r) {
+      const int64_t src = x.keep_rows ? (*x.keep_rows)[size_t(r)] : r;
+      if (!x.keep_cols) {
+        tr->dequantize_row(t.data + size_t(src) * rb, w.data() + r * n, n);
+        continue;
+      }
+      tr->dequantize_row(t.data + size_t(src) * rb, full.data(), n);
+      for (int64_t j = 0; j < m; ++j) w[size_t(r * m + j)] = full[size_t((*x.keep_cols)[size_t(j)])];
+    }
   });
   return w;
 }
 
 // Scores of a whole tensor: per matrix of a 3-D tensor, that matrix's column norms.
-Result<std::vector<float>> scores_of(const gguf::TensorInfo& t, std::span<const float> w, const PruneOptions& o) {
+Result<std::vector<float>> scores_of(const Out& x, std::span<const float> w, const PruneOptions& o) {
+  const gguf::TensorInfo& t = *x.t;
   std::vector<float> s(w.size());
-  const int64_t n = t.ne[0], rows_per_mat = t.ne[1], n_mat = t.num_rows() / t.ne[1];
+  const int64_t n = x.n_in(), rows_per_mat = x.keep_rows ? x.n_rows() : t.ne[1], n_mat = x.n_rows() / rows_per_mat;
   const calib::ImatrixEntry* entry = nullptr;
   if (o.unstructured->method == PruneMethod::wanda) {
     if (!o.imatrix) return Error{"Wanda needs an importance matrix (--imatrix FILE or -f TEXT)", ErrorCode::invalid_argument};
@@ -59,17 +88,43 @@ Result<std::vector<float>> scores_of(const gguf::TensorInfo& t, std::span<const 
     if (it == o.imatrix->entries.end())
       return Error{"the importance matrix has no entry for '" + t.name + "'", ErrorCode::invalid_argument};
     entry = &it->second;
-    if (entry->n_in() != n || int64_t(entry->counts.size()) != n_mat)
+    if (entry->n_in() != t.ne[0] || int64_t(entry->counts.size()) != n_mat)
       return Error{"the importance matrix's entry for '" + t.name + "' does not match its shape", ErrorCode::invalid_argument};
   }
   std::vector<float> col(entry ? size_t(n) : 0);
   for (int64_t mat = 0; mat < n_mat; ++mat) {
     if (entry)
-      for (int64_t j = 0; j < n; ++j) col[size_t(j)] = entry->mean(mat, j);
+      for (int64_t j = 0; j < n; ++j) col[size_t(j)] = entry->mean(mat, x.keep_cols ? (*x.keep_cols)[size_t(j)] : j);
     const size_t off = size_t(mat * rows_per_mat * n), len = size_t(rows_per_mat * n);
     weight_scores(w.subspan(off, len), n, col, std::span<float>(s).subspan(off, len));
   }
   return s;
+}
+
+// The FFN channels each layer keeps: the `keep` highest of sqrt(E[h_c²]) · ||W_down[:, c]||, the
+// activation statistics from the importance matrix's ffn_down entry.
+Result<std::vector<int32_t>> ffn_channels_kept(const gguf::File& in, int64_t layer, int64_t keep, const calib::Imatrix* im,
+                                               ThreadPool& pool) {
+  const std::string name = "blk." + std::to_string(layer) + ".ffn_down.weight";
+  const gguf::TensorInfo* down = in.tensor(name);
+  if (!down || down->n_dims != 2) return Error{"removing FFN channels needs '" + name + "' (a dense FFN)"};
+  if (!im) return Error{"removing FFN channels needs activation statistics (-f TEXT or --imatrix FILE)", ErrorCode::invalid_argument};
+  auto it = im->entries.find(name);
+  if (it == im->entries.end() || it->second.n_in() != down->ne[0])
+    return Error{"the importance matrix has no entry of the right shape for '" + name + "'", ErrorCode::invalid_argument};
+  auto w = to_f32(Out{down, name, layer, false}, pool);
+  if (!w) return Error{w.error()};
+  const int64_t n_ff = down->ne[0];
+  std::vector<double> col_sq(size_t(n_ff), 0.0);
+  for (int64_t o = 0; o < down->ne[1]; ++o)
+    for (int64_t c = 0; c < n_ff; ++c) col_sq[size_t(c)] += double((*w)[size_t(o * n_ff + c)]) * (*w)[size_t(o * n_ff + c)];
+  std::vector<int32_t> order(static_cast<size_t>(n_ff));
+  std::iota(order.begin(), order.end(), 0);
+  auto score = [&](int32_t c) { return std::sqrt(std::max(0.0, double(it->second.mean(0, c))) * col_sq[size_t(c)]); };
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return score(a) > score(b); });
+  order.resize(size_t(keep));
+  std::sort(order.begin(), order.end());
+  return order;
 }
 
 Status check_removal(const std::vector<int64_t>& remove, int64_t n_layers) {
@@ -115,12 +170,40 @@ Result<PruneReport> prune_file(const std::string& in_path, const std::string& ou
   for (int64_t l = 0, next = 0; l < n_layers; ++l)
     if (!std::binary_search(report.removed_layers.begin(), report.removed_layers.end(), l)) new_index[size_t(l)] = next++;
 
-  // Metadata: what counts layers follows the kept ones.
+  ThreadPool pool(o.num_threads > 0 ? o.num_threads : ThreadPool::default_threads());
+  // FFN channels: the same number kept in every layer (one feed_forward_length), rounded to whole
+  // 256-blocks where the width allows, so the K-quants still fit the rows.
+  int64_t n_ff_out = config->n_ff;
+  std::vector<std::vector<int32_t>> channels(static_cast<size_t>(n_layers));
+  if (o.ffn_keep < 1.0) {
+    if (config->n_experts > 0 || !in.tensor("blk.0.ffn_gate.weight"))
+      return Error{"removing FFN channels needs separate gate, up and down matrices (not experts or a fused gate|up)",
+                   ErrorCode::invalid_argument};
+    const int64_t unit = config->n_ff % 256 == 0 ? 256 : config->n_ff % 32 == 0 ? 32 : 1;
+    n_ff_out = std::max<int64_t>(unit, std::llround(o.ffn_keep * double(config->n_ff) / double(unit)) * unit);
+    if (!(o.ffn_keep > 0) || n_ff_out >= config->n_ff)
+      return Error{"--ffn-keep " + std::to_string(o.ffn_keep) + " keeps every one of " + std::to_string(config->n_ff) +
+                       " channels (rounded to whole groups of " + std::to_string(unit) + ")",
+                   ErrorCode::invalid_argument};
+    for (int64_t l = 0; l < n_layers; ++l) {
+      if (new_index[size_t(l)] < 0) continue;
+      auto kept = ffn_channels_kept(in, l, n_ff_out, o.imatrix, pool);
+      if (!kept) return Error{kept.error(), kept.error_code()};
+      channels[size_t(l)] = std::move(*kept);
+    }
+  }
+  report.n_ff_in = config->n_ff, report.n_ff_out = n_ff_out;
+
+  // Metadata: what counts layers follows the kept ones; the FFN width follows the kept channels.
   gguf::Writer w;
   const std::string prefix = arch + ".";
   for (const auto& kv : in.kv) {
     if (kv.key == "general.alignment") continue;
     gguf::Value v = kv.value;
+    if (kv.key == prefix + "feed_forward_length" && n_ff_out != config->n_ff) {
+      v.u = uint64_t(n_ff_out), v.i = n_ff_out;
+      for (auto& item : v.items) item.u = uint64_t(n_ff_out), item.i = n_ff_out;
+    }
     if (!report.removed_layers.empty() && kv.key.starts_with(prefix)) {
       if (kv.key == prefix + "block_count") {
         v.u = uint64_t(report.layers_out), v.i = report.layers_out;
@@ -146,38 +229,40 @@ Result<PruneReport> prune_file(const std::string& in_path, const std::string& ou
     w.set("kvasir.prune.removed_layers", gguf::Value::of_array(gguf::ValueType::U32, std::move(removed)));
   }
 
-  // Tensors: those of removed layers dropped, the others renumbered.
-  struct Out {
-    const gguf::TensorInfo* t;
-    std::string name;
-    int64_t layer;  // output layer, -1 outside the blocks
-    bool prune;
-  };
+  // Tensors: those of removed layers dropped, the others renumbered, FFN channels cut.
   std::vector<Out> outs;
   for (const auto& t : in.tensors) {
     const int64_t l = layer_of_tensor(t.name);
     if (l >= n_layers) return Error{"tensor '" + t.name + "' names a layer the model does not have"};
     if (l >= 0 && new_index[size_t(l)] < 0) continue;
     std::string name = l < 0 ? t.name : "blk." + std::to_string(new_index[size_t(l)]) + t.name.substr(t.name.find('.', 4));
-    const bool prune = o.unstructured && prunable(t);
-    if (prune) {
+    Out x{&t, std::move(name), l < 0 ? -1 : new_index[size_t(l)], o.unstructured && prunable(t)};
+    if (l >= 0 && !channels[size_t(l)].empty()) {
+      if (t.name.ends_with(".ffn_gate.weight") || t.name.ends_with(".ffn_up.weight")) x.keep_rows = &channels[size_t(l)];
+      if (t.name.ends_with(".ffn_down.weight")) x.keep_cols = &channels[size_t(l)];
+    }
+    if (x.prune || x.keep_cols) {  // through F32 and back into the type
+      const char* why = x.prune ? "pruning" : "removing FFN channels";
       if (dtype_info(t.type).block_size > 1 && !o.allow_requantize)
-        return Error{"tensor '" + t.name + "' is quantized (" + std::string(dtype_name(t.type)) +
-                         "): pruning dequantizes and quantizes it again; prune the float model, or pass --allow-requantize",
+        return Error{"tensor '" + t.name + "' is quantized (" + std::string(dtype_name(t.type)) + "): " + why +
+                         " dequantizes and quantizes it again; prune the float model, or pass --allow-requantize",
                      ErrorCode::invalid_argument};
       if (const auto* tr = kernels::quant_traits(t.type); !tr || (t.type != DType::F32 && !tr->quantize_row))
         return Error{"tensor '" + t.name + "': no quantizer for " + std::string(dtype_name(t.type))};
-      if (o.unstructured->m > 0 && t.ne[0] % o.unstructured->m != 0)
-        return Error{"tensor '" + t.name + "': rows of " + std::to_string(t.ne[0]) + " are not whole groups of " +
-                         std::to_string(o.unstructured->m),
+      if (x.n_in() % dtype_info(t.type).block_size != 0)
+        return Error{"tensor '" + t.name + "': rows of " + std::to_string(x.n_in()) + " are not whole " +
+                         std::string(dtype_name(t.type)) + " blocks",
                      ErrorCode::invalid_argument};
     }
-    outs.push_back({&t, std::move(name), l < 0 ? -1 : new_index[size_t(l)], prune});
-    w.add_tensor_header(outs.back().name, t.type, shape_of(t));
+    if (x.prune && o.unstructured->m > 0 && x.n_in() % o.unstructured->m != 0)
+      return Error{"tensor '" + t.name + "': rows of " + std::to_string(x.n_in()) + " are not whole groups of " +
+                       std::to_string(o.unstructured->m),
+                   ErrorCode::invalid_argument};
+    w.add_tensor_header(x.name, t.type, x.shape());
+    outs.push_back(std::move(x));
   }
   for (const auto& t : in.tensors) report.bytes_in += t.nbytes;
 
-  ThreadPool pool(o.num_threads > 0 ? o.num_threads : ThreadPool::default_threads());
   // Scope layer / global: one threshold per group over every pruned tensor in it, found first.
   std::map<int64_t, Threshold> thresholds;  // by output layer; -2: the whole model
   const bool grouped = o.unstructured && o.unstructured->m == 0 &&
@@ -186,9 +271,9 @@ Result<PruneReport> prune_file(const std::string& in_path, const std::string& ou
     std::map<int64_t, std::vector<float>> scores;
     for (const Out& x : outs) {
       if (!x.prune) continue;
-      auto wf = to_f32(*x.t, pool);
+      auto wf = to_f32(x, pool);
       if (!wf) return Error{wf.error()};
-      auto s = scores_of(*x.t, *wf, o);
+      auto s = scores_of(x, *wf, o);
       if (!s) return Error{s.error(), s.error_code()};
       auto& group = scores[o.unstructured->scope == PruneScope::global ? -2 : x.layer];
       group.insert(group.end(), s->begin(), s->end());
@@ -203,39 +288,47 @@ Result<PruneReport> prune_file(const std::string& in_path, const std::string& ou
     const Out& x = outs[i];
     const gguf::TensorInfo& t = *x.t;
     if (o.progress) o.progress(i, outs.size(), x.name);
-    report.bytes_out += t.nbytes;
-    if (!x.prune) return std::vector<uint8_t>(t.data, t.data + t.nbytes);
-    auto wf = to_f32(t, pool);
+    const int64_t n = x.n_in(), rows = x.n_rows();
+    const size_t rb = row_bytes(t.type, n);
+    report.bytes_out += rb * size_t(rows);
+    if (!x.prune && !x.keep_cols) {  // the bytes as they are (or the kept rows of them)
+      if (!x.keep_rows) return std::vector<uint8_t>(t.data, t.data + t.nbytes);
+      std::vector<uint8_t> bytes(rb * size_t(rows));
+      for (int64_t r = 0; r < rows; ++r)
+        std::memcpy(bytes.data() + size_t(r) * rb, t.data + size_t((*x.keep_rows)[size_t(r)]) * rb, rb);
+      return bytes;
+    }
+    auto wf = to_f32(x, pool);
     if (!wf) return Error{wf.error()};
     std::vector<float>& wv = *wf;
-    auto s = scores_of(t, wv, o);
-    if (!s) return Error{s.error(), s.error_code()};
-    const Unstructured& u = *o.unstructured;
-    const int64_t n = t.ne[0];
-    if (u.m > 0) {
-      pool.parallel_for(t.num_rows(), 16, [&](int64_t b, int64_t e, int) {
-        const size_t off = size_t(b * n), len = size_t((e - b) * n);
-        zero_n_of_m(std::span<float>(wv).subspan(off, len), std::span<const float>(*s).subspan(off, len), u.n, u.m);
-      });
-    } else if (grouped) {
-      zero_below(wv, *s, thresholds[u.scope == PruneScope::global ? -2 : x.layer]);
-    } else if (u.scope == PruneScope::matrix) {
-      const int64_t per_mat = t.ne[0] * t.ne[1];
-      for (size_t off = 0; off < wv.size(); off += size_t(per_mat))
-        zero_lowest(std::span<float>(wv).subspan(off, size_t(per_mat)), std::span<const float>(*s).subspan(off, size_t(per_mat)),
-                    std::llround(u.sparsity * double(per_mat)));
-    } else {  // row
-      pool.parallel_for(t.num_rows(), 16, [&](int64_t b, int64_t e, int) {
-        const size_t off = size_t(b * n), len = size_t((e - b) * n);
-        zero_lowest_per_row(std::span<float>(wv).subspan(off, len), std::span<const float>(*s).subspan(off, len), n, u.sparsity);
-      });
+    if (x.prune) {
+      auto s = scores_of(x, wv, o);
+      if (!s) return Error{s.error(), s.error_code()};
+      const Unstructured& u = *o.unstructured;
+      if (u.m > 0) {
+        pool.parallel_for(rows, 16, [&](int64_t b, int64_t e, int) {
+          const size_t off = size_t(b * n), len = size_t((e - b) * n);
+          zero_n_of_m(std::span<float>(wv).subspan(off, len), std::span<const float>(*s).subspan(off, len), u.n, u.m);
+        });
+      } else if (grouped) {
+        zero_below(wv, *s, thresholds[u.scope == PruneScope::global ? -2 : x.layer]);
+      } else if (u.scope == PruneScope::matrix) {
+        const int64_t per_mat = n * (x.keep_rows ? rows : t.ne[1]);
+        for (size_t off = 0; off < wv.size(); off += size_t(per_mat))
+          zero_lowest(std::span<float>(wv).subspan(off, size_t(per_mat)), std::span<const float>(*s).subspan(off, size_t(per_mat)),
+                      std::llround(u.sparsity * double(per_mat)));
+      } else {  // row
+        pool.parallel_for(rows, 16, [&](int64_t b, int64_t e, int) {
+          const size_t off = size_t(b * n), len = size_t((e - b) * n);
+          zero_lowest_per_row(std::span<float>(wv).subspan(off, len), std::span<const float>(*s).subspan(off, len), n, u.sparsity);
+        });
+      }
     }
     // Back to the tensor's type; the zeros counted as they will be read.
     const auto* tr = kernels::quant_traits(t.type);
-    const size_t rb = row_bytes(t.type, n);
-    std::vector<uint8_t> bytes(t.nbytes);
+    std::vector<uint8_t> bytes(rb * size_t(rows));
     std::vector<int64_t> zeros(size_t(pool.num_threads()), 0);
-    pool.parallel_for(t.num_rows(), 16, [&](int64_t b, int64_t e, int tid) {
+    pool.parallel_for(rows, 16, [&](int64_t b, int64_t e, int tid) {
       std::vector<float> back(static_cast<size_t>(n));
       for (int64_t r = b; r < e; ++r) {
         uint8_t* y = bytes.data() + size_t(r) * rb;
@@ -245,9 +338,11 @@ Result<PruneReport> prune_file(const std::string& in_path, const std::string& ou
         zeros[size_t(tid)] += count_zeros(back);
       }
     });
-    int64_t z = 0;
-    for (int64_t v : zeros) z += v;
-    report.tensors.push_back({x.name, x.layer, t.num_elements(), z});
+    if (x.prune) {
+      int64_t z = 0;
+      for (int64_t v : zeros) z += v;
+      report.tensors.push_back({x.name, x.layer, int64_t(wv.size()), z});
+    }
     return bytes;
   };
   if (auto st = w.write_streaming(out_path, data_of); !st) return Error{st.error(), st.error_code()};

@@ -1,6 +1,7 @@
 // `kvasir prune`: a GGUF file rewritten with weights zeroed (unstructured: magnitude or Wanda, a
-// sparsity per row / matrix / layer / model, or an N:M pattern) and/or whole transformer layers
-// removed (structured: the file gets fewer blocks, renumbered, so it is smaller and runs faster).
+// sparsity per row / matrix / layer / model, or an N:M pattern) and/or structure removed: whole
+// transformer layers (the file gets fewer blocks, renumbered) or FFN channels (a narrower
+// feed_forward_length in every layer), so that it is smaller and runs faster.
 //
 // What is pruned: every weight matrix of the transformer blocks (attention, FFN, experts), never
 // the embedding, the output head, norms or an MoE router. Tensors keep their types: float ones
@@ -32,6 +33,9 @@ struct Unstructured {
 struct PruneOptions {
   std::optional<Unstructured> unstructured = {};
   std::vector<int64_t> remove_layers = {};      // of the input file
+  // FFN channels kept in every layer (< 1: removed by sqrt(E[h_c²]) · ||W_down[:, c]||, which needs
+  // the importance matrix's ffn_down entries), rounded to whole groups of 256 (32) where the width allows.
+  double ffn_keep = 1.0;
   const calib::Imatrix* imatrix = nullptr;      // Wanda's column norms (by the input's tensor names)
   bool allow_requantize = false;
   int num_threads = 0;
@@ -47,6 +51,7 @@ struct PrunedTensor {
 struct PruneReport {
   int64_t layers_in = 0, layers_out = 0;
   std::vector<int64_t> removed_layers;  // of the input, ascending
+  int64_t n_ff_in = 0, n_ff_out = 0;    // FFN width
   std::vector<PrunedTensor> tensors;    // the sparsified ones
   uint64_t bytes_in = 0, bytes_out = 0;  // tensor data
 };

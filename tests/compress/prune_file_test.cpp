@@ -252,3 +252,83 @@ TEST(PruneFile, RefusesWhatItCannotDo) {
   for (const auto& t : r->tensors) EXPECT_GE(t.zeros, t.elements / 2) << t.name;
   std::filesystem::remove(out);
 }
+
+// FFN channels removed compute what zeroing the same channels' gate and up rows computes (their
+// activation is then 0, so down adds nothing from them); the channels kept are the ones the
+// activation-weighted norm ranks first, the same in number in every layer.
+TEST(PruneFile, RemovedFfnChannelsComputeWhatZeroingThemComputes) {
+  for (const char* rel : {"models/stories260K.gguf", "models/fixture-gemma3-f32.gguf"}) {
+    SCOPED_TRACE(rel);
+    const std::string in = shared(rel);
+    if (!std::ifstream(in)) GTEST_SKIP() << "../shared is not available";
+    auto base = Model::load(in);
+    ASSERT_TRUE(base.ok());
+    const ModelConfig& c = (*base)->config();
+    std::vector<int32_t> tokens;
+    for (int32_t i = 0; i < 256; ++i) tokens.push_back(1 + (i * 37) % int32_t(c.n_vocab - 1));
+    auto im = calib::collect_imatrix(**base, tokens, {.n_ctx = 64, .num_threads = 2});
+    ASSERT_TRUE(im.ok()) << im.error();
+    const std::string out = tmp("ffn.gguf");
+    auto report = prune_file(in, out, {.ffn_keep = 0.5, .imatrix = &*im, .num_threads = 2});
+    ASSERT_TRUE(report.ok()) << report.error();
+    EXPECT_EQ(report->n_ff_in, c.n_ff);
+    EXPECT_LE(std::abs(double(report->n_ff_out) - 0.5 * double(c.n_ff)), double(c.n_ff % 32 == 0 ? 16 : 1));
+    auto pruned = Model::load(out);
+    ASSERT_TRUE(pruned.ok()) << pruned.error();
+    EXPECT_EQ((*pruned)->config().n_ff, report->n_ff_out);
+    EXPECT_LT(report->bytes_out, report->bytes_in);
+
+    // The reference: the original with the other channels' gate and up rows zeroed.
+    auto ref = Model::load(in);
+    ASSERT_TRUE(ref.ok());
+    std::vector<std::vector<float>> owned;
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      const auto& pl = (*pruned)->weights().layers[size_t(l)];
+      auto& rl = (*ref)->mutable_weights().layers[size_t(l)];
+      // Which original rows the pruned gate kept (the rows are copied unchanged).
+      std::vector<bool> kept(size_t(c.n_ff), false);
+      const size_t rb = row_bytes(pl.w_gate.type, c.n_embd);
+      int64_t found = 0;
+      for (int64_t r = 0; r < pl.w_gate.n_out; ++r)
+        for (int64_t k = 0; k < c.n_ff; ++k)
+          if (!kept[size_t(k)] && std::memcmp(static_cast<const uint8_t*>(pl.w_gate.data) + size_t(r) * rb,
+                                              static_cast<const uint8_t*>(rl.w_gate.data) + size_t(k) * rb, rb) == 0) {
+            kept[size_t(k)] = true, ++found;
+            break;
+          }
+      ASSERT_EQ(found, report->n_ff_out) << "layer " << l;
+      // Kept: the highest sqrt(E[h_c²]) · ||W_down[:, c]||.
+      const auto& entry = im->entries.at("blk." + std::to_string(l) + ".ffn_down.weight");
+      const float* down = static_cast<const float*>(rl.w_down.data);
+      double min_kept = 1e300, max_gone = -1;
+      for (int64_t k = 0; k < c.n_ff; ++k) {
+        double sq = 0;
+        for (int64_t o = 0; o < c.n_embd; ++o) sq += double(down[o * c.n_ff + k]) * down[o * c.n_ff + k];
+        const double score = std::sqrt(double(entry.mean(0, k)) * sq);
+        if (kept[size_t(k)]) min_kept = std::min(min_kept, score);
+        else max_gone = std::max(max_gone, score);
+      }
+      EXPECT_LE(max_gone, min_kept * (1 + 1e-9)) << "layer " << l;
+      for (Matrix* m : {&rl.w_gate, &rl.w_up}) {
+        ASSERT_EQ(m->type, DType::F32);
+        const float* src = static_cast<const float*>(m->data);
+        owned.emplace_back(src, src + m->n_in * m->n_out);
+        for (int64_t k = 0; k < c.n_ff; ++k)
+          if (!kept[size_t(k)]) std::fill_n(owned.back().data() + k * c.n_embd, c.n_embd, 0.f);
+        m->data = owned.back().data();
+      }
+    }
+    std::vector<int32_t> prompt(tokens.begin(), tokens.begin() + 40);
+    const auto want = logits(**ref, prompt), got = logits(**pruned, prompt), full = logits(**base, prompt);
+    ASSERT_EQ(want.size(), got.size());
+    float max_diff = 0, max_abs = 0, full_diff = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      max_diff = std::max(max_diff, std::fabs(want[i] - got[i]));
+      max_abs = std::max(max_abs, std::fabs(want[i]));
+      full_diff = std::max(full_diff, std::fabs(full[i] - got[i]));
+    }
+    EXPECT_LE(max_diff, 1e-4f * max_abs);  // only the order of the down projection's sums differs
+    EXPECT_GT(full_diff, 1e-3f);
+    std::filesystem::remove(out);
+  }
+}
