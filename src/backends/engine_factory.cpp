@@ -1,9 +1,11 @@
 #include "backends/engine_factory.h"
 
 #include <algorithm>
+#include <chrono>
 #include <string>
 
 #include "backends/runner_factory.h"
+#include "spec/eagle_proposer.h"
 
 namespace kvasir::backends {
 namespace {
@@ -79,7 +81,16 @@ Result<std::unique_ptr<engine::EngineCore>> create_engine_core(const Model& mode
     if (!d) return Error{d.error(), d.error_code()};
     draft = std::move(*d);
   }
-  return engine::EngineCore::create(std::move(*runner), tokenizer, eo, std::move(draft), spec.head_tokens);
+  std::unique_ptr<spec::Proposer> head;
+  if (spec.method == SpecMethod::head) {
+    auto clock = eo.clock ? std::function<int64_t()>(eo.clock) : std::function<int64_t()>([] {
+      return int64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+    });
+    auto p = spec::eagle_proposer(model, spec.head_file, eo.pool, std::move(clock));
+    if (!p) return Error{p.error(), p.error_code()};
+    head = std::move(*p);
+  }
+  return engine::EngineCore::create(std::move(*runner), tokenizer, eo, std::move(draft), spec.head_tokens, std::move(head));
 }
 
 }  // namespace kvasir::backends

@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   register_spec_sweep(app, handler);
   register_imatrix(app, handler);
   register_prune(app, handler);
+  register_distill(app, handler);
   register_pull(app, handler);
   register_serve(app, handler);
   register_router(app, handler);

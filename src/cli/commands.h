@@ -28,6 +28,7 @@ void register_embed(CLI::App& app, Handler& handler);
 void register_spec_sweep(CLI::App& app, Handler& handler);
 void register_imatrix(CLI::App& app, Handler& handler);
 void register_prune(CLI::App& app, Handler& handler);
+void register_distill(CLI::App& app, Handler& handler);
 void register_pull(CLI::App& app, Handler& handler);  // pull, list
 
 int main(int argc, char** argv);

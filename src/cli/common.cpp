@@ -180,7 +180,8 @@ void EngineFlags::add_to(CLI::App* cmd) {
 void SpecFlags::add_to(CLI::App* cmd) {
   cmd->add_option("--spec", method,
                   "Speculative decoding: none, ngram (drafts from the prompt and text so far), draft (--draft-model), "
-                  "early-exit (the model's first --exit-layer layers) or layer-skip (all but --skip-layers)");
+                  "early-exit (the model's first --exit-layer layers), layer-skip (all but --skip-layers) or head (a "
+                  "trained EAGLE-style head, --draft-head-file)");
   cmd->add_option("--spec-k", max_k, "Draft tokens per step at most")->check(CLI::Range(1, 16));
   cmd->add_flag("--no-spec-auto", no_auto, "Always draft --spec-k tokens (no controller)");
   cmd->add_option("--draft-model", draft_model, "Draft model for --spec draft (implies it): a GGUF with the target's vocabulary");
@@ -190,6 +191,8 @@ void SpecFlags::add_to(CLI::App* cmd) {
                   "Self-speculative drafts project onto the N most frequent tokens only (0: the whole vocabulary)")
       ->check(CLI::Range(0, 1 << 24));
   cmd->add_option("--draft-head-text", draft_head_text, "Text the --draft-head tokens are counted on (default: built in)");
+  cmd->add_option("--draft-head-file", draft_head_file,
+                  "--spec head (implied): a draft head trained for this model by `kvasir distill --head`");
 }
 
 Result<std::string> text_or_builtin(const std::string& path, const std::string& flag) {
@@ -219,12 +222,18 @@ Result<std::vector<int32_t>> parse_layer_list(const std::string& text) {
 
 Result<engine::SpecOptions> SpecFlags::to_options() const {
   engine::SpecOptions o;
-  const std::string m = method == "none" && !draft_model.empty() ? "draft" : method;
+  const std::string m = method == "none" && !draft_model.empty()       ? "draft"
+                        : method == "none" && !draft_head_file.empty() ? "head"
+                                                                        : method;
   if (m == "ngram") o.method = engine::SpecMethod::ngram;
   else if (m == "draft") o.method = engine::SpecMethod::draft;
   else if (m == "early-exit") o.method = engine::SpecMethod::early_exit;
   else if (m == "layer-skip") o.method = engine::SpecMethod::layer_skip;
-  else if (m != "none") return Error{"--spec: unknown method '" + method + "' (none, ngram, draft, early-exit, layer-skip)"};
+  else if (m == "head") o.method = engine::SpecMethod::head;
+  else if (m != "none") return Error{"--spec: unknown method '" + method + "' (none, ngram, draft, early-exit, layer-skip, head)"};
+  if (o.method == engine::SpecMethod::head && draft_head_file.empty()) return Error{"--spec head needs --draft-head-file FILE"};
+  if (o.method != engine::SpecMethod::head && !draft_head_file.empty()) return Error{"--draft-head-file goes with --spec head"};
+  o.head_file = draft_head_file;
   if (o.method == engine::SpecMethod::draft && draft_model.empty()) return Error{"--spec draft needs --draft-model PATH"};
   if (o.method != engine::SpecMethod::draft && !draft_model.empty()) return Error{"--draft-model goes with --spec draft"};
   if (o.method == engine::SpecMethod::early_exit && exit_layer < 1) return Error{"--spec early-exit needs --exit-layer L"};

@@ -51,8 +51,8 @@ Result<uint64_t> parse_size(const std::string& text);
 // --seed (`run`, `chat`).
 void add_sampling_flags(CLI::App* cmd, SamplingParams& sampling);
 
-// Speculative decoding flags (`run`, `batch`, `serve`): --spec ngram|draft|early-exit|layer-skip,
-// --draft-model PATH, --exit-layer L, --skip-layers LIST, --draft-head N, --spec-k N, --no-spec-auto.
+// Speculative decoding flags (`run`, `batch`, `serve`): --spec ngram|draft|early-exit|layer-skip|head,
+// --draft-model PATH, --exit-layer L, --skip-layers LIST, --draft-head N, --draft-head-file F, --spec-k N, --no-spec-auto.
 struct SpecFlags {
   std::string method = "none";
   int32_t max_k = 4;
@@ -62,6 +62,7 @@ struct SpecFlags {
   std::string skip_layers;
   int32_t draft_head = 0;        // self-speculative drafts: project onto the N most frequent tokens
   std::string draft_head_text;   // where they are counted (default: a built-in English text)
+  std::string draft_head_file;   // --spec head: a trained EAGLE-style head
 
   void add_to(CLI::App* cmd);
   // The flags alone (no files read).

@@ -3,54 +3,50 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/matmul.h"
+
 namespace kvasir::compress::grad {
 namespace {
 
-float dot(const float* a, const float* b, int64_t n) {
-  float acc[8] = {};  // eight lanes the compiler vectorizes; summed in one fixed order
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int k = 0; k < 8; ++k) acc[k] += a[i + k] * b[i + k];
-  float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-  for (; i < n; ++i) s += a[i] * b[i];
-  return s;
+// [rows][cols] -> [cols][rows].
+void transpose(const float* x, int64_t rows, int64_t cols, float* out) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = x[r * cols + c];
 }
 
-void axpy(float a, const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
-}
-
-void over(ThreadPool* pool, int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
-  if (pool && n > 1) pool->parallel_for(n, 1, [&](int64_t b, int64_t e, int) { fn(b, e); });
-  else fn(0, n);
+// y[r][o] = Σ_i x[r][i] · w[o][i] for r < rows, o < n_out (F32 weights: the matmul kernels, which
+// convert nothing for F32 and split the outputs over the pool).
+void matmul(const float* x, const float* w, int64_t rows, int64_t n_in, int64_t n_out, float* y, int64_t y_stride,
+            ThreadPool* pool) {
+  auto part = [&](int64_t b, int64_t e) { kernels::matmul_rows(DType::F32, w, n_in, b, e, x, rows, y, y_stride); };
+  if (pool && n_out >= 64) pool->parallel_for(n_out, 32, [&](int64_t b, int64_t e, int) { part(b, e); });
+  else part(0, n_out);
 }
 
 }  // namespace
 
 void linear(const float* x, const float* w, int64_t T, int64_t n_in, int64_t n_out, float* y, ThreadPool* pool) {
-  over(pool, n_out, [&](int64_t b, int64_t e) {
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t o = b; o < e; ++o) y[t * n_out + o] = dot(x + t * n_in, w + o * n_in, n_in);
-  });
+  matmul(x, w, T, n_in, n_out, y, n_out, pool);
 }
 
 void linear_backward(const float* x, const float* w, const float* dy, int64_t T, int64_t n_in, int64_t n_out, float* dx,
-                     float* dw, ThreadPool* pool) {
-  if (dx)
-    over(pool, T, [&](int64_t b, int64_t e) {
-      for (int64_t t = b; t < e; ++t) {
-        float* row = dx + t * n_in;
-        std::fill_n(row, n_in, 0.f);
-        for (int64_t o = 0; o < n_out; ++o)
-          if (const float g = dy[t * n_out + o]; g != 0.f) axpy(g, w + o * n_in, row, n_in);
-      }
-    });
-  if (dw)
-    over(pool, n_out, [&](int64_t b, int64_t e) {
-      for (int64_t o = b; o < e; ++o)
-        for (int64_t t = 0; t < T; ++t)
-          if (const float g = dy[t * n_out + o]; g != 0.f) axpy(g, x + t * n_in, dw + o * n_in, n_in);
-    });
+                     float* dw, ThreadPool* pool, const float* w_t) {
+  if (dx) {  // dx[t][i] = Σ_o dy[t][o] · W[o][i]: the product with Wᵀ
+    std::vector<float> own;
+    if (!w_t) {
+      own.resize(size_t(n_in * n_out));
+      transpose(w, n_out, n_in, own.data());
+      w_t = own.data();
+    }
+    matmul(dy, w_t, T, n_out, n_in, dx, n_in, pool);
+  }
+  if (dw) {  // dW[o][i] += Σ_t dy[t][o] · x[t][i]: rows o of dyᵀ against the "weights" xᵀ
+    std::vector<float> dy_t(size_t(n_out * T)), x_t(size_t(n_in * T)), g(size_t(n_out * n_in));
+    transpose(dy, T, n_out, dy_t.data());
+    transpose(x, T, n_in, x_t.data());
+    matmul(dy_t.data(), x_t.data(), n_out, T, n_in, g.data(), n_in, pool);
+    for (size_t i = 0; i < g.size(); ++i) dw[i] += g[i];
+  }
 }
 
 void rms_norm_backward(const float* x, const float* w, const float* dy, int64_t n, float eps, float* dx, float* dw) {

@@ -1,7 +1,7 @@
 // The backward passes distillation trains with, written for exactly the parts it trains: F32
 // linear maps, RMSNorm, the gated FFN activations, the distillation losses over a row of logits,
 // and the optimizer (AdamW, gradient clipping, a warmup + cosine schedule). Pure functions over
-// row-major F32 arrays; each is checked against finite differences in tests/compress/grad_test.cpp.
+// row-major F32 arrays (the products on the matmul kernels); each is checked against finite differences in tests/compress/grad_test.cpp.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -14,8 +14,9 @@ namespace kvasir::compress::grad {
 // y[T][n_out] = x[T][n_in] · Wᵀ, W [n_out][n_in].
 void linear(const float* x, const float* w, int64_t T, int64_t n_in, int64_t n_out, float* y, ThreadPool* pool = nullptr);
 // dx[T][n_in] = dy · W (written; null: not wanted), dW[n_out][n_in] += dyᵀ · x (accumulated; null: not wanted).
+// w_t: Wᵀ [n_in][n_out] when the caller keeps one (a frozen matrix), else transposed here.
 void linear_backward(const float* x, const float* w, const float* dy, int64_t T, int64_t n_in, int64_t n_out, float* dx,
-                     float* dw, ThreadPool* pool = nullptr);
+                     float* dw, ThreadPool* pool = nullptr, const float* w_t = nullptr);
 
 // y = x / sqrt(mean(x²) + eps) * w over one row of n: dx written, dw accumulated (either may be null; w null: no scale).
 void rms_norm_backward(const float* x, const float* w, const float* dy, int64_t n, float eps, float* dx, float* dw);

@@ -26,6 +26,7 @@
 #include "grammar/matcher.h"
 #include "model/model.h"
 #include "runtime/model_runner.h"
+#include "spec/proposer.h"
 #include "sample/sampler.h"
 #include "kv/block_store.h"
 #include "sched/request.h"
@@ -53,7 +54,7 @@ struct StopConditions {
 // acceptance so far and the step cost the scheduler has measured (K = 0: not this step).
 // Proposers: n-gram lookup in the request's own text; a draft model of the same vocabulary; the
 // target's own first layers (early exit) or all but a few (layer skipping).
-enum class SpecMethod { none, ngram, draft, early_exit, layer_skip };
+enum class SpecMethod { none, ngram, draft, early_exit, layer_skip, head };
 
 struct SpecOptions {
   SpecMethod method = SpecMethod::none;
@@ -66,6 +67,7 @@ struct SpecOptions {
   std::vector<int32_t> skip_layers;  // layer_skip: the draft runs every layer but these
   // Self-speculative drafts project onto these tokens only (the most frequent ones); empty: all.
   std::vector<int32_t> head_tokens;
+  std::string head_file;  // head: a trained EAGLE-style draft head (kvasir distill --head)
   uint64_t draft_kv_mem_bytes = 0;  // a draft model's own KV; 0: as many tokens as the target's holds, capped at 512 MiB (self-drafts share the target's)
 };
 
@@ -217,7 +219,8 @@ class EngineCore {
   static Result<std::unique_ptr<EngineCore>> create(std::unique_ptr<runtime::ModelRunner> runner,
                                                     const Tokenizer& tokenizer, const EngineOptions& options,
                                                     std::unique_ptr<runtime::ModelRunner> draft_runner = nullptr,
-                                                    std::vector<int32_t> draft_token_of_logit = {});
+                                                    std::vector<int32_t> draft_token_of_logit = {},
+                                                    std::unique_ptr<spec::Proposer> head_proposer = nullptr);
   ~EngineCore();
 
   // Checks a request without queueing it (non-empty prompt, ids in the vocabulary, prompt

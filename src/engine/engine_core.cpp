@@ -45,7 +45,8 @@ Timings timings_of(const sched::Request& r) {
 Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<runtime::ModelRunner> runner,
                                                        const Tokenizer& tokenizer, const EngineOptions& o,
                                                        std::unique_ptr<runtime::ModelRunner> draft_runner,
-                                                       std::vector<int32_t> draft_token_of_logit) {
+                                                       std::vector<int32_t> draft_token_of_logit,
+                                                       std::unique_ptr<spec::Proposer> head_proposer) {
   const runtime::RunnerInfo& info = runner->info();
   if (!(o.tpot_target_ms >= 0 && o.tpot_target_ms <= 1e6)) return Error{"tpot target must be in [0, 1e6] ms"};
   if (o.max_batch_tokens < 1 || o.max_seqs < 1 || o.max_seqs > o.max_batch_tokens)
@@ -84,6 +85,9 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<runtime::
     proposer = std::move(*p);
   } else if (o.spec.method == SpecMethod::ngram) {
     proposer = spec::ngram_proposer();
+  } else if (o.spec.method == SpecMethod::head) {
+    if (!head_proposer) return Error{"--spec head needs the head's proposer (--draft-head-file)", ErrorCode::invalid_argument};
+    proposer = std::move(head_proposer);
   }
   std::vector<std::shared_ptr<kv::BlockStore>> stores;
   if (!o.kv_disk_dir.empty() || !o.kv_store_url.empty()) {
@@ -338,6 +342,7 @@ Status EngineCore::step(std::vector<Delta>& out) {
     for (const auto& o : m.outputs) m.totals.generation_tokens_total += 1 + int64_t(o.accepted.size());
     if (m.options.spec.method != SpecMethod::none) m.note_spec_step(so);
     if (auto s = m.scheduler.update(m.outputs); !s) return s;
+    if (m.proposer && m.proposer->wants_hidden()) m.hand_hidden_to_proposer(so);
     if (m.tiering) m.tiering->save_new(m.scheduler.tier_kv());
   }
   m.emit_deltas(out);
@@ -349,6 +354,8 @@ Status EngineCore::step(std::vector<Delta>& out) {
 void EngineCore::Impl::build_batch(const sched::SchedulerOutput& so) {
   batch.clear();
   plans.assign(so.seqs.size(), {});
+  const bool draft_hidden = proposer && proposer->wants_hidden();
+  int64_t hidden_rows = 0;
   for (size_t s = 0; s < so.seqs.size(); ++s) {
     const auto& seq = so.seqs[s];
     RowPlan& plan = plans[s];
@@ -359,13 +366,17 @@ void EngineCore::Impl::build_batch(const sched::SchedulerOutput& so) {
     plan.score_from = l.next_scored;
     batch.add_sequence(*seq.block_table, l.adapter_slot);
     // With a draft every row is verified, so every row wants logits.
+    const bool hidden_for_draft = draft_hidden && plan.samples && l.params.speculative;
     for (int32_t i = seq.start; i < seq.end; ++i) {
       const bool sample_row = plan.samples && (i + 1 == seq.end || seq.num_draft > 0);
       const bool score_row = l.scores_row(i, plan.num_prompt);
       const bool pool_row = l.pools_row(i, plan.num_prompt);
+      const bool draft_row = hidden_for_draft && sample_row;
+      if (draft_row && plan.draft_hidden < 0) plan.draft_hidden = hidden_rows;
       plan.num_score += score_row;
       plan.num_hidden += pool_row;
-      batch.add(seq.tokens[size_t(i - seq.start)], i, int32_t(s), sample_row || score_row, pool_row);
+      hidden_rows += pool_row || draft_row;
+      batch.add(seq.tokens[size_t(i - seq.start)], i, int32_t(s), sample_row || score_row, pool_row || draft_row);
     }
   }
 }
@@ -388,6 +399,7 @@ void EngineCore::Impl::route_rows(const sched::SchedulerOutput& so, const float*
       l.pool.add(runner->hidden() + hidden_row * n_embd, plan.num_hidden, n_embd);
       hidden_row += plan.num_hidden;
     }
+    if (plan.draft_hidden >= 0) hidden_row += 1 + seq.num_draft;
     if (seq.want_logits) l.prompt_done = true;
     if (!plan.samples) continue;
     to_sample.push_back({&seq, logits + logit_row * n_vocab});

@@ -129,6 +129,9 @@ struct EngineCore::Impl {
     int32_t score_from = 0, num_score = 0;  // prompt tokens [score_from, +num_score) are scored
     int32_t num_hidden = 0;                 // rows whose hidden state is pooled
     bool samples = false;
+    // A proposer that drafts from hidden states gets the sampled rows' ones: the first at this
+    // index of the forward's hidden rows (-1: none).
+    int64_t draft_hidden = -1;
   };
   std::vector<RowPlan> plans;
   struct ScoreJob {
@@ -188,6 +191,7 @@ struct EngineCore::Impl {
     int32_t k = 0, most = 0;  // rows chosen; rows the proposer can fill
     int32_t left = 0;         // tokens the request may still generate beyond this step's own
   };
+  void hand_hidden_to_proposer(const sched::SchedulerOutput& so);
   void draft_scheduled(const sched::SchedulerOutput& so);
   Delta& delta_for(std::vector<Delta>& out, std::unordered_map<RequestId, size_t>& index, RequestId id);
 };

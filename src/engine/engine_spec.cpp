@@ -138,4 +138,23 @@ void EngineCore::Impl::draft_scheduled(const sched::SchedulerOutput& so) {
   }
 }
 
+// A proposer that drafts from hidden states gets, per request that sampled this step, the hidden
+// state of the row that chose its latest token: row j of its verify rows when j drafts were kept
+// (row 0 without drafts), with the request's length after the step.
+void EngineCore::Impl::hand_hidden_to_proposer(const sched::SchedulerOutput& so) {
+  const float* hidden = runner->hidden();
+  if (!hidden) return;
+  const int64_t n_embd = runner->info().n_embd;
+  std::unordered_map<RequestId, size_t> kept;
+  for (const sched::SeqOutput& o : outputs) kept[o.id] = o.accepted.size();
+  for (size_t s = 0; s < so.seqs.size(); ++s) {
+    const RowPlan& plan = plans[s];
+    const sched::Request* r = scheduler.find(so.seqs[s].id);
+    auto it = kept.find(so.seqs[s].id);
+    if (plan.draft_hidden < 0 || !r || it == kept.end() || r->state != sched::RequestState::Running) continue;
+    const int64_t row = plan.draft_hidden + int64_t(std::min<size_t>(it->second, size_t(so.seqs[s].num_draft)));
+    proposer->observe_hidden(so.seqs[s].id, std::span<const float>(hidden + row * n_embd, size_t(n_embd)), r->tokens.size());
+  }
+}
+
 }  // namespace kvasir::engine

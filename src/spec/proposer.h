@@ -33,6 +33,11 @@ class Proposer {
   // What its forwards cost, as measured so far; null: drafting costs nothing worth pricing.
   virtual const DraftCostModel* cost() const { return nullptr; }
   virtual void release(int64_t) {}  // the request finished, was aborted or preempted
+  // A proposer that drafts from the target's final hidden states: after each step the engine
+  // hands it the hidden state (after the output norm) of the row that chose the request's latest
+  // token, with the request's length then (prompt and generated tokens).
+  virtual bool wants_hidden() const { return false; }
+  virtual void observe_hidden(int64_t, std::span<const float>, size_t) {}
   // Its own KV blocks (stats: nothing leaks); 0 when it keeps none.
   virtual int32_t n_blocks() const { return 0; }
   virtual int32_t n_free_blocks() const { return 0; }

@@ -1,0 +1,187 @@
+// `kvasir distill --teacher T.gguf --head -o head.gguf -f TEXT`: an EAGLE-style draft head
+// (compress/eagle_head.h) distilled from the target on a text: the target's hidden states are
+// computed once, the head trains on them with the distillation loss (KL at a temperature, CE on
+// the text, or TVD), AdamW and a warmup + cosine schedule, and is checked on held-out text (KL,
+// and how often its top token is the target's). The result loads with `--spec head
+// --draft-head-file`.
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+
+#include "cli/common.h"
+#include "cli/commands.h"
+#include "compress/distill_head.h"
+#include "compress/eagle_head.h"
+#include "spec/draft_head.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvasir::cli {
+namespace {
+
+struct DistillArgs {
+  std::string teacher, student, out, text_file, eval_file, resume;
+  bool head = false, tvd = false, json = false;
+  int64_t steps = 3000, batch = 64, warmup = 100, n_ctx = 512, max_chunks = -1, eval_every = 250, eval_positions = 4096;
+  int64_t checkpoint_every = 500, head_ffn = 1024;
+  int32_t head_tokens = 8192;
+  double lr = 1e-3, weight_decay = 0.0, clip = 1.0, temperature = 1.0, ce_weight = 0.0;
+  uint64_t seed = 1;
+  int threads = 0;
+};
+
+Result<std::string> read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Error{"cannot read " + path};
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+nlohmann::ordered_json eval_json(const compress::HeadEval& e) {
+  return {{"kl", e.kl}, {"tvd", e.tvd}, {"accept", e.accept}, {"positions", e.positions}};
+}
+
+int run_distill(DistillArgs a) {
+  if (!a.student.empty())
+    return fail("--student (a pruned copy trained as the draft) is not built yet: distil an EAGLE-style head with --head");
+  if (!a.head) return fail("say what to distil: --head (an EAGLE-style draft head over the teacher's hidden states)");
+  if (a.out.empty()) return fail("give the output file: -o head.gguf");
+  if (a.text_file.empty()) return fail("give the training text: -f TEXT");
+  if (a.out == a.teacher) return fail("the output must be another file than the teacher");
+  auto model = Model::load(model_path(a.teacher));
+  if (!model) return fail(model.error());
+  const Model& target = **model;
+  auto tok = Tokenizer::from_gguf(target.gguf());
+  if (!tok) return fail(a.teacher + ": " + tok.error());
+  auto text = read_text(a.text_file);
+  if (!text) return fail(text.error());
+  std::vector<int32_t> tokens = tok->encode(*text), eval_tokens;
+  if (!a.eval_file.empty()) {
+    auto e = read_text(a.eval_file);
+    if (!e) return fail(e.error());
+    eval_tokens = tok->encode(*e);
+  } else {  // the text's last tenth
+    const size_t split = tokens.size() - std::max<size_t>(size_t(a.n_ctx), tokens.size() / 10);
+    if (tokens.size() < size_t(2 * a.n_ctx)) return fail("the text is too short to hold out a chunk: give --eval-text FILE");
+    eval_tokens.assign(tokens.begin() + ptrdiff_t(split), tokens.end());
+    tokens.resize(split);
+  }
+  const bool bar = isatty(STDERR_FILENO);
+  const int32_t bos = tok->add_bos() ? tok->bos() : -1;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto features = [&](std::span<const int32_t> t, const char* what, int64_t max_chunks) {
+    return compress::teacher_features(target, t,
+                                      {.n_ctx = a.n_ctx, .max_chunks = max_chunks, .bos = bos, .num_threads = a.threads,
+                                       .on_chunk = [&](int64_t c, int64_t n) {
+                                         if (bar) std::fprintf(stderr, "\r%s: teacher chunk %lld/%lld ", what, (long long)c, (long long)n);
+                                       }});
+  };
+  auto train = features(tokens, "train", a.max_chunks);
+  if (!train) return fail(train.error());
+  auto held = features(eval_tokens, "held-out", std::max<int64_t>(1, a.eval_positions / std::max<int64_t>(1, a.n_ctx - 2) + 1));
+  if (!held) return fail(held.error());
+  if (bar) std::fprintf(stderr, "\r\033[K");
+  const double teacher_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  int64_t first_step = 0;
+  std::optional<compress::EagleHead> head;
+  if (!a.resume.empty()) {
+    auto h = compress::EagleHead::load(a.resume, target);
+    if (!h) return fail(h.error());
+    head = std::move(*h);
+    if (auto file = MappedFile::open(a.resume); file)
+      if (auto g = gguf::parse(file->bytes()); g)
+        if (auto s = g->get_string("eagle.train.step"); s) first_step = std::strtoll(s->c_str(), nullptr, 10);
+    if (first_step >= a.steps) return fail(a.resume + " has trained " + std::to_string(first_step) + " of --steps " + std::to_string(a.steps) + " already");
+  } else {
+    const int64_t n_vocab = std::min<int64_t>(tok->n_vocab(), target.config().n_vocab);
+    auto ids = spec::frequent_tokens(train->tokens, std::min<int32_t>(a.head_tokens, int32_t(n_vocab)), tok->eog_ids(), n_vocab);
+    auto h = compress::EagleHead::init(target, a.head_ffn, std::move(ids), a.seed);
+    if (!h) return fail(h.error());
+    head = std::move(*h);
+  }
+  auto info = [&](int64_t step) {
+    return std::vector<std::pair<std::string, std::string>>{
+        {"step", std::to_string(step)}, {"steps", std::to_string(a.steps)}, {"text", a.text_file},
+        {"loss", a.tvd ? "tvd" : "kl"}, {"temperature", std::to_string(a.temperature)}, {"ce_weight", std::to_string(a.ce_weight)}};
+  };
+  compress::HeadTrainOptions o{
+      .steps = a.steps, .batch = a.batch, .warmup = a.warmup, .first_step = first_step, .lr = a.lr,
+      .weight_decay = a.weight_decay, .clip = a.clip,
+      .loss = {.ce_weight = a.ce_weight, .temperature = a.temperature, .tvd = a.tvd},
+      .eval_every = a.eval_every, .eval_positions = a.eval_positions, .seed = a.seed, .num_threads = a.threads};
+  o.on_progress = [&](const compress::HeadTrainProgress& p) {
+    const double left = double(p.steps - p.step) * double(a.batch) / std::max(p.examples_per_s, 1e-9);
+    if (p.eval) {
+      std::fprintf(stderr, "%sstep %lld/%lld: train loss %.4f KL %.4f | held-out KL %.4f, top-1 agreement %.1f%%\n",
+                   bar ? "\r\033[K" : "", (long long)p.step, (long long)p.steps, p.loss, p.kl, p.eval->kl, 100 * p.eval->accept);
+    } else if (bar) {
+      std::fprintf(stderr, "\rdistill: step %lld/%lld, loss %.4f, KL %.4f, lr %.2e, %.0f examples/s, %.0f s left  ",
+                   (long long)p.step, (long long)p.steps, p.loss, p.kl, p.lr, p.examples_per_s, left);
+    }
+  };
+  o.checkpoint_every = a.checkpoint_every;
+  o.on_checkpoint = [&](int64_t step) { return head->save(a.out, info(step)); };
+  auto r = compress::train_head(*head, *train, *held, o);
+  if (bar) std::fprintf(stderr, "\r\033[K");
+  if (!r) return fail(r.error());
+  if (auto s = head->save(a.out, info(a.steps)); !s) return fail(s.error());
+  const double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (a.json) {
+    nlohmann::ordered_json j{{"before", eval_json(r->before)}, {"after", eval_json(r->after)}, {"steps", r->steps},
+                             {"examples", r->examples}, {"train_tokens", train->tokens.size()},
+                             {"head_tokens", head->n_tokens()}, {"teacher_seconds", teacher_s},
+                             {"train_seconds", r->seconds}, {"seconds", total_s}};
+    j["curve"] = nlohmann::ordered_json::array();
+    for (const auto& p : r->curve)
+      j["curve"].push_back({{"step", p.step}, {"train_loss", p.loss}, {"train_kl", p.kl}, {"eval", eval_json(*p.eval)}});
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    std::printf("%s: head of %lld tokens, FFN %lld; %lld steps x %lld examples (%zu training tokens), %.0f s (teacher %.0f s)\n",
+                a.out.c_str(), (long long)head->n_tokens(), (long long)a.head_ffn, (long long)r->steps, (long long)a.batch,
+                train->tokens.size(), total_s, teacher_s);
+    std::printf("held-out: KL %.4f -> %.4f, TVD %.4f -> %.4f, top-1 agreement with the target %.1f%% -> %.1f%%\n",
+                r->before.kl, r->after.kl, r->before.tvd, r->after.tvd, 100 * r->before.accept, 100 * r->after.accept);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void register_distill(CLI::App& app, Handler& handler) {
+  auto a = std::make_shared<DistillArgs>();
+  auto* cmd = app.add_subcommand("distill", "Distil a draft from a model: an EAGLE-style head over its hidden states (--head)");
+  cmd->add_option("--teacher", a->teacher, "The target model (default: the installed Gemma 3 270M)");
+  cmd->add_flag("--head", a->head, "Distil an EAGLE-style draft head (one FFN block over [hidden; next embedding])");
+  cmd->add_option("--student", a->student, "A pruned copy as the draft (not built yet)");
+  cmd->add_option("-o,--output", a->out, "Output file (also the checkpoint)");
+  cmd->add_option("-f,--text", a->text_file, "Training text");
+  cmd->add_option("--eval-text", a->eval_file, "Held-out text (default: the training text's last tenth)");
+  cmd->add_option("--steps", a->steps, "Optimizer steps (default 3000)")->check(CLI::Range(int64_t(1), int64_t(1) << 30));
+  cmd->add_option("--batch", a->batch, "Examples per step (default 64)")->check(CLI::Range(int64_t(1), int64_t(1) << 14));
+  cmd->add_option("--lr", a->lr, "Peak learning rate (default 1e-3)")->check(CLI::Range(1e-7, 1.0));
+  cmd->add_option("--warmup", a->warmup, "Warmup steps (default 100)")->check(CLI::Range(int64_t(0), int64_t(1) << 30));
+  cmd->add_option("--weight-decay", a->weight_decay, "AdamW's decoupled weight decay (default 0)")->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--clip", a->clip, "Gradient norm bound (default 1)")->check(CLI::Range(1e-6, 1e6));
+  cmd->add_option("--temperature", a->temperature, "Distillation temperature T (default 1)")->check(CLI::Range(0.05, 100.0));
+  cmd->add_option("--ce-weight", a->ce_weight, "λ: weight of the CE on the text's token (default 0)")->check(CLI::Range(0.0, 1.0));
+  cmd->add_flag("--tvd", a->tvd, "Train on total variation distance instead of KL (acceptance = 1 - TVD)");
+  cmd->add_option("--head-tokens", a->head_tokens, "The head's vocabulary: the N most frequent tokens of the text (default 8192)")
+      ->check(CLI::Range(16, 1 << 20));
+  cmd->add_option("--head-ffn", a->head_ffn, "The head's FFN width (default 1024)")->check(CLI::Range(int64_t(1), int64_t(1) << 16));
+  cmd->add_option("-c,--ctx", a->n_ctx, "Chunk size of the teacher's pass (default 512)")->check(CLI::Range(int64_t(16), int64_t(1) << 16));
+  cmd->add_option("--max-chunks", a->max_chunks, "Training chunks at most (default: the whole text)");
+  cmd->add_option("--eval-every", a->eval_every, "Steps between held-out evaluations (default 250)");
+  cmd->add_option("--eval-positions", a->eval_positions, "Held-out positions evaluated (default 4096)");
+  cmd->add_option("--checkpoint-every", a->checkpoint_every, "Steps between checkpoints written to -o (default 500)");
+  cmd->add_option("--resume", a->resume, "Continue from a checkpoint (its weights and step; fresh optimizer moments)");
+  cmd->add_option("--seed", a->seed, "Seed of the head's initialization and the example order");
+  cmd->add_option("-t,--threads", a->threads, "Threads (default: physical cores)");
+  cmd->add_flag("--json", a->json, "Print one JSON object");
+  cmd->callback([&handler, a] { handler = [a] { return run_distill(*a); }; });
+}
+
+}  // namespace kvasir::cli

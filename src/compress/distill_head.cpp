@@ -1,0 +1,182 @@
+#include "compress/distill_head.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "model/forward.h"
+#include "model/kv_cache.h"
+
+namespace kvasir::compress {
+
+Result<TeacherFeatures> teacher_features(const Model& target, std::span<const int32_t> tokens, const FeatureOptions& o) {
+  const ModelConfig& c = target.config();
+  if (o.n_ctx < 16) return Error{"chunks must be at least 16 tokens", ErrorCode::invalid_argument};
+  int64_t chunks = int64_t(tokens.size()) / o.n_ctx;
+  if (o.max_chunks >= 0) chunks = std::min(chunks, o.max_chunks);
+  if (chunks < 1)
+    return Error{"the text has " + std::to_string(tokens.size()) + " tokens; it needs at least one chunk of " +
+                     std::to_string(o.n_ctx),
+                 ErrorCode::invalid_argument};
+  Forward fwd(target, {.max_batch_tokens = o.n_ctx, .num_threads = o.num_threads});
+  constexpr int64_t kBlock = 16;
+  auto kv = KvCache::create(c, {.n_blocks = (o.n_ctx + kBlock - 1) / kBlock, .block_size = kBlock, .type = DType::F16});
+  if (!kv) return Error{kv.error()};
+  std::vector<int32_t> table(static_cast<size_t>(kv->num_blocks()));
+  std::iota(table.begin(), table.end(), 0);
+  TeacherFeatures f{.n_embd = c.n_embd, .n_ctx = o.n_ctx};
+  f.tokens.reserve(size_t(chunks * o.n_ctx));
+  f.hidden.resize(size_t(chunks * o.n_ctx * c.n_embd));
+  Batch batch;
+  for (int64_t ci = 0; ci < chunks; ++ci) {
+    batch.clear();
+    batch.add_sequence(table);
+    for (int64_t t = 0; t < o.n_ctx; ++t) {
+      const int32_t tok = t == 0 && o.bos >= 0 ? o.bos : tokens[size_t(ci * o.n_ctx + t)];
+      f.tokens.push_back(tok);
+      batch.add(tok, int32_t(t), 0, false, true);
+    }
+    auto r = fwd.forward(batch, *kv);
+    if (!r) return Error{r.error()};
+    std::copy_n(fwd.hidden(), o.n_ctx * c.n_embd, f.hidden.data() + ci * o.n_ctx * c.n_embd);
+    if (o.on_chunk) o.on_chunk(ci + 1, chunks);
+  }
+  return f;
+}
+
+namespace {
+
+// A batch of examples: position p (of chunk c) gives h_p, x_{p+1}, and the teacher's logits over the
+// head's tokens from h_{p+1}; the text's token x_{p+2} for the CE term.
+struct ExampleBatch {
+  std::vector<float> h, e, teacher, student, dz;
+  std::vector<int32_t> target;  // index into the head's tokens of x_{p+2}, -1 when not among them
+};
+
+// Position indices (chunk * n_ctx + t) that have a next hidden state and a token after it.
+std::vector<int64_t> example_positions(const TeacherFeatures& f) {
+  std::vector<int64_t> out;
+  for (int64_t c = 0; c < f.chunks(); ++c)
+    for (int64_t t = 0; t + 2 < f.n_ctx; ++t) out.push_back(c * f.n_ctx + t);
+  return out;
+}
+
+void fill(EagleHead& head, const TeacherFeatures& f, std::span<const int64_t> pos, ExampleBatch& b, ThreadPool* pool) {
+  const int64_t d = f.n_embd, B = int64_t(pos.size()), N = head.n_tokens();
+  b.h.resize(size_t(B * d));
+  b.e.resize(size_t(B * d));
+  b.teacher.resize(size_t(B * N));
+  b.student.resize(size_t(B * N));
+  b.dz.resize(size_t(B * N));
+  b.target.assign(size_t(B), -1);
+  std::vector<float> next(size_t(B * d));
+  const auto& ids = head.shape().tokens;
+  for (int64_t i = 0; i < B; ++i) {
+    const int64_t p = pos[size_t(i)];
+    std::copy_n(f.hidden.data() + p * d, d, b.h.data() + i * d);
+    std::copy_n(f.hidden.data() + (p + 1) * d, d, next.data() + i * d);
+    head.embed(f.tokens[size_t(p + 1)], b.e.data() + i * d);
+    auto it = std::lower_bound(ids.begin(), ids.end(), f.tokens[size_t(p + 2)]);
+    if (it != ids.end() && *it == f.tokens[size_t(p + 2)]) b.target[size_t(i)] = int32_t(it - ids.begin());
+  }
+  // The teacher over the head's tokens: its own readout of h_{p+1} (the head reads out the same way,
+  // with its own norm in front).
+  grad::linear(next.data(), head.readout(), B, d, N, b.teacher.data(), pool);
+  if (const float cap = head.softcap(); cap > 0)
+    for (float& z : b.teacher) z = cap * std::tanh(z / cap);
+}
+
+}  // namespace
+
+HeadEval evaluate_head(EagleHead& head, const TeacherFeatures& f, int64_t max_positions, ThreadPool* pool) {
+  std::vector<int64_t> pos = example_positions(f);
+  if (max_positions >= 0 && int64_t(pos.size()) > max_positions) {  // evenly spread
+    std::vector<int64_t> picked;
+    for (int64_t i = 0; i < max_positions; ++i) picked.push_back(pos[size_t(i * int64_t(pos.size()) / max_positions)]);
+    pos = std::move(picked);
+  }
+  HeadEval e;
+  ExampleBatch b;
+  const int64_t N = head.n_tokens(), chunk = 256;
+  for (size_t at = 0; at < pos.size(); at += chunk) {
+    const auto span = std::span<const int64_t>(pos).subspan(at, std::min<size_t>(chunk, pos.size() - at));
+    fill(head, f, span, b, pool);
+    head.forward(b.h.data(), b.e.data(), int64_t(span.size()), b.student.data(), pool);
+    for (size_t i = 0; i < span.size(); ++i) {
+      const auto s = std::span<const float>(b.student).subspan(i * size_t(N), size_t(N));
+      const auto t = std::span<const float>(b.teacher).subspan(i * size_t(N), size_t(N));
+      const auto parts = grad::distill_loss(s, t, {}, std::span<float>(b.dz).subspan(i * size_t(N), size_t(N)));
+      e.kl += parts.kl, e.tvd += parts.tvd;
+      e.accept += std::max_element(s.begin(), s.end()) - s.begin() == std::max_element(t.begin(), t.end()) - t.begin();
+    }
+  }
+  e.positions = int64_t(pos.size());
+  if (e.positions) e.kl /= double(e.positions), e.tvd /= double(e.positions), e.accept /= double(e.positions);
+  return e;
+}
+
+Result<HeadTrainReport> train_head(EagleHead& head, const TeacherFeatures& train, const TeacherFeatures& held_out,
+                                   const HeadTrainOptions& o) {
+  if (train.n_embd != head.shape().n_embd || held_out.n_embd != head.shape().n_embd)
+    return Error{"the features' width is not the head's", ErrorCode::invalid_argument};
+  const std::vector<int64_t> pos = example_positions(train);
+  if (pos.empty()) return Error{"no training examples (the text is shorter than one chunk)", ErrorCode::invalid_argument};
+  if (o.batch < 1 || o.steps < 1) return Error{"steps and batch must be positive", ErrorCode::invalid_argument};
+  ThreadPool pool(o.num_threads > 0 ? o.num_threads : ThreadPool::default_threads());
+  HeadTrainReport report;
+  report.before = evaluate_head(head, held_out, o.eval_positions, &pool);
+  EagleHeadParams grads = zeros_like(head.params()), m = zeros_like(head.params()), v = zeros_like(head.params());
+  const grad::AdamW opt{.lr = o.lr, .weight_decay = o.weight_decay};
+  std::mt19937_64 rng(o.seed + uint64_t(o.first_step));
+  std::uniform_int_distribution<size_t> pick(0, pos.size() - 1);
+  std::vector<int64_t> batch_pos(size_t(o.batch));
+  ExampleBatch b;
+  const int64_t N = head.n_tokens();
+  const auto t0 = std::chrono::steady_clock::now();
+  double loss_sum = 0, kl_sum = 0;
+  int64_t since = 0;
+  for (int64_t step = o.first_step; step < o.steps; ++step) {
+    for (auto& p : batch_pos) p = pos[pick(rng)];
+    fill(head, train, batch_pos, b, &pool);
+    head.forward(b.h.data(), b.e.data(), o.batch, b.student.data(), &pool);
+    for (int64_t i = 0; i < o.batch; ++i) {
+      grad::LossOptions lo = o.loss;
+      lo.target = b.target[size_t(i)];
+      if (lo.target < 0) lo.ce_weight = 0;  // the text's token is not one the head can propose
+      const auto row = [&](std::vector<float>& v) { return std::span<float>(v).subspan(size_t(i * N), size_t(N)); };
+      const auto parts = grad::distill_loss(row(b.student), row(b.teacher), lo, row(b.dz));
+      loss_sum += parts.loss, kl_sum += parts.kl;
+    }
+    for (float& g : b.dz) g /= float(o.batch);  // the mean over the batch
+    for (auto g : grads.all()) std::fill(g.begin(), g.end(), 0.f);
+    head.backward(b.dz.data(), o.batch, grads, &pool);
+    const auto gs = grads.all();
+    grad::clip_grad_norm(gs, o.clip);
+    const double scale = grad::lr_schedule(step, o.steps, o.warmup);
+    auto ps = head.params().all(), ms = m.all(), vs = v.all();
+    for (size_t k = 0; k < ps.size(); ++k) opt.step(ps[k], gs[k], ms[k], vs[k], step - o.first_step + 1, scale);
+    ++since, report.examples += o.batch, ++report.steps;
+    const bool last = step + 1 == o.steps, evaluate = last || (o.eval_every > 0 && (step + 1) % o.eval_every == 0);
+    if (o.on_progress || evaluate) {
+      HeadTrainProgress pr{.step = step + 1, .steps = o.steps, .loss = loss_sum / double(since * o.batch),
+                           .kl = kl_sum / double(since * o.batch), .lr = o.lr * scale};
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      pr.examples_per_s = double(report.examples) / std::max(secs, 1e-9);
+      if (evaluate) {
+        pr.eval = evaluate_head(head, held_out, o.eval_positions, &pool);
+        report.curve.push_back(pr);
+        loss_sum = kl_sum = 0, since = 0;
+      }
+      if (o.on_progress) o.on_progress(pr);
+    }
+    if (o.on_checkpoint && o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0 && !last)
+      if (auto s = o.on_checkpoint(step + 1); !s) return Error{s.error(), s.error_code()};
+  }
+  report.after = report.curve.empty() ? evaluate_head(head, held_out, o.eval_positions, &pool) : *report.curve.back().eval;
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return report;
+}
+
+}  // namespace kvasir::compress

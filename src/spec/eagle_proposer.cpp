@@ -1,0 +1,183 @@
+#include "spec/eagle_proposer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_map>
+
+#include "compress/eagle_head.h"
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+#include "kernels/quant/quant.h"
+
+namespace kvasir::spec {
+namespace {
+
+// One weight matrix as the kernels take it.
+struct Weight {
+  DType type = DType::F16;
+  std::vector<uint8_t> bytes;
+  int64_t n_in = 0, n_out = 0;
+};
+
+Weight to_f16(std::span<const float> w, int64_t n_in, int64_t n_out) {
+  Weight m{DType::F16, std::vector<uint8_t>(size_t(n_out) * row_bytes(DType::F16, n_in)), n_in, n_out};
+  kernels::quant_traits(DType::F16)->quantize_row(w.data(), m.bytes.data(), n_in * n_out);
+  return m;
+}
+
+class EagleProposer final : public Proposer {
+ public:
+  EagleProposer(const Model& target, compress::EagleHead head, std::shared_ptr<ThreadPool> pool,
+                std::function<int64_t()> clock)
+      : target_(target), pool_(std::move(pool)), clock_(std::move(clock)), tokens_(head.shape().tokens) {
+    const ModelConfig& c = target.config();
+    d_ = c.n_embd, f_ = head.shape().n_ff;
+    eps_ = c.norm_eps;
+    gelu_ = c.ffn_act == FfnAct::GeluTanh;
+    const auto& p = head.params();
+    fc_ = to_f16(p.fc, 2 * d_, d_);
+    gate_ = to_f16(p.gate, d_, f_);
+    up_ = to_f16(p.up, d_, f_);
+    down_ = to_f16(p.down, f_, d_);
+    ffn_norm_ = p.ffn_norm;
+    out_norm_ = p.out_norm;
+    // The readout: the target's own output rows for the head's tokens, bytes as they are.
+    const Matrix& out = target.weights().output;
+    readout_.type = out.type, readout_.n_in = d_, readout_.n_out = int64_t(tokens_.size());
+    const size_t rb = row_bytes(out.type, d_);
+    readout_.bytes.resize(rb * tokens_.size());
+    for (size_t i = 0; i < tokens_.size(); ++i)
+      std::copy_n(static_cast<const uint8_t*>(out.data) + size_t(tokens_[i]) * rb, rb, readout_.bytes.data() + i * rb);
+  }
+
+  std::vector<int32_t> propose(int64_t id, std::span<const int32_t> context, int32_t max_k) override {
+    auto it = state_.find(id);
+    if (it == state_.end() || it->second.context_len != context.size()) return {};  // no hidden state for it yet
+    return std::vector<int32_t>(size_t(std::max(max_k, 0)), context.back());
+  }
+  bool drafts_after_scheduling() const override { return true; }
+  bool wants_hidden() const override { return true; }
+  void observe_hidden(int64_t id, std::span<const float> h, size_t context_len) override {
+    State& s = state_[id];
+    s.h.assign(h.begin(), h.end());
+    s.context_len = context_len;
+  }
+  void release(int64_t id) override { state_.erase(id); }
+  const DraftCostModel* cost() const override { return &cost_; }
+  int64_t last_fill_ns() const override { return last_fill_ns_; }
+
+  Status fill(std::span<DraftJob> jobs) override {
+    const int64_t t0 = clock_();
+    std::vector<DraftJob*> active;
+    std::vector<float> h, e;
+    for (DraftJob& j : jobs) {
+      j.draft.clear();
+      auto it = state_.find(j.id);
+      if (j.k <= 0 || it == state_.end() || it->second.context_len != j.context.size()) continue;
+      active.push_back(&j);
+      h.insert(h.end(), it->second.h.begin(), it->second.h.end());
+      e.resize(h.size());
+      embed(j.context.back(), e.data() + e.size() - size_t(d_));
+    }
+    for (int32_t pos = 0; !active.empty(); ++pos) {
+      const int64_t start = clock_();
+      const int64_t R = int64_t(active.size());
+      std::vector<int32_t> picked(static_cast<size_t>(R));
+      std::vector<float> next(size_t(R * d_));
+      forward(h.data(), e.data(), R, picked.data(), next.data());
+      std::vector<DraftJob*> still;
+      std::vector<float> h2, e2;
+      for (int64_t r = 0; r < R; ++r) {
+        DraftJob& j = *active[size_t(r)];
+        j.draft.push_back(picked[size_t(r)]);
+        if (int32_t(j.draft.size()) >= j.k) continue;
+        still.push_back(&j);
+        h2.insert(h2.end(), next.begin() + r * d_, next.begin() + (r + 1) * d_);
+        e2.resize(h2.size());
+        embed(picked[size_t(r)], e2.data() + e2.size() - size_t(d_));
+      }
+      const double ns = double(clock_() - start);
+      if (pos == 0) cost_.observe_first(int32_t(R), 0, ns);
+      else cost_.observe_forward(int32_t(R), ns);
+      active = std::move(still), h = std::move(h2), e = std::move(e2);
+    }
+    last_fill_ns_ = clock_() - t0;
+    return {};
+  }
+
+ private:
+  struct State {
+    std::vector<float> h;
+    size_t context_len = 0;
+  };
+
+  void embed(int32_t token, float* out) const {
+    const Matrix& emb = target_.weights().token_embd;
+    kernels::quant_traits(emb.type)->dequantize_row(
+        static_cast<const uint8_t*>(emb.data) + size_t(token) * row_bytes(emb.type, emb.n_in), out, d_);
+    if (const float s = target_.config().embed_scale; s != 1.f) kernels::scale_inplace(out, d_, s);
+  }
+
+  // y[R][w.n_out] = x[R][w.n_in] · Wᵀ, output columns split over the pool.
+  void linear(const Weight& w, const float* x, int64_t R, float* y) {
+    const DType vt = kernels::quant_traits(w.type)->vec_dot_type;
+    act_.resize(size_t(R) * row_bytes(vt, w.n_in));
+    kernels::quantize_activations(vt, x, R, w.n_in, act_.data());
+    pool_->parallel_for(w.n_out, 64, [&](int64_t b, int64_t e, int) {
+      kernels::matmul_rows(w.type, w.bytes.data(), w.n_in, b, e, act_.data(), R, y, w.n_out);
+    });
+  }
+
+  // One head position for R rows: the picked token ids and the predicted next hidden states.
+  void forward(const float* h, const float* e, int64_t R, int32_t* picked, float* next) {
+    std::vector<float> x(size_t(R * 2 * d_)), a(size_t(R * d_)), n(size_t(R * d_)), g(size_t(R * f_)), u(size_t(R * f_)),
+        m(size_t(R * f_)), y(size_t(R * d_)), z(size_t(R) * tokens_.size());
+    for (int64_t r = 0; r < R; ++r) {
+      std::copy_n(h + r * d_, d_, x.data() + r * 2 * d_);
+      std::copy_n(e + r * d_, d_, x.data() + r * 2 * d_ + d_);
+    }
+    linear(fc_, x.data(), R, a.data());
+    for (int64_t r = 0; r < R; ++r) kernels::rms_norm(a.data() + r * d_, ffn_norm_.data(), d_, eps_, n.data() + r * d_);
+    linear(gate_, n.data(), R, g.data());
+    linear(up_, n.data(), R, u.data());
+    (gelu_ ? kernels::gelu_tanh_mul : kernels::silu_mul)(g.data(), u.data(), R * f_, m.data());
+    linear(down_, m.data(), R, y.data());
+    for (int64_t i = 0; i < R * d_; ++i) y[size_t(i)] += a[size_t(i)];
+    for (int64_t r = 0; r < R; ++r) kernels::rms_norm(y.data() + r * d_, out_norm_.data(), d_, eps_, next + r * d_);
+    linear(readout_, next, R, z.data());  // the soft-cap keeps the order: the argmax is taken before it
+    const size_t N = tokens_.size();
+    for (int64_t r = 0; r < R; ++r) {
+      const float* row = z.data() + size_t(r) * N;
+      picked[r] = tokens_[size_t(std::max_element(row, row + N) - row)];
+    }
+  }
+
+  const Model& target_;
+  std::shared_ptr<ThreadPool> pool_;
+  std::function<int64_t()> clock_;
+  std::vector<int32_t> tokens_;
+  int64_t d_ = 0, f_ = 0;
+  float eps_ = 1e-6f;
+  bool gelu_ = true;
+  Weight fc_, gate_, up_, down_, readout_;
+  std::vector<float> ffn_norm_, out_norm_;
+  std::vector<uint8_t> act_;
+  std::unordered_map<int64_t, State> state_;
+  DraftCostModel cost_;
+  int64_t last_fill_ns_ = 0;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Proposer>> eagle_proposer(const Model& target, const std::string& head_file,
+                                                 std::shared_ptr<ThreadPool> pool, std::function<int64_t()> clock) {
+  auto head = compress::EagleHead::load(head_file, target);
+  if (!head) return Error{"--draft-head-file: " + head.error(), head.error_code()};
+  const Matrix& out = target.weights().output;
+  if (!kernels::quant_traits(out.type) || target.config().n_embd % dtype_info(kernels::quant_traits(out.type)->vec_dot_type).block_size)
+    return Error{"--draft-head-file: the target's output rows cannot be read out by the head", ErrorCode::invalid_argument};
+  if (!pool) pool = std::make_shared<ThreadPool>(ThreadPool::default_threads());
+  return std::unique_ptr<Proposer>(std::make_unique<EagleProposer>(target, std::move(*head), std::move(pool), std::move(clock)));
+}
+
+}  // namespace kvasir::spec
