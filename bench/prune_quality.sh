@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Pruning on Gemma 3 270M (docs/PERFORMANCE.md "Pruning"): unstructured (magnitude vs Wanda at 50%,
-# 2:4) and structured (2, 4, 6 layers removed by angular distance), each scored on held-out text
-# against the F32 model (mean KLD, same top-1, PPL), and the layer-removed models' speed: each is
-# quantized to Q4_K_M (RTN, as the unpruned one) and `kvasir bench` runs it beside the unpruned one.
+# 2:4) and structured (2, 4, 6 layers removed by angular distance; 25% and 50% of the FFN channels
+# removed), each scored on held-out text against the F32 model (mean KLD, same top-1, PPL), and the
+# structurally pruned models' speed: each is quantized to Q4_K_M (RTN, as the unpruned one) and
+# `kvasir bench` runs it beside the unpruned one, interleaved. ROWS="..." runs some rows only.
 # Calibration: the first half of Debian's FAQ (8 chunks of 512 tokens); evaluation: 60,000 bytes of
 # the second half in chunks of 256, as bench/calibrated_quality.sh.
 #   bench/prune_quality.sh [F32.gguf]   (default: the default model dequantized to F32)
@@ -39,24 +40,26 @@ PY
 echo "| model | layers | zeroed | MiB | PPL | mean KLD | same top-1 | prune s |"
 echo "|---|---:|---:|---:|---:|---:|---:|---:|"
 "$bin" perplexity -m "$f32" -f "$out/eval.txt" -c 256 -t 2 --json > "$out/f32.ppl.json"
-python3 -c "import json; q=json.load(open('$out/f32.ppl.json')); print(f\"| F32 | 18 | | | {q['ppl']:.3f} | 0 | 100% | |\")"
-for spec in ${ROWS:-magnitude-50 wanda-50 magnitude-2of4 wanda-2of4 layers-2 layers-4 layers-6}; do
+[ -n "${ROWS:-}" ] || python3 -c "import json; q=json.load(open('$out/f32.ppl.json')); print(f\"| F32 | 18 | | | {q['ppl']:.3f} | 0 | 100% | |\")"
+for spec in ${ROWS:-magnitude-50 wanda-50 magnitude-2of4 wanda-2of4 layers-2 layers-4 layers-6 ffn-75 ffn-50}; do
   case "$spec" in
     magnitude-50) row "$spec" --method magnitude --sparsity 0.5 ;;
     wanda-50) row "$spec" --method wanda --sparsity 0.5 ;;
     magnitude-2of4) row "$spec" --method magnitude --nm 2:4 ;;
     wanda-2of4) row "$spec" --method wanda --nm 2:4 ;;
     layers-*) row "$spec" --remove-layers "${spec#layers-}" ;;
+    ffn-75) row "$spec" --ffn-keep 0.75 ;;
+    ffn-50) row "$spec" --ffn-keep 0.5 ;;
   esac
 done
 
-# Speed of the layer-removed models, Q4_K_M, beside the unpruned one (interleaved rounds).
+# Speed of the structurally pruned models, Q4_K_M, beside the unpruned one (interleaved rounds).
 "$bin" quantize "$f32" "$out/full-q4_k_m.gguf" q4_k_m >/dev/null 2>&1
 models=("$out/full-q4_k_m.gguf")
-for n in 2 4 6; do
-  [ -f "$out/layers-$n.gguf" ] || continue
-  "$bin" quantize "$out/layers-$n.gguf" "$out/layers-$n-q4_k_m.gguf" q4_k_m >/dev/null 2>&1
-  models+=("$out/layers-$n-q4_k_m.gguf")
+for name in layers-2 layers-4 layers-6 ffn-75 ffn-50; do
+  [ -f "$out/$name.gguf" ] || continue
+  "$bin" quantize "$out/$name.gguf" "$out/$name-q4_k_m.gguf" q4_k_m >/dev/null 2>&1
+  models+=("$out/$name-q4_k_m.gguf")
 done
 echo
 echo "| model (Q4_K_M) | pp512 tok/s | tg128 tok/s |"

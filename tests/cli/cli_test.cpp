@@ -401,3 +401,42 @@ TEST(Cli, PruneRemovesLayersAndReports) {
   EXPECT_EQ(bad_nm.code, 1);
   EXPECT_NE(bad_nm.err.find("N:M"), std::string::npos) << bad_nm.err;
 }
+
+// `kvasir distill --head` then `kvasir run --spec head`: the head trains (held-out KL falls, top-1
+// agreement rises), the run with it prints exactly the plain run's text, and bad requests exit 1
+// naming the problem (a head for other weights is refused at load).
+TEST(Cli, DistillAHeadAndDraftWithIt) {
+  const std::string model = shared_path("models/stories260K.gguf"), text = shared_path("golden/perplexity/stories-sampled.txt");
+  const std::string other = shared_path("models/stories260K-q8_0.gguf");
+  if (!std::ifstream(model) || !std::ifstream(text) || !std::ifstream(other)) GTEST_SKIP() << "../shared is not available";
+  const std::string head = ::testing::TempDir() + "/kvasir_cli_head_" + std::to_string(getpid()) + ".gguf";
+  const auto r = kvasir({"distill", "--teacher", model, "--head", "-o", head, "-f", text, "-c", "128", "--steps", "200",
+                         "--batch", "32", "--lr", "3e-3", "--head-tokens", "512", "--head-ffn", "64", "--eval-every", "100",
+                         "--json", "-t", "2"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_LT(j["after"]["kl"].get<double>(), 0.7 * j["before"]["kl"].get<double>());
+  EXPECT_GT(j["after"]["accept"].get<double>(), j["before"]["accept"].get<double>() + 0.15);
+  EXPECT_EQ(j["curve"].size(), 2u);
+  const std::vector<std::string> gen = {"run", "-m", model, "-p", "Once upon a time", "-n", "40", "--temp", "0", "-t", "2"};
+  const auto plain = kvasir(gen);
+  auto with = gen;
+  with.insert(with.end(), {"--spec", "head", "--draft-head-file", head, "--no-spec-auto", "--spec-k", "2"});
+  const auto drafted = kvasir(with);
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  ASSERT_EQ(drafted.code, 0) << drafted.err;
+  EXPECT_EQ(drafted.out, plain.out);
+  EXPECT_NE(drafted.err.find("speculation:"), std::string::npos) << drafted.err;
+  auto foreign = with;
+  foreign[2] = other;  // same shape, other weights
+  const auto refused = kvasir(foreign);
+  EXPECT_EQ(refused.code, 1);
+  EXPECT_NE(refused.err.find("trained for other weights"), std::string::npos) << refused.err;
+  const auto no_kind = kvasir({"distill", "--teacher", model, "-o", head, "-f", text});
+  EXPECT_EQ(no_kind.code, 1);
+  EXPECT_NE(no_kind.err.find("--head"), std::string::npos) << no_kind.err;
+  const auto no_file = kvasir({"run", "-m", model, "-p", "x", "--spec", "head"});
+  EXPECT_EQ(no_file.code, 1);
+  EXPECT_NE(no_file.err.find("--draft-head-file"), std::string::npos) << no_file.err;
+  std::remove(head.c_str());
+}
