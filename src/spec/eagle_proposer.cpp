@@ -48,6 +48,11 @@ class EagleProposer final : public Proposer {
     readout_.bytes.resize(rb * tokens_.size());
     for (size_t i = 0; i < tokens_.size(); ++i)
       std::copy_n(static_cast<const uint8_t*>(out.data) + size_t(tokens_[i]) * rb, rb, readout_.bytes.data() + i * rb);
+    // One forward now: the first one the controller times would otherwise include the pages and
+    // caches touched for the first time, and price every later draft by it.
+    std::vector<float> h(size_t(d_), 0.f), e(size_t(d_), 0.f), next(size_t(d_), 0.f);
+    int32_t token = 0;
+    forward(h.data(), e.data(), 1, &token, next.data());
   }
 
   std::vector<int32_t> propose(int64_t id, std::span<const int32_t> context, int32_t max_k) override {
