@@ -29,7 +29,7 @@ struct DistillArgs {
   int64_t steps = 3000, batch = 64, warmup = 100, n_ctx = 512, max_chunks = -1, eval_every = 250, eval_positions = 4096;
   int64_t checkpoint_every = 500, head_ffn = 1024;
   int32_t head_tokens = 8192;
-  double lr = 1e-3, weight_decay = 0.0, clip = 1.0, temperature = 1.0, ce_weight = 0.0;
+  double lr = 1e-3, weight_decay = 0.0, clip = 1.0, temperature = 1.0, ce_weight = 0.0, self_feed = 0.0;
   uint64_t seed = 1;
   int threads = 0;
 };
@@ -112,7 +112,8 @@ int run_distill(DistillArgs a) {
       .steps = a.steps, .batch = a.batch, .warmup = a.warmup, .first_step = first_step, .lr = a.lr,
       .weight_decay = a.weight_decay, .clip = a.clip,
       .loss = {.ce_weight = a.ce_weight, .temperature = a.temperature, .tvd = a.tvd},
-      .eval_every = a.eval_every, .eval_positions = a.eval_positions, .seed = a.seed, .num_threads = a.threads};
+      .self_feed = a.self_feed, .eval_every = a.eval_every, .eval_positions = a.eval_positions, .seed = a.seed,
+      .num_threads = a.threads};
   o.on_progress = [&](const compress::HeadTrainProgress& p) {
     const double left = double(p.steps - p.step) * double(a.batch) / std::max(p.examples_per_s, 1e-9);
     if (p.eval) {
@@ -168,6 +169,9 @@ void register_distill(CLI::App& app, Handler& handler) {
   cmd->add_option("--clip", a->clip, "Gradient norm bound (default 1)")->check(CLI::Range(1e-6, 1e6));
   cmd->add_option("--temperature", a->temperature, "Distillation temperature T (default 1)")->check(CLI::Range(0.05, 100.0));
   cmd->add_option("--ce-weight", a->ce_weight, "λ: weight of the CE on the text's token (default 0)")->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--self-feed", a->self_feed,
+                  "Fraction of examples whose input is the head's own predicted state (drafting feeds it back)")
+      ->check(CLI::Range(0.0, 1.0));
   cmd->add_flag("--tvd", a->tvd, "Train on total variation distance instead of KL (acceptance = 1 - TVD)");
   cmd->add_option("--head-tokens", a->head_tokens, "The head's vocabulary: the N most frequent tokens of the text (default 8192)")
       ->check(CLI::Range(16, 1 << 20));

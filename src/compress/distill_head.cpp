@@ -88,6 +88,29 @@ void fill(EagleHead& head, const TeacherFeatures& f, std::span<const int64_t> po
     for (float& z : b.teacher) z = cap * std::tanh(z / cap);
 }
 
+// Drafting feeds the head its own prediction from the second position on. For a fraction of the
+// examples (those not at a chunk's start), the input state h_p is replaced by what the head itself
+// predicts from (h_{p-1}, x_p) with its current weights (no gradient through that), so that it
+// learns to read its own states too.
+void feed_own_states(EagleHead& head, const TeacherFeatures& f, std::span<const int64_t> pos, double fraction,
+                     std::mt19937_64& rng, ExampleBatch& b, ThreadPool* pool) {
+  const int64_t d = f.n_embd;
+  std::bernoulli_distribution coin(fraction);
+  std::vector<int64_t> which;
+  for (size_t i = 0; i < pos.size(); ++i)
+    if (pos[i] % f.n_ctx > 0 && coin(rng)) which.push_back(int64_t(i));
+  if (which.empty()) return;
+  const int64_t R = int64_t(which.size());
+  std::vector<float> h(size_t(R * d)), e(size_t(R * d)), z(size_t(R * head.n_tokens()));
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t p = pos[size_t(which[size_t(r)])] - 1;
+    std::copy_n(f.hidden.data() + p * d, d, h.data() + r * d);
+    head.embed(f.tokens[size_t(p + 1)], e.data() + r * d);
+  }
+  head.forward(h.data(), e.data(), R, z.data(), pool);
+  for (int64_t r = 0; r < R; ++r) std::copy_n(head.output_state() + r * d, d, b.h.data() + which[size_t(r)] * d);
+}
+
 }  // namespace
 
 HeadEval evaluate_head(EagleHead& head, const TeacherFeatures& f, int64_t max_positions, ThreadPool* pool) {
@@ -140,6 +163,7 @@ Result<HeadTrainReport> train_head(EagleHead& head, const TeacherFeatures& train
   for (int64_t step = o.first_step; step < o.steps; ++step) {
     for (auto& p : batch_pos) p = pos[pick(rng)];
     fill(head, train, batch_pos, b, &pool);
+    if (o.self_feed > 0) feed_own_states(head, train, batch_pos, o.self_feed, rng, b, &pool);
     head.forward(b.h.data(), b.e.data(), o.batch, b.student.data(), &pool);
     for (int64_t i = 0; i < o.batch; ++i) {
       grad::LossOptions lo = o.loss;

@@ -55,6 +55,7 @@ struct HeadTrainOptions {
   int64_t first_step = 0;  // resuming: where the schedule stands
   double lr = 1e-3, weight_decay = 0.0, clip = 1.0;
   grad::LossOptions loss = {};  // target is set per example (the text's token)
+  double self_feed = 0.0;       // fraction of examples whose input state is the head's own prediction
   int64_t eval_every = 200, eval_positions = 4096;
   uint64_t seed = 1;
   int num_threads = 0;

@@ -54,6 +54,8 @@ class EagleHead {
   void forward(const float* h, const float* e, int64_t B, float* z, ThreadPool* pool);
   // The next hidden states it predicted in the last forward, [B][d] (pre-norm ĥ).
   const float* predicted() const { return hhat_.data(); }
+  // What the head passes to its next position when drafting: rms_norm(ĥ) · w_out_norm, [B][d].
+  const float* output_state() const { return o_.data(); }
   // dz [B][N] -> parameter gradients accumulated into `grads` (same layout as params()).
   void backward(const float* dz, int64_t B, EagleHeadParams& grads, ThreadPool* pool);
 

@@ -432,6 +432,19 @@ TEST(Cli, DistillAHeadAndDraftWithIt) {
   const auto refused = kvasir(foreign);
   EXPECT_EQ(refused.code, 1);
   EXPECT_NE(refused.err.find("trained for other weights"), std::string::npos) << refused.err;
+  // Resume: a checkpoint carries its step; training goes on from there to --steps.
+  const std::string resumed = head + ".resumed.gguf";
+  const auto more = kvasir({"distill", "--teacher", model, "--head", "-o", resumed, "--resume", head, "-f", text, "-c", "128",
+                            "--steps", "260", "--batch", "32", "--lr", "1e-3", "--eval-every", "0", "--json", "-t", "2"});
+  ASSERT_EQ(more.code, 0) << more.err;
+  const auto m = nlohmann::json::parse(more.out);
+  EXPECT_EQ(m["steps"], 60);
+  EXPECT_LE(m["after"]["kl"].get<double>(), j["after"]["kl"].get<double>() * 1.05);
+  const auto done = kvasir({"distill", "--teacher", model, "--head", "-o", resumed, "--resume", head, "-f", text, "-c", "128",
+                            "--steps", "100"});
+  EXPECT_EQ(done.code, 1);
+  EXPECT_NE(done.err.find("already"), std::string::npos) << done.err;
+  std::remove(resumed.c_str());
   const auto no_kind = kvasir({"distill", "--teacher", model, "-o", head, "-f", text});
   EXPECT_EQ(no_kind.code, 1);
   EXPECT_NE(no_kind.err.find("--head"), std::string::npos) << no_kind.err;
