@@ -6,42 +6,24 @@
 #include <numeric>
 #include <random>
 
-#include "model/forward.h"
-#include "model/kv_cache.h"
+#include "compress/chunk_pass.h"
 
 namespace kvasir::compress {
 
 Result<TeacherFeatures> teacher_features(const Model& target, std::span<const int32_t> tokens, const FeatureOptions& o) {
   const ModelConfig& c = target.config();
-  if (o.n_ctx < 16) return Error{"chunks must be at least 16 tokens", ErrorCode::invalid_argument};
-  int64_t chunks = int64_t(tokens.size()) / o.n_ctx;
-  if (o.max_chunks >= 0) chunks = std::min(chunks, o.max_chunks);
-  if (chunks < 1)
-    return Error{"the text has " + std::to_string(tokens.size()) + " tokens; it needs at least one chunk of " +
-                     std::to_string(o.n_ctx),
-                 ErrorCode::invalid_argument};
-  Forward fwd(target, {.max_batch_tokens = o.n_ctx, .num_threads = o.num_threads});
-  constexpr int64_t kBlock = 16;
-  auto kv = KvCache::create(c, {.n_blocks = (o.n_ctx + kBlock - 1) / kBlock, .block_size = kBlock, .type = DType::F16});
-  if (!kv) return Error{kv.error()};
-  std::vector<int32_t> table(static_cast<size_t>(kv->num_blocks()));
-  std::iota(table.begin(), table.end(), 0);
+  auto chunks = count_chunks(tokens.size(), o.n_ctx, o.max_chunks, "the text");
+  if (!chunks) return Error{chunks.error(), chunks.error_code()};
+  auto pass = ChunkPass::create(target, o.n_ctx, o.num_threads);
+  if (!pass) return Error{pass.error()};
   TeacherFeatures f{.n_embd = c.n_embd, .n_ctx = o.n_ctx};
-  f.tokens.reserve(size_t(chunks * o.n_ctx));
-  f.hidden.resize(size_t(chunks * o.n_ctx * c.n_embd));
-  Batch batch;
-  for (int64_t ci = 0; ci < chunks; ++ci) {
-    batch.clear();
-    batch.add_sequence(table);
-    for (int64_t t = 0; t < o.n_ctx; ++t) {
-      const int32_t tok = t == 0 && o.bos >= 0 ? o.bos : tokens[size_t(ci * o.n_ctx + t)];
-      f.tokens.push_back(tok);
-      batch.add(tok, int32_t(t), 0, false, true);
-    }
-    auto r = fwd.forward(batch, *kv);
-    if (!r) return Error{r.error()};
-    std::copy_n(fwd.hidden(), o.n_ctx * c.n_embd, f.hidden.data() + ci * o.n_ctx * c.n_embd);
-    if (o.on_chunk) o.on_chunk(ci + 1, chunks);
+  f.hidden.resize(size_t(*chunks * o.n_ctx * c.n_embd));
+  for (int64_t ci = 0; ci < *chunks; ++ci) {
+    const Batch& batch = (*pass)->load(tokens.subspan(size_t(ci * o.n_ctx), size_t(o.n_ctx)), o.bos, true);
+    f.tokens.insert(f.tokens.end(), batch.tokens.begin(), batch.tokens.end());
+    if (auto r = (*pass)->forward().forward(batch, (*pass)->kv()); !r) return Error{r.error()};
+    std::copy_n((*pass)->forward().hidden(), o.n_ctx * c.n_embd, f.hidden.data() + ci * o.n_ctx * c.n_embd);
+    if (o.on_chunk) o.on_chunk(ci + 1, *chunks);
   }
   return f;
 }

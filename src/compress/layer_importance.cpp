@@ -5,10 +5,9 @@
 #include <limits>
 #include <numeric>
 
+#include "compress/chunk_pass.h"
 #include "kernels/ops.h"
 #include "kernels/quant/quant.h"
-#include "model/forward.h"
-#include "model/kv_cache.h"
 
 namespace kvasir::compress {
 namespace {
@@ -32,21 +31,14 @@ double mean_angular_distance(const float* a, const float* b, int64_t rows, int64
 
 Result<LayerDistances> layer_distances(const Model& model, std::span<const int32_t> tokens, const LayerDistanceOptions& o) {
   const ModelConfig& c = model.config();
-  if (o.n_ctx < 16) return Error{"the calibration chunk must be at least 16 tokens", ErrorCode::invalid_argument};
   if (o.max_span < 1 || o.max_span > c.n_layers)
     return Error{"a run of " + std::to_string(o.max_span) + " layers does not fit a model of " + std::to_string(c.n_layers),
                  ErrorCode::invalid_argument};
-  int64_t chunks = std::min<int64_t>(int64_t(tokens.size()) / o.n_ctx, o.max_chunks);
-  if (chunks < 1)
-    return Error{"the calibration text has " + std::to_string(tokens.size()) + " tokens; it needs at least " +
-                     std::to_string(o.n_ctx),
-                 ErrorCode::invalid_argument};
-  Forward fwd(model, {.max_batch_tokens = o.n_ctx, .num_threads = o.num_threads});
-  constexpr int64_t kBlock = 16;
-  auto kv = KvCache::create(c, {.n_blocks = (o.n_ctx + kBlock - 1) / kBlock, .block_size = kBlock, .type = DType::F16});
-  if (!kv) return Error{kv.error()};
-  std::vector<int32_t> table(size_t(kv->num_blocks()));
-  std::iota(table.begin(), table.end(), 0);
+  auto n_chunks = count_chunks(tokens.size(), o.n_ctx, o.max_chunks, "the calibration text");
+  if (!n_chunks) return Error{n_chunks.error(), n_chunks.error_code()};
+  const int64_t chunks = *n_chunks;
+  auto pass = ChunkPass::create(model, o.n_ctx, o.num_threads);
+  if (!pass) return Error{pass.error()};
 
   LayerDistances out{.n_layers = c.n_layers, .max_span = o.max_span, .tokens = chunks * o.n_ctx,
                      .d = std::vector<double>(size_t(o.max_span * c.n_layers), 0.0)};
@@ -56,22 +48,17 @@ Result<LayerDistances> layer_distances(const Model& model, std::span<const int32
   const Matrix& e = model.weights().token_embd;
   const auto* tr = kernels::quant_traits(e.type);
   const size_t rb = row_bytes(e.type, e.n_in);
-  Batch batch;
   for (int64_t ci = 0; ci < chunks; ++ci) {
-    batch.clear();
-    batch.add_sequence(table);
-    for (int64_t t = 0; t < T; ++t) {
-      const int32_t tok = t == 0 && o.bos >= 0 ? o.bos : tokens[size_t(ci * T + t)];
-      batch.add(tok, int32_t(t), 0, false);
-      // Layer 0's input, as Forward embeds it (forward_layers starts there itself).
+    const Batch& batch = (*pass)->load(tokens.subspan(size_t(ci * T), size_t(T)), o.bos, false);
+    for (int64_t t = 0; t < T; ++t) {  // layer 0's input, as Forward embeds it (forward_layers starts there itself)
       float* row = h.data() + t * n;
-      tr->dequantize_row(static_cast<const uint8_t*>(e.data) + size_t(tok) * rb, row, n);
+      tr->dequantize_row(static_cast<const uint8_t*>(e.data) + size_t(batch.tokens[size_t(t)]) * rb, row, n);
       if (c.embed_scale != 1.f) kernels::scale_inplace(row, n, c.embed_scale);
     }
     for (int64_t il = 0; il < c.n_layers; ++il) {
       float* next = h.data() + (il + 1) * T * n;
       std::copy_n(h.data() + il * T * n, T * n, next);
-      if (auto s = fwd.forward_layers(batch, *kv, il, il + 1, next); !s) return Error{s.error()};
+      if (auto s = (*pass)->forward().forward_layers(batch, (*pass)->kv(), il, il + 1, next); !s) return Error{s.error()};
     }
     for (int64_t span = 1; span <= o.max_span; ++span)
       for (int64_t il = 0; il + span <= c.n_layers; ++il)
