@@ -10,8 +10,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 
 #include "cli/common.h"
 #include "cli/commands.h"
@@ -34,12 +32,6 @@ struct DistillArgs {
   int threads = 0;
 };
 
-Result<std::string> read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Error{"cannot read " + path};
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 nlohmann::ordered_json eval_json(const compress::HeadEval& e) {
   return {{"kl", e.kl}, {"tvd", e.tvd}, {"accept", e.accept}, {"positions", e.positions}};
 }
@@ -56,11 +48,11 @@ int run_distill(DistillArgs a) {
   const Model& target = **model;
   auto tok = Tokenizer::from_gguf(target.gguf());
   if (!tok) return fail(a.teacher + ": " + tok.error());
-  auto text = read_text(a.text_file);
+  auto text = text_or_builtin(a.text_file, "-f");
   if (!text) return fail(text.error());
   std::vector<int32_t> tokens = tok->encode(*text), eval_tokens;
   if (!a.eval_file.empty()) {
-    auto e = read_text(a.eval_file);
+    auto e = text_or_builtin(a.eval_file, "--eval-text");
     if (!e) return fail(e.error());
     eval_tokens = tok->encode(*e);
   } else {  // the text's last tenth

@@ -9,8 +9,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 #include <map>
 
 #include "calib/imatrix.h"
@@ -32,12 +30,6 @@ struct PruneArgs {
   bool contiguous = false, allow_requantize = false, json = false;
   int threads = 0;
 };
-
-Result<std::string> read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Error{"cannot read " + path};
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
 
 Result<compress::Unstructured> unstructured_of(const PruneArgs& a) {
   compress::Unstructured u;
@@ -91,7 +83,7 @@ int run_prune(PruneArgs a) {
 
   std::vector<int32_t> calib;
   if (!a.calib_file.empty()) {
-    auto text = read_text(a.calib_file);
+    auto text = text_or_builtin(a.calib_file, "-f");
     if (!text) return fail(text.error());
     calib = tok->encode(*text);
   }
@@ -187,7 +179,7 @@ int run_prune(PruneArgs a) {
   }
 
   if (!a.eval_file.empty()) {
-    auto text = read_text(a.eval_file);
+    auto text = text_or_builtin(a.eval_file, "--eval");
     if (!text) return fail(text.error());
     std::vector<int32_t> tokens = tok->encode(*text);
     if (a.eval_chunks > 0) tokens.resize(std::min(tokens.size(), size_t(a.eval_chunks * a.n_ctx)));

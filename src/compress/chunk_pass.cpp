@@ -2,7 +2,17 @@
 
 #include <numeric>
 
+#include "kernels/ops.h"
+#include "kernels/quant/quant.h"
+
 namespace kvasir::compress {
+
+void embed_token(const Model& model, int32_t token, float* out) {
+  const Matrix& e = model.weights().token_embd;
+  kernels::quant_traits(e.type)->dequantize_row(static_cast<const uint8_t*>(e.data) + size_t(token) * row_bytes(e.type, e.n_in),
+                                                out, e.n_in);
+  if (const float s = model.config().embed_scale; s != 1.f) kernels::scale_inplace(out, e.n_in, s);
+}
 
 Result<int64_t> count_chunks(size_t n_tokens, int64_t n_ctx, int64_t max_chunks, const std::string& what) {
   if (n_ctx < 16) return Error{"chunks must be at least 16 tokens", ErrorCode::invalid_argument};

@@ -13,6 +13,9 @@
 
 namespace kvasir::compress {
 
+// A token's row of the model's embedding, scaled as Forward embeds it (the input of layer 0).
+void embed_token(const Model& model, int32_t token, float* out);
+
 // Whole chunks of n_ctx tokens in n_tokens, at most max_chunks (-1: no bound); an error naming
 // `what` (the text's role) when there is none, or when n_ctx is under 16.
 Result<int64_t> count_chunks(size_t n_tokens, int64_t n_ctx, int64_t max_chunks, const std::string& what);

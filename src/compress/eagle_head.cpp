@@ -5,6 +5,7 @@
 #include <cstring>
 #include <random>
 
+#include "compress/chunk_pass.h"
 #include "compress/grad.h"
 #include "format/mapped_file.h"
 #include "kernels/ops.h"
@@ -150,13 +151,7 @@ Result<EagleHead> EagleHead::load(const std::string& path, const Model& target) 
   return h;
 }
 
-void EagleHead::embed(int32_t token, float* out) const {
-  const Matrix& e = target_->weights().token_embd;
-  const auto* tr = kernels::quant_traits(e.type);
-  tr->dequantize_row(static_cast<const uint8_t*>(e.data) + size_t(token) * row_bytes(e.type, e.n_in), out, e.n_in);
-  const float s = target_->config().embed_scale;
-  if (s != 1.f) kernels::scale_inplace(out, e.n_in, s);
-}
+void EagleHead::embed(int32_t token, float* out) const { embed_token(*target_, token, out); }
 
 void EagleHead::forward(const float* h, const float* e, int64_t B, float* z, ThreadPool* pool) {
   const int64_t d = shape_.n_embd, f = shape_.n_ff, N = n_tokens();

@@ -6,8 +6,6 @@
 #include <numeric>
 
 #include "compress/chunk_pass.h"
-#include "kernels/ops.h"
-#include "kernels/quant/quant.h"
 
 namespace kvasir::compress {
 namespace {
@@ -45,16 +43,10 @@ Result<LayerDistances> layer_distances(const Model& model, std::span<const int32
   const int64_t n = c.n_embd, T = o.n_ctx;
   // The residual stream entering every layer and leaving the last: [n_layers + 1][T][n_embd].
   std::vector<float> h(size_t((c.n_layers + 1) * T * n));
-  const Matrix& e = model.weights().token_embd;
-  const auto* tr = kernels::quant_traits(e.type);
-  const size_t rb = row_bytes(e.type, e.n_in);
   for (int64_t ci = 0; ci < chunks; ++ci) {
     const Batch& batch = (*pass)->load(tokens.subspan(size_t(ci * T), size_t(T)), o.bos, false);
-    for (int64_t t = 0; t < T; ++t) {  // layer 0's input, as Forward embeds it (forward_layers starts there itself)
-      float* row = h.data() + t * n;
-      tr->dequantize_row(static_cast<const uint8_t*>(e.data) + size_t(batch.tokens[size_t(t)]) * rb, row, n);
-      if (c.embed_scale != 1.f) kernels::scale_inplace(row, n, c.embed_scale);
-    }
+    // Layer 0's input (forward_layers embeds it itself, but keeps no copy).
+    for (int64_t t = 0; t < T; ++t) embed_token(model, batch.tokens[size_t(t)], h.data() + t * n);
     for (int64_t il = 0; il < c.n_layers; ++il) {
       float* next = h.data() + (il + 1) * T * n;
       std::copy_n(h.data() + il * T * n, T * n, next);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <unordered_map>
 
+#include "compress/chunk_pass.h"
 #include "compress/eagle_head.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
@@ -116,12 +117,7 @@ class EagleProposer final : public Proposer {
     size_t context_len = 0;
   };
 
-  void embed(int32_t token, float* out) const {
-    const Matrix& emb = target_.weights().token_embd;
-    kernels::quant_traits(emb.type)->dequantize_row(
-        static_cast<const uint8_t*>(emb.data) + size_t(token) * row_bytes(emb.type, emb.n_in), out, d_);
-    if (const float s = target_.config().embed_scale; s != 1.f) kernels::scale_inplace(out, d_, s);
-  }
+  void embed(int32_t token, float* out) const { compress::embed_token(target_, token, out); }
 
   // y[R][w.n_out] = x[R][w.n_in] · Wᵀ, output columns split over the pool.
   void linear(const Weight& w, const float* x, int64_t R, float* y) {
