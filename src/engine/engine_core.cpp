@@ -288,13 +288,11 @@ void EngineCore::Impl::commit_token(const sched::ScheduledSeq& seq) {
   }
   if (seq.num_draft > 0) {  // the controller learns where the draft stopped being accepted
     const size_t kept = l.picked.size() - 1;
-    for (size_t j = 0; j <= kept && j < size_t(seq.num_draft); ++j)
-      l.accept_rate(j) = 0.7 * l.accept_rate(j) + 0.3 * (j < kept ? 1.0 : 0.0);
-    // Every draft token kept: the position after them was not tried. Its estimate drifts toward
-    // the last one's, so that one early rejection there does not keep K short for good.
-    const size_t next = size_t(seq.num_draft);
-    if (kept == next && next < l.spec_accept.size())
-      l.spec_accept[next] += 0.05 * (l.spec_accept[next - 1] - l.spec_accept[next]);
+    for (size_t j = 0; j <= kept && j < size_t(seq.num_draft); ++j) {
+      l.spec_own.observe(j, j < kept);
+      spec_pooled.observe(j, j < kept);
+    }
+    if (kept == size_t(seq.num_draft)) l.spec_own.fade(kept), spec_pooled.fade(kept);
   }
   outputs.push_back(std::move(out));
 }

@@ -40,16 +40,17 @@ struct Live {
   // the draft tokens verification accepted, then one more token (each with its logprob).
   std::vector<int32_t> picked;
   std::vector<TokenLogprob> picked_logprobs;
-  // Speculation controller: per draft position j, the rate at which draft token j is accepted
-  // when the ones before it were (moving averages: acceptance falls with depth), for the positions
-  // verified so far (a prefix: position j is seen only when 0..j-1 were accepted; deeper ones are
-  // planned at the deepest seen one's rate, and a new position starts from it), and steps since
-  // the last draft, so that a request whose drafts stopped paying is probed again now and then:
-  // after spec_probe_wait steps, which doubles with each probe (up to 256) and falls back to 16
-  // once the plan drafts for it again, so that a proposer that never pays costs ever fewer probes.
+  // Speculation controller: this request's record of accepted drafts per position (conditional on
+  // the ones before: acceptance falls with depth), planned with as spec::AcceptanceRecord::estimate
+  // shrunk toward the proposer's record over all requests (spec_accept, refreshed each step), and
+  // steps since the last draft, so that a request whose drafts stopped paying is probed again now
+  // and then: after spec_probe_wait steps, which doubles with each probe (up to 256) and falls back
+  // to 4 once the plan drafts for it again, so that a proposer that never pays costs ever fewer probes.
+  spec::AcceptanceRecord spec_own{0.9};  // about the last ten drafts at each position
   std::vector<double> spec_accept;
   int32_t spec_idle_steps = 0;
-  int32_t spec_probe_wait = 16;
+  static constexpr int32_t kFirstProbeWait = 4;  // a probe costs one row; the doubling bounds a bad proposer's
+  int32_t spec_probe_wait = kFirstProbeWait;
   // Structured output, this step: done_at, the picked token after which the document is complete
   // and nothing may follow (-1: none); forced_stop, nothing at all was allowed; trigger_at, the
   // picked token that started a lazy grammar (-1: none), whose text is shown even when it is a
@@ -66,11 +67,9 @@ struct Live {
   int32_t pinned_blocks = 0;  // pin_kv: the prompt's full blocks pinned and reported so far
   int32_t adapter_slot = -1;  // the runner's slot of params.adapter (AdapterSlots), -1: none
 
-  static constexpr double kAcceptPrior = 0.6;  // hopeful, so that a new request tries drafts
-  double& accept_rate(size_t j) {
-    if (spec_accept.size() <= j) spec_accept.resize(j + 1, spec_accept.empty() ? kAcceptPrior : spec_accept.back());
-    return spec_accept[j];
-  }
+  static constexpr double kAcceptPrior = 0.6;  // hopeful, so that the first requests try drafts
+  static constexpr double kPriorWeight = 2;     // the prior (or the position before's rate) counts as 2 drafts
+  static constexpr double kPooledWeight = 4;    // the pooled rate counts as this many of the request's own drafts
 
   Live(GenerationParams p, const Tokenizer& tok)
       : params(std::move(p)), sampler(params.sampling), decoder(tok, /*skip_special=*/true, /*continuation=*/true),
@@ -149,6 +148,7 @@ struct EngineCore::Impl {
   // what it emitted, judged when the next step starts (a step's time runs from its start to the
   // next one's, draft forwards and the engine's work between steps included).
   spec::RealizedGain realized_gain;
+  spec::AcceptanceRecord spec_pooled{0.995};  // every request's drafts: about the last 200 at each position
   sched::Clock clock;
   struct SpecStep {
     int64_t start_ns = -1;

@@ -13,8 +13,8 @@ namespace kvasir::engine {
 // catch-up on context it has not seen (spec::DraftCostModel), the forecast corrected by what
 // drafted steps realized (spec::RealizedGain). A request without rows for a while is probed with
 // one (with the others due, when their rows as sure tokens would pay for their shared draft
-// forward), so that its estimate can recover; every 8th step drafts for nobody (every 16th after
-// the first 64), which keeps the plain step's cost measured at a small price where drafts pay.
+// forward), so that its estimate can recover; every 8th step drafts for nobody (every 32nd after
+// the first 64: 3% of the steps), which keeps the plain step's cost measured at a small price where drafts pay.
 void EngineCore::Impl::propose_drafts() {
   const SpecOptions& o = options.spec;
   if (!proposer) return;
@@ -22,7 +22,7 @@ void EngineCore::Impl::propose_drafts() {
   if (o.adaptive) judge_last_step(now_ns);
   spec_last = {.start_ns = now_ns};
   ++spec_steps;
-  if (o.adaptive && spec_steps % (spec_steps <= 64 ? 8 : 16) == 0) return;
+  if (o.adaptive && spec_steps % (spec_steps <= 64 ? 8 : 32) == 0) return;
   std::vector<SpecCandidate> cands;
   int32_t decodes = 0;
   for (auto& [id, l] : live) {
@@ -54,8 +54,9 @@ void EngineCore::Impl::propose_drafts() {
     std::vector<spec::DraftCandidate> plan(cands.size());
     for (size_t i = 0; i < cands.size(); ++i) {
       SpecCandidate& c = cands[i];
-      static const std::vector<double> kPrior = {Live::kAcceptPrior};
-      plan[i] = {.accept = c.live->spec_accept.empty() ? std::span<const double>(kPrior) : c.live->spec_accept,
+      spec::AcceptanceRecord::estimate(c.live->spec_own, spec_pooled, size_t(std::max(o.max_k, 1)), Live::kAcceptPrior,
+                                       Live::kPriorWeight, Live::kPooledWeight, c.live->spec_accept);
+      plan[i] = {.accept = c.live->spec_accept,
                  .most = c.most,
                  .catch_up = proposer->catch_up(c.id, scheduler.find(c.id)->tokens),
                  .left = c.left,
@@ -80,7 +81,7 @@ void EngineCore::Impl::propose_drafts() {
       if (c.k == 0) {
         ++l.spec_idle_steps;
       } else {
-        l.spec_probe_wait = plan[i].probe_due ? std::min(2 * l.spec_probe_wait, 256) : 16;
+        l.spec_probe_wait = plan[i].probe_due ? std::min(2 * l.spec_probe_wait, 256) : Live::kFirstProbeWait;
         l.spec_idle_steps = 0;
       }
     }

@@ -131,6 +131,34 @@ double RealizedGain::factor() const {
   return std::clamp(realized_ / forecast_, 0.5, 1.25);
 }
 
+void AcceptanceRecord::observe(size_t position, bool accepted) {
+  if (tries_.size() <= position) tries_.resize(position + 1, 0.0), hits_.resize(position + 1, 0.0);
+  tries_[position] = keep_ * tries_[position] + 1;
+  hits_[position] = keep_ * hits_[position] + (accepted ? 1 : 0);
+}
+
+void AcceptanceRecord::fade(size_t position) {
+  if (position >= tries_.size()) return;
+  tries_[position] *= 0.8;
+  hits_[position] *= 0.8;
+}
+
+double AcceptanceRecord::rate(size_t position, double prior, double prior_weight) const {
+  double r = prior;
+  for (size_t j = 0; j <= position && j < tries_.size(); ++j) r = (hits_[j] + prior_weight * r) / (tries_[j] + prior_weight);
+  return r;
+}
+
+void AcceptanceRecord::estimate(const AcceptanceRecord& own, const AcceptanceRecord& pooled, size_t positions,
+                                double prior, double pooled_weight, double weight, std::vector<double>& out) {
+  out.resize(positions);
+  for (size_t j = 0; j < positions; ++j) {
+    const double base = pooled.rate(j, prior, pooled_weight);
+    const double h = j < own.hits_.size() ? own.hits_[j] : 0.0, t = j < own.tries_.size() ? own.tries_[j] : 0.0;
+    out[j] = (h + weight * base) / (t + weight);
+  }
+}
+
 void DraftCostModel::observe_forward(int32_t rows, double ns) {
   constexpr double kKeep = 0.9;  // recent forwards weigh most (the machine's load changes)
   const double x = rows, y = std::max(ns, 0.0);

@@ -76,6 +76,33 @@ class RealizedGain {
   double w_ = 0, forecast_ = 0, realized_ = 0;
 };
 
+// Acceptance per draft position: decayed counts of the drafts verified at each position (a position
+// is tried only when the ones before it were accepted, so its rate is conditional on them). A
+// request plans with its own record shrunk toward the proposer's record over all requests
+// (estimate()): a few rejections in a row then move it only part of the way, where a request's
+// own moving average alone dropped below paying after two and left it idle until a probe.
+class AcceptanceRecord {
+ public:
+  explicit AcceptanceRecord(double keep) : keep_(keep) {}
+  void observe(size_t position, bool accepted);
+  // The position was not tried because every draft before it was accepted: its record fades, so
+  // its rate drifts toward the position before's, and one early rejection there does not keep K
+  // short for good.
+  void fade(size_t position);
+  // The rate at the position: its hits and tries with the position before's rate (`prior` before
+  // position 0) counted as prior_weight more tries, so that a few tries move it only so far and a
+  // position never tried starts from the one before.
+  double rate(size_t position, double prior, double prior_weight) const;
+  // Fills out[0..positions): (own hits + weight * pooled rate) / (own tries + weight) per position,
+  // the pooled rate being rate(j, prior, pooled_weight).
+  static void estimate(const AcceptanceRecord& own, const AcceptanceRecord& pooled, size_t positions, double prior,
+                       double pooled_weight, double weight, std::vector<double>& out);
+
+ private:
+  double keep_;
+  std::vector<double> hits_, tries_;
+};
+
 // What a model drafter's forwards cost, fitted online from its measured forwards: a fixed part
 // plus a part per row (decayed least squares; with one row count seen, all fixed), and the cost
 // of a catch-up token (the first forward's time beyond a plain forward of its logits rows; a

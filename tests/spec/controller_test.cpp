@@ -150,6 +150,43 @@ TEST(SpecController, RealizedGainFollowsRecentDraftedSteps) {
   EXPECT_DOUBLE_EQ(g.factor(), 1.0);
 }
 
+// A request's acceptance estimate: its own record shrunk toward the pooled one. A run of
+// rejections moves a request of a good proposer only part of the way (it keeps drafting), a
+// request that keeps failing ends up near its own record, a position never tried starts from the
+// one before, and fading an untried position brings it back toward the one before.
+TEST(SpecAcceptance, OwnRecordShrunkTowardThePooledOne) {
+  AcceptanceRecord pooled(0.995), own(0.9);
+  for (int i = 0; i < 300; ++i) pooled.observe(0, i % 10 < 7);  // 70% over every request
+  for (int i = 0; i < 300; ++i)
+    if (i % 10 < 7) pooled.observe(1, i % 10 < 1);  // position 1: 1 in 7 given position 0
+  EXPECT_NEAR(pooled.rate(0, 0.6, 2), 0.7, 0.02);
+  EXPECT_NEAR(pooled.rate(1, 0.6, 2), 1.0 / 7, 0.03);
+  EXPECT_NEAR(pooled.rate(2, 0.6, 2), 1.0 / 7, 0.03);  // never tried: the position before's
+
+  std::vector<double> est;
+  AcceptanceRecord::estimate(own, pooled, 3, 0.6, 2, 4, est);  // a new request: the pooled rates
+  EXPECT_NEAR(est[0], 0.7, 0.02);
+  EXPECT_NEAR(est[1], 1.0 / 7, 0.03);
+  for (int i = 0; i < 4; ++i) own.observe(0, false);  // four rejections in a row
+  AcceptanceRecord::estimate(own, pooled, 3, 0.6, 2, 4, est);
+  EXPECT_GT(est[0], 0.3);
+  EXPECT_LT(est[0], 0.45);
+  for (int i = 0; i < 60; ++i) own.observe(0, false);  // a request the proposer never serves
+  AcceptanceRecord::estimate(own, pooled, 3, 0.6, 2, 4, est);
+  EXPECT_LT(est[0], 0.3);
+
+  AcceptanceRecord fresh(0.995);  // nothing pooled yet: the prior, moved by few tries only so far
+  EXPECT_DOUBLE_EQ(fresh.rate(0, 0.6, 2), 0.6);
+  fresh.observe(0, false);
+  EXPECT_NEAR(fresh.rate(0, 0.6, 2), 0.4, 1e-9);
+  AcceptanceRecord deep(0.9);
+  deep.observe(0, true), deep.observe(1, true), deep.observe(2, false);
+  const double before = deep.rate(2, 0.6, 2);
+  for (int i = 0; i < 10; ++i) deep.fade(2);
+  EXPECT_GT(deep.rate(2, 0.6, 2), before + 0.2);
+  EXPECT_NEAR(deep.rate(2, 0.6, 2), deep.rate(1, 0.6, 2), 0.05);
+}
+
 TEST(SpecCostModel, FitsAFixedPartAndAPartPerRow) {
   DraftCostModel m;
   EXPECT_FALSE(m.measured());
