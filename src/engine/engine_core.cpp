@@ -292,7 +292,9 @@ void EngineCore::Impl::commit_token(const sched::ScheduledSeq& seq) {
       l.spec_own.observe(j, j < kept);
       spec_pooled.observe(j, j < kept);
     }
-    if (kept == size_t(seq.num_draft)) l.spec_own.fade(kept), spec_pooled.fade(kept);
+    // Every draft kept: the next position was not tried; its records fade (the request's fast,
+    // the pooled one slowly, since other requests keep trying it).
+    if (kept == size_t(seq.num_draft)) l.spec_own.fade(kept, 0.8), spec_pooled.fade(kept, 0.98);
   }
   outputs.push_back(std::move(out));
 }

@@ -137,10 +137,10 @@ void AcceptanceRecord::observe(size_t position, bool accepted) {
   hits_[position] = keep_ * hits_[position] + (accepted ? 1 : 0);
 }
 
-void AcceptanceRecord::fade(size_t position) {
+void AcceptanceRecord::fade(size_t position, double keep) {
   if (position >= tries_.size()) return;
-  tries_[position] *= 0.8;
-  hits_[position] *= 0.8;
+  tries_[position] *= keep;
+  hits_[position] *= keep;
 }
 
 double AcceptanceRecord::rate(size_t position, double prior, double prior_weight) const {

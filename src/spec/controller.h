@@ -88,7 +88,7 @@ class AcceptanceRecord {
   // The position was not tried because every draft before it was accepted: its record fades, so
   // its rate drifts toward the position before's, and one early rejection there does not keep K
   // short for good.
-  void fade(size_t position);
+  void fade(size_t position, double keep);
   // The rate at the position: its hits and tries with the position before's rate (`prior` before
   // position 0) counted as prior_weight more tries, so that a few tries move it only so far and a
   // position never tried starts from the one before.

@@ -182,7 +182,7 @@ TEST(SpecAcceptance, OwnRecordShrunkTowardThePooledOne) {
   AcceptanceRecord deep(0.9);
   deep.observe(0, true), deep.observe(1, true), deep.observe(2, false);
   const double before = deep.rate(2, 0.6, 2);
-  for (int i = 0; i < 10; ++i) deep.fade(2);
+  for (int i = 0; i < 10; ++i) deep.fade(2, 0.8);
   EXPECT_GT(deep.rate(2, 0.6, 2), before + 0.2);
   EXPECT_NEAR(deep.rate(2, 0.6, 2), deep.rate(1, 0.6, 2), 0.05);
 }
