@@ -1,5 +1,6 @@
-// `kvasir distill --teacher T.gguf --head -o head.gguf -f TEXT`: an EAGLE-style draft head
-// (compress/eagle_head.h) distilled from the target on a text: the target's hidden states are
+// `kvasir distill --teacher T.gguf --head -o head.gguf -f TEXT | --prompts FILE`: an EAGLE-style
+// draft head (compress/eagle_head.h) distilled from the target on a text and/or on the target's own
+// continuations of a list of openings (cli/teacher_texts.h, on-policy): the target's hidden states are
 // computed once, the head trains on them with the distillation loss (KL at a temperature, CE on
 // the text, or TVD), AdamW and a warmup + cosine schedule, and is checked on held-out text (KL,
 // and how often its top token is the target's). The result loads with `--spec head
@@ -13,6 +14,7 @@
 
 #include "cli/common.h"
 #include "cli/commands.h"
+#include "cli/teacher_texts.h"
 #include "compress/distill_head.h"
 #include "compress/eagle_head.h"
 #include "spec/draft_head.h"
@@ -22,8 +24,9 @@ namespace kvasir::cli {
 namespace {
 
 struct DistillArgs {
-  std::string teacher, student, out, text_file, eval_file, resume;
-  bool head = false, tvd = false, json = false;
+  std::string teacher, student, out, text_file, eval_file, resume, prompts_file;
+  bool head = false, tvd = false, json = false, gen_greedy = false;
+  TeacherTextOptions gen;
   int64_t steps = 3000, batch = 64, warmup = 100, n_ctx = 512, max_chunks = -1, eval_every = 250, eval_positions = 4096;
   int64_t checkpoint_every = 500, head_ffn = 1024;
   int32_t head_tokens = 8192;
@@ -41,16 +44,41 @@ int run_distill(DistillArgs a) {
     return fail("--student (a pruned copy trained as the draft) is not built yet: distil an EAGLE-style head with --head");
   if (!a.head) return fail("say what to distil: --head (an EAGLE-style draft head over the teacher's hidden states)");
   if (a.out.empty()) return fail("give the output file: -o head.gguf");
-  if (a.text_file.empty()) return fail("give the training text: -f TEXT");
+  if (a.text_file.empty() && a.prompts_file.empty())
+    return fail("give the training data: -f TEXT and/or --prompts FILE (openings the teacher continues)");
   if (a.out == a.teacher) return fail("the output must be another file than the teacher");
   auto model = Model::load(model_path(a.teacher));
   if (!model) return fail(model.error());
   const Model& target = **model;
   auto tok = Tokenizer::from_gguf(target.gguf());
   if (!tok) return fail(a.teacher + ": " + tok.error());
-  auto text = text_or_builtin(a.text_file, "-f");
-  if (!text) return fail(text.error());
-  std::vector<int32_t> tokens = tok->encode(*text), eval_tokens;
+  const bool bar = isatty(STDERR_FILENO);
+  std::string text;
+  if (!a.text_file.empty()) {
+    auto t = text_or_builtin(a.text_file, "-f");
+    if (!t) return fail(t.error());
+    text = std::move(*t);
+  }
+  // On-policy data: the teacher's own continuations, after the text (so the held-out tail is theirs).
+  TeacherTexts generated;
+  if (!a.prompts_file.empty()) {
+    auto prompts = read_prompts(a.prompts_file);
+    if (!prompts) return fail("--prompts: " + prompts.error());
+    a.gen.threads = a.threads;
+    a.gen.seed = a.seed;
+    a.gen.greedy = a.gen_greedy;
+    a.gen.progress = [&](int64_t done, int64_t total, int64_t n) {
+      if (bar) std::fprintf(stderr, "\rteacher texts: %lld/%lld, %lld tokens ", (long long)done, (long long)total, (long long)n);
+    };
+    auto g = teacher_texts(target, *tok, *prompts, a.gen);
+    if (bar) std::fprintf(stderr, "\r\033[K");
+    if (!g) return fail("--prompts: " + g.error());
+    generated = std::move(*g);
+    for (const std::string& t : generated.texts) text += (text.empty() ? "" : "\n\n") + t;
+    std::fprintf(stderr, "teacher texts: %zu from %zu prompts, %lld tokens generated in %.0f s\n", generated.texts.size(),
+                 prompts->size(), (long long)generated.generated_tokens, generated.seconds);
+  }
+  std::vector<int32_t> tokens = tok->encode(text), eval_tokens;
   if (!a.eval_file.empty()) {
     auto e = text_or_builtin(a.eval_file, "--eval-text");
     if (!e) return fail(e.error());
@@ -61,7 +89,6 @@ int run_distill(DistillArgs a) {
     eval_tokens.assign(tokens.begin() + ptrdiff_t(split), tokens.end());
     tokens.resize(split);
   }
-  const bool bar = isatty(STDERR_FILENO);
   const int32_t bos = tok->add_bos() ? tok->bos() : -1;
   const auto t0 = std::chrono::steady_clock::now();
   auto features = [&](std::span<const int32_t> t, const char* what, int64_t max_chunks) {
@@ -97,7 +124,7 @@ int run_distill(DistillArgs a) {
   }
   auto info = [&](int64_t step) {
     return std::vector<std::pair<std::string, std::string>>{
-        {"step", std::to_string(step)}, {"steps", std::to_string(a.steps)}, {"text", a.text_file},
+        {"step", std::to_string(step)}, {"steps", std::to_string(a.steps)}, {"text", a.text_file}, {"prompts", a.prompts_file},
         {"loss", a.tvd ? "tvd" : "kl"}, {"temperature", std::to_string(a.temperature)}, {"ce_weight", std::to_string(a.ce_weight)}};
   };
   compress::HeadTrainOptions o{
@@ -126,7 +153,9 @@ int run_distill(DistillArgs a) {
   if (a.json) {
     nlohmann::ordered_json j{{"before", eval_json(r->before)}, {"after", eval_json(r->after)}, {"steps", r->steps},
                              {"examples", r->examples}, {"train_tokens", train->tokens.size()},
-                             {"head_tokens", head->n_tokens()}, {"teacher_seconds", teacher_s},
+                             {"head_tokens", head->n_tokens()}, {"generated_texts", generated.texts.size()},
+                             {"generated_tokens", generated.generated_tokens}, {"generate_seconds", generated.seconds},
+                             {"teacher_seconds", teacher_s},
                              {"train_seconds", r->seconds}, {"seconds", total_s}};
     j["curve"] = nlohmann::ordered_json::array();
     for (const auto& p : r->curve)
@@ -151,7 +180,15 @@ void register_distill(CLI::App& app, Handler& handler) {
   cmd->add_flag("--head", a->head, "Distil an EAGLE-style draft head (one FFN block over [hidden; next embedding])");
   cmd->add_option("--student", a->student, "A pruned copy as the draft (not built yet)");
   cmd->add_option("-o,--output", a->out, "Output file (also the checkpoint)");
-  cmd->add_option("-f,--text", a->text_file, "Training text");
+  cmd->add_option("-f,--text", a->text_file, "Training text (and/or --prompts)");
+  cmd->add_option("--prompts", a->prompts_file,
+                  "Openings, one per line: the teacher continues each (on-policy data), after any -f text");
+  cmd->add_option("--samples", a->gen.samples, "Continuations per opening (default 4)")->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--gen-tokens", a->gen.max_tokens, "Tokens per continuation (default 256)")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--gen-temperature", a->gen.temperature, "Sampling temperature of the continuations (default 0.8, top-p 0.95)")
+      ->check(CLI::Range(0.0, 5.0));
+  cmd->add_flag("--gen-greedy", a->gen_greedy,
+                "Also continue each sample's first 24 words greedily (the texts greedy decoding meets)");
   cmd->add_option("--eval-text", a->eval_file, "Held-out text (default: the training text's last tenth)");
   cmd->add_option("--steps", a->steps, "Optimizer steps (default 3000)")->check(CLI::Range(int64_t(1), int64_t(1) << 30));
   cmd->add_option("--batch", a->batch, "Examples per step (default 64)")->check(CLI::Range(int64_t(1), int64_t(1) << 14));

@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <random>
 
@@ -405,6 +406,35 @@ TEST(Cli, PruneRemovesLayersAndReports) {
 // `kvasir distill --head` then `kvasir run --spec head`: the head trains (held-out KL falls, top-1
 // agreement rises), the run with it prints exactly the plain run's text, and bad requests exit 1
 // naming the problem (a head for other weights is refused at load).
+// On-policy data: the teacher continues a file of openings (sampled, then greedily from each
+// sample's first words) and the head trains on those texts; the count of texts and tokens is
+// exact, training lowers the held-out KL, and a file without openings is refused.
+TEST(Cli, DistillOnTheTeachersOwnContinuations) {
+  const std::string model = shared_path("models/stories260K.gguf");
+  if (!std::ifstream(model)) GTEST_SKIP() << "../shared is not available";
+  const std::string dir = ::testing::TempDir() + "/kvasir_cli_prompts_" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/prompts.txt") << "Once upon a time\n\nThe little dog\nLily wanted to\n  \nTom and Sam went\nOne day, a bird\n";
+  const auto r = kvasir({"distill", "--teacher", model, "--head", "-o", dir + "/head.gguf", "--prompts", dir + "/prompts.txt",
+                         "--samples", "3", "--gen-tokens", "96", "--gen-greedy", "-c", "128", "--steps", "150", "--batch", "32",
+                         "--lr", "3e-3", "--head-tokens", "512", "--head-ffn", "64", "--eval-every", "0", "--json", "-t", "2"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["generated_texts"], 5 * 3 * 2);
+  // Sampled texts may end early at an end-of-text token; the greedy ones run 96 - 24 tokens at most.
+  EXPECT_GT(j["generated_tokens"].get<int64_t>(), 5 * 3 * 48);
+  EXPECT_LE(j["generated_tokens"].get<int64_t>(), 5 * 3 * (96 + 72));
+  EXPECT_LT(j["after"]["kl"].get<double>(), 0.7 * j["before"]["kl"].get<double>());
+  std::ofstream(dir + "/empty.txt") << "\n   \n";
+  const auto empty = kvasir({"distill", "--teacher", model, "--head", "-o", dir + "/h2.gguf", "--prompts", dir + "/empty.txt"});
+  EXPECT_EQ(empty.code, 1);
+  EXPECT_NE(empty.err.find("no prompts"), std::string::npos) << empty.err;
+  const auto none = kvasir({"distill", "--teacher", model, "--head", "-o", dir + "/h2.gguf"});
+  EXPECT_EQ(none.code, 1);
+  EXPECT_NE(none.err.find("--prompts"), std::string::npos) << none.err;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Cli, DistillAHeadAndDraftWithIt) {
   const std::string model = shared_path("models/stories260K.gguf"), text = shared_path("golden/perplexity/stories-sampled.txt");
   const std::string other = shared_path("models/stories260K-q8_0.gguf");
