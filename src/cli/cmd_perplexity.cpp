@@ -2,6 +2,7 @@
 // perplexity (chunks of -c tokens, BOS first, the second half of each chunk scored); with
 // --kl-base, the KL divergence of MODEL's next-token distributions from BASE's, evaluated side by
 // side, reported in the shape of llama-perplexity's --kl-divergence report.
+#include <algorithm>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -21,7 +22,7 @@ namespace {
 
 struct PerplexityArgs {
   std::string model, text_file, kl_base;
-  int64_t n_ctx = 512;
+  int64_t n_ctx = 512, max_chunks = 0;  // 0: the whole text
   int threads = 0;
   bool json = false;
   std::string kv_type = "f16", base_kv_type = "f16";
@@ -51,7 +52,8 @@ int run_perplexity(PerplexityArgs a) {
   if (!kv_type) return fail(kv_type.error());
   auto base_kv_type = parse_kv_type(a.base_kv_type);
   if (!base_kv_type) return fail(base_kv_type.error());
-  const std::vector<int32_t> tokens = tok->encode(text);
+  std::vector<int32_t> tokens = tok->encode(text);
+  if (a.max_chunks > 0) tokens.resize(std::min(tokens.size(), size_t(a.max_chunks * a.n_ctx)));
   // On the built-in text, never on the text scored.
   auto kv_transform = calibrate_kv_cache(**model, *tok, *kv_type, a.n_ctx, "", a.threads, !a.kv_no_calibrate);
   if (!kv_transform) return fail(kv_transform.error());
@@ -118,6 +120,8 @@ void register_perplexity(CLI::App& app, Handler& handler) {
   cmd->add_option("-m,--model", a->model, "GGUF model (default: the installed Gemma 3 270M)");
   cmd->add_option("-f,--file", a->text_file, "Text file")->required();
   cmd->add_option("-c,--ctx", a->n_ctx, "Chunk size in tokens")->check(CLI::Range(int64_t(8), int64_t(1) << 16));
+  cmd->add_option("--chunks", a->max_chunks, "Score the text's first N chunks only (default: all)")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 30));
   cmd->add_option("--kl-base", a->kl_base, "Reference model: report the KL divergence from it (same vocabulary)");
   cmd->add_option("-t,--threads", a->threads, "Threads (default: physical cores)");
   cmd->add_flag("--json", a->json, "Print one JSON object");

@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   register_imatrix(app, handler);
   register_prune(app, handler);
   register_distill(app, handler);
+  register_compress(app, handler);
   register_pull(app, handler);
   register_serve(app, handler);
   register_router(app, handler);

@@ -29,6 +29,7 @@ void register_spec_sweep(CLI::App& app, Handler& handler);
 void register_imatrix(CLI::App& app, Handler& handler);
 void register_prune(CLI::App& app, Handler& handler);
 void register_distill(CLI::App& app, Handler& handler);
+void register_compress(CLI::App& app, Handler& handler);  // prune -> quantize, one table
 void register_pull(CLI::App& app, Handler& handler);  // pull, list
 
 int main(int argc, char** argv);
