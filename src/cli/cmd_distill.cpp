@@ -1,10 +1,11 @@
-// `kvasir distill --teacher T.gguf --head -o head.gguf -f TEXT | --prompts FILE`: an EAGLE-style
-// draft head (compress/eagle_head.h) distilled from the target on a text and/or on the target's own
-// continuations of a list of openings (cli/teacher_texts.h, on-policy): the target's hidden states are
-// computed once, the head trains on them with the distillation loss (KL at a temperature, CE on
-// the text, or TVD), AdamW and a warmup + cosine schedule, and is checked on held-out text (KL,
-// and how often its top token is the target's). The result loads with `--spec head
-// --draft-head-file`.
+// `kvasir distill --teacher T.gguf (--head | --student PRUNED.gguf) -o OUT -f TEXT | --prompts FILE`:
+// an EAGLE-style draft head (compress/eagle_head.h) or a pruned copy of the teacher healed through
+// an adapter before its output (compress/distill_student.h), distilled on a text and/or on the
+// teacher's own continuations of a list of openings (cli/teacher_texts.h, on-policy). The
+// teacher's hidden states are computed once, the trained part learns with the distillation loss
+// (KL at a temperature, CE on the text, or TVD), AdamW and a warmup + cosine schedule, and is
+// checked on held-out text (KL, and how often its top token is the teacher's). A head loads with
+// `--spec head --draft-head-file`; a student is a standard GGUF (`--draft-model`, or on its own).
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -16,6 +17,7 @@
 #include "cli/commands.h"
 #include "cli/teacher_texts.h"
 #include "compress/distill_head.h"
+#include "compress/distill_student.h"
 #include "compress/eagle_head.h"
 #include "spec/draft_head.h"
 #include "tokenizer/tokenizer.h"
@@ -27,10 +29,10 @@ struct DistillArgs {
   std::string teacher, student, out, text_file, eval_file, resume, prompts_file;
   bool head = false, tvd = false, json = false, gen_greedy = false;
   TeacherTextOptions gen;
-  int64_t steps = 3000, batch = 64, warmup = 100, n_ctx = 512, max_chunks = -1, eval_every = 250, eval_positions = 4096;
+  int64_t steps = -1, batch = 64, warmup = 100, n_ctx = 512, max_chunks = -1, eval_every = 250, eval_positions = 4096;
   int64_t checkpoint_every = 500, head_ffn = 1024;
   int32_t head_tokens = 8192;
-  double lr = 1e-3, weight_decay = 0.0, clip = 1.0, temperature = 1.0, ce_weight = 0.0, self_feed = 0.0;
+  double lr = -1, weight_decay = 0.0, clip = 1.0, temperature = 1.0, ce_weight = 0.0, self_feed = 0.0;
   uint64_t seed = 1;
   int threads = 0;
 };
@@ -39,11 +41,81 @@ nlohmann::ordered_json eval_json(const compress::HeadEval& e) {
   return {{"kl", e.kl}, {"tvd", e.tvd}, {"accept", e.accept}, {"positions", e.positions}};
 }
 
+nlohmann::ordered_json eval_json(const compress::StudentEval& e) {
+  return {{"kl", e.kl}, {"tvd", e.tvd}, {"accept", e.accept}, {"positions", e.positions}};
+}
+
+// --student: the pruned copy's features on the same chunks, its adapter trained, the file written.
+int run_distill_student(const DistillArgs& a, const Model& teacher, const compress::TeacherFeatures& teacher_train,
+                        const compress::TeacherFeatures& teacher_held, int32_t bos, double teacher_s,
+                        const TeacherTexts& generated) {
+  auto loaded = Model::load(a.student);
+  if (!loaded) return fail(loaded.error());
+  const Model& student = **loaded;
+  if (student.config().n_embd != teacher.config().n_embd || student.config().n_vocab != teacher.config().n_vocab)
+    return fail(a.student + " is not a pruned copy of the teacher: its width or vocabulary differs");
+  const bool bar = isatty(STDERR_FILENO);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto features = [&](const compress::TeacherFeatures& like, const char* what) {
+    return compress::teacher_features(student, like.tokens,
+                                      {.n_ctx = like.n_ctx, .max_chunks = like.chunks(), .bos = bos, .num_threads = a.threads,
+                                       .on_chunk = [&](int64_t c, int64_t n) {
+                                         if (bar) std::fprintf(stderr, "\r%s: student chunk %lld/%lld ", what, (long long)c, (long long)n);
+                                       }});
+  };
+  auto train = features(teacher_train, "train");
+  if (!train) return fail(train.error());
+  auto held = features(teacher_held, "held-out");
+  if (!held) return fail(held.error());
+  if (bar) std::fprintf(stderr, "\r\033[K");
+  const double student_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // Adam moves every entry of A by about lr a step, and A·n sums d of them: the default scales as 1/d.
+  const double lr = a.lr > 0 ? a.lr : 0.1 / double(student.config().n_embd);
+  compress::StudentTrainOptions o{.steps = a.steps, .batch = a.batch, .warmup = a.warmup, .lr = lr,
+                                  .weight_decay = a.weight_decay, .clip = a.clip,
+                                  .loss = {.ce_weight = a.ce_weight, .temperature = a.temperature, .tvd = a.tvd},
+                                  .eval_every = a.eval_every, .eval_positions = a.eval_positions, .seed = a.seed,
+                                  .num_threads = a.threads};
+  o.on_progress = [&](const compress::StudentTrainProgress& p) {
+    if (p.eval)
+      std::fprintf(stderr, "%sstep %lld/%lld: train loss %.4f KL %.4f | held-out KL %.4f, same top-1 %.1f%%\n", bar ? "\r\033[K" : "",
+                   (long long)p.step, (long long)p.steps, p.loss, p.kl, p.eval->kl, 100 * p.eval->accept);
+    else if (bar)
+      std::fprintf(stderr, "\rdistill: step %lld/%lld, loss %.4f, KL %.4f, lr %.2e, %.0f examples/s  ", (long long)p.step,
+                   (long long)p.steps, p.loss, p.kl, p.lr, p.examples_per_s);
+  };
+  auto r = compress::train_student_adapter(student, teacher_train, *train, teacher_held, *held, o);
+  if (bar) std::fprintf(stderr, "\r\033[K");
+  if (!r) return fail(r.error());
+  const std::vector<std::pair<std::string, std::string>> info = {
+      {"teacher", a.teacher}, {"steps", std::to_string(r->steps)}, {"loss", a.tvd ? "tvd" : "kl"},
+      {"held_out_kl", std::to_string(r->after.kl)}, {"student", "output adapter folded into output.weight"}};
+  if (auto s = compress::write_student(a.student, a.out, student, r->adapter, info, a.threads); !s) return fail(s.error());
+  if (a.json) {
+    nlohmann::ordered_json j{{"before", eval_json(r->before)}, {"after", eval_json(r->after)}, {"steps", r->steps},
+                             {"examples", r->examples}, {"train_tokens", teacher_train.tokens.size()},
+                             {"generated_texts", generated.texts.size()}, {"generated_tokens", generated.generated_tokens},
+                             {"teacher_seconds", teacher_s}, {"student_seconds", student_s}, {"train_seconds", r->seconds}};
+    j["curve"] = nlohmann::ordered_json::array();
+    for (const auto& p : r->curve)
+      j["curve"].push_back({{"step", p.step}, {"train_loss", p.loss}, {"train_kl", p.kl}, {"eval", eval_json(*p.eval)}});
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    std::printf("%s: %s with an output adapter; %lld steps x %lld examples, %.0f s (features: teacher %.0f s, student %.0f s)\n",
+                a.out.c_str(), a.student.c_str(), (long long)r->steps, (long long)a.batch, r->seconds, teacher_s, student_s);
+    std::printf("held-out against the teacher: KL %.4f -> %.4f, TVD %.4f -> %.4f, same top-1 (a greedy draft's first token kept) %.1f%% -> %.1f%%\n",
+                r->before.kl, r->after.kl, r->before.tvd, r->after.tvd, 100 * r->before.accept, 100 * r->after.accept);
+  }
+  return 0;
+}
+
 int run_distill(DistillArgs a) {
-  if (!a.student.empty())
-    return fail("--student (a pruned copy trained as the draft) is not built yet: distil an EAGLE-style head with --head");
-  if (!a.head) return fail("say what to distil: --head (an EAGLE-style draft head over the teacher's hidden states)");
-  if (a.out.empty()) return fail("give the output file: -o head.gguf");
+  if (a.head == !a.student.empty())
+    return fail("say what to distil: --head (an EAGLE-style draft head over the teacher's hidden states) or --student "
+                "PRUNED.gguf (a pruned copy of the teacher, healed through an adapter before its output)");
+  if (a.out.empty()) return fail(a.head ? "give the output file: -o head.gguf" : "give the output file: -o student.gguf");
+  if (a.out == a.student) return fail("the output must be another file than the student");
+  if (a.steps < 0) a.steps = a.head ? 3000 : 300;
   if (a.text_file.empty() && a.prompts_file.empty())
     return fail("give the training data: -f TEXT and/or --prompts FILE (openings the teacher continues)");
   if (a.out == a.teacher) return fail("the output must be another file than the teacher");
@@ -104,6 +176,7 @@ int run_distill(DistillArgs a) {
   if (!held) return fail(held.error());
   if (bar) std::fprintf(stderr, "\r\033[K");
   const double teacher_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!a.head) return run_distill_student(a, target, *train, *held, bos, teacher_s, generated);
 
   int64_t first_step = 0;
   std::optional<compress::EagleHead> head;
@@ -128,7 +201,7 @@ int run_distill(DistillArgs a) {
         {"loss", a.tvd ? "tvd" : "kl"}, {"temperature", std::to_string(a.temperature)}, {"ce_weight", std::to_string(a.ce_weight)}};
   };
   compress::HeadTrainOptions o{
-      .steps = a.steps, .batch = a.batch, .warmup = a.warmup, .first_step = first_step, .lr = a.lr,
+      .steps = a.steps, .batch = a.batch, .warmup = a.warmup, .first_step = first_step, .lr = a.lr > 0 ? a.lr : 1e-3,
       .weight_decay = a.weight_decay, .clip = a.clip,
       .loss = {.ce_weight = a.ce_weight, .temperature = a.temperature, .tvd = a.tvd},
       .self_feed = a.self_feed, .eval_every = a.eval_every, .eval_positions = a.eval_positions, .seed = a.seed,
@@ -175,10 +248,11 @@ int run_distill(DistillArgs a) {
 
 void register_distill(CLI::App& app, Handler& handler) {
   auto a = std::make_shared<DistillArgs>();
-  auto* cmd = app.add_subcommand("distill", "Distil a draft from a model: an EAGLE-style head over its hidden states (--head)");
+  auto* cmd = app.add_subcommand("distill", "Distil from a model: an EAGLE-style draft head (--head) or a pruned copy healed toward it (--student)");
   cmd->add_option("--teacher", a->teacher, "The target model (default: the installed Gemma 3 270M)");
   cmd->add_flag("--head", a->head, "Distil an EAGLE-style draft head (one FFN block over [hidden; next embedding])");
-  cmd->add_option("--student", a->student, "A pruned copy as the draft (not built yet)");
+  cmd->add_option("--student", a->student,
+                  "A pruned copy of the teacher (kvasir prune): trained through an adapter before its output, written to -o");
   cmd->add_option("-o,--output", a->out, "Output file (also the checkpoint)");
   cmd->add_option("-f,--text", a->text_file, "Training text (and/or --prompts)");
   cmd->add_option("--prompts", a->prompts_file,
@@ -190,9 +264,9 @@ void register_distill(CLI::App& app, Handler& handler) {
   cmd->add_flag("--gen-greedy", a->gen_greedy,
                 "Also continue each sample's first 24 words greedily (the texts greedy decoding meets)");
   cmd->add_option("--eval-text", a->eval_file, "Held-out text (default: the training text's last tenth)");
-  cmd->add_option("--steps", a->steps, "Optimizer steps (default 3000)")->check(CLI::Range(int64_t(1), int64_t(1) << 30));
+  cmd->add_option("--steps", a->steps, "Optimizer steps (default: 3000 for a head, 300 for a student)")->check(CLI::Range(int64_t(1), int64_t(1) << 30));
   cmd->add_option("--batch", a->batch, "Examples per step (default 64)")->check(CLI::Range(int64_t(1), int64_t(1) << 14));
-  cmd->add_option("--lr", a->lr, "Peak learning rate (default 1e-3)")->check(CLI::Range(1e-7, 1.0));
+  cmd->add_option("--lr", a->lr, "Peak learning rate (default: 1e-3 for a head, 0.1 / width for a student)")->check(CLI::Range(1e-7, 1.0));
   cmd->add_option("--warmup", a->warmup, "Warmup steps (default 100)")->check(CLI::Range(int64_t(0), int64_t(1) << 30));
   cmd->add_option("--weight-decay", a->weight_decay, "AdamW's decoupled weight decay (default 0)")->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--clip", a->clip, "Gradient norm bound (default 1)")->check(CLI::Range(1e-6, 1e6));

@@ -435,21 +435,22 @@ TEST(Cli, DistillOnTheTeachersOwnContinuations) {
   std::filesystem::remove_all(dir);
 }
 
-// The chain: prune (a layer removed), quantize (GPTQ to Q8_0 behind its gate), one table. The input
-// row is the reference (KLD 0, acceptance 1), the pruned row pays in KLD and acceptance, the
-// quantized row is smaller than the pruned one and close to it; the intermediate file is gone. A
-// gate that refuses ends the chain with no output, and a chain with nothing to do is refused.
+// The chain: prune (a layer removed), distil (the pruned copy healed toward the input), quantize
+// (GPTQ to Q8_0 behind its gate), one table. The input row is the reference (KLD 0, acceptance 1),
+// the pruned row pays in KLD and acceptance, the distilled row wins part of it back, the quantized
+// row is smaller and close to the distilled one; the intermediate files are gone. A gate that
+// refuses ends the chain with no output, and a chain with nothing to do is refused.
 TEST(Cli, CompressChainsPruneAndQuantizeIntoOneTable) {
   const std::string model = shared_path("models/stories260K.gguf"), text = shared_path("golden/perplexity/stories-sampled.txt");
   if (!std::ifstream(model) || !std::ifstream(text)) GTEST_SKIP() << "../shared is not available";
   const std::string out = ::testing::TempDir() + "/kvasir_cli_compress_" + std::to_string(getpid()) + ".gguf";
-  const auto r = kvasir({"compress", model, out, "--prune", "--remove-layers 1", "--type", "q8_0", "--method", "gptq",
-                         "--max-kld", "0.05", "--calib-text", text, "--eval-text", text, "-c", "128", "--eval-chunks", "40",
+  const auto r = kvasir({"compress", model, out, "--prune", "--remove-layers 1", "--distill-steps", "200", "--type", "q8_0",
+                         "--method", "gptq", "--max-kld", "0.05", "--calib-text", text, "--eval-text", text, "-c", "128", "--eval-chunks", "40",
                          "--bench-reps", "1", "--json", "-t", "2"});
   ASSERT_EQ(r.code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
-  ASSERT_EQ(j["stages"].size(), 3u);
-  const auto &in = j["stages"][0], &pruned = j["stages"][1], &q = j["stages"][2];
+  ASSERT_EQ(j["stages"].size(), 4u);
+  const auto &in = j["stages"][0], &pruned = j["stages"][1], &healed = j["stages"][2], &q = j["stages"][3];
   EXPECT_EQ(j["prune"]["layers_out"].get<int>(), j["prune"]["layers_in"].get<int>() - 1);
   EXPECT_EQ(in["kld"].get<double>(), 0.0);
   EXPECT_EQ(in["draft_acceptance"].get<double>(), 1.0);
@@ -457,12 +458,22 @@ TEST(Cli, CompressChainsPruneAndQuantizeIntoOneTable) {
   EXPECT_LT(pruned["draft_acceptance"].get<double>(), 0.95);
   EXPECT_GT(pruned["draft_acceptance"].get<double>(), 0.2);
   EXPECT_LT(pruned["mib"].get<double>(), in["mib"].get<double>());
+  EXPECT_LT(healed["kld"].get<double>(), 0.9 * pruned["kld"].get<double>());
+  EXPECT_GT(healed["draft_acceptance"].get<double>(), pruned["draft_acceptance"].get<double>());
+  EXPECT_LT(j["distill"]["after"]["kl"].get<double>(), j["distill"]["before"]["kl"].get<double>());
   EXPECT_LT(q["mib"].get<double>(), 0.5 * pruned["mib"].get<double>());
-  EXPECT_NEAR(q["kld"].get<double>(), pruned["kld"].get<double>(), 0.05);
+  EXPECT_NEAR(q["kld"].get<double>(), healed["kld"].get<double>(), 0.05);
   EXPECT_GT(q["tokens_per_s"].get<double>(), 0.0);
   EXPECT_TRUE(std::ifstream(out).good());
   EXPECT_FALSE(std::ifstream(out + ".pruned.gguf").good());
+  EXPECT_FALSE(std::ifstream(out + ".distilled.gguf").good());
   std::remove(out.c_str());
+  const auto both = kvasir({"distill", "--teacher", model, "--head", "--student", model, "-o", out, "-f", text});
+  EXPECT_EQ(both.code, 1);
+  EXPECT_NE(both.err.find("--student"), std::string::npos) << both.err;
+  const auto unpruned = kvasir({"compress", model, out, "--distill-steps", "10", "--type", "q8_0", "--eval-text", text});
+  EXPECT_EQ(unpruned.code, 1);
+  EXPECT_NE(unpruned.err.find("give --prune"), std::string::npos) << unpruned.err;
   const auto gated = kvasir({"compress", model, out, "--type", "q4_0", "--max-kld", "0.000001", "--eval-text", text, "-c", "128",
                              "-t", "2"});
   EXPECT_EQ(gated.code, 1);
