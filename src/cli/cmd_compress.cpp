@@ -118,6 +118,17 @@ int run_compress(const CompressArgs& a) {
   const std::string healed = a.type.empty() ? a.out : a.out + ".distilled.gguf";
   const std::string pruned = a.type.empty() && a.distill_steps == 0 ? a.out : a.out + ".pruned.gguf";
   if (a.distill_steps > 0 && a.prune.empty()) return fail("--distill-steps heals a pruned copy: give --prune too");
+  // The intermediate files go when the chain ends, whether it succeeds or not.
+  struct Cleanup {
+    std::vector<std::string> files;
+    ~Cleanup() {
+      std::error_code ec;
+      for (const std::string& f : files) std::filesystem::remove(f, ec);
+    }
+  } cleanup;
+  if (!a.keep)
+    for (const std::string& f : {pruned, healed})
+      if (f != a.out) cleanup.files.push_back(f);
   if (!a.prune.empty()) {
     if (a.calib_text.empty()) return fail("--prune chooses what to cut on calibration text: give --calib-text FILE");
     std::vector<std::string> args = {"prune", a.in, pruned, "-f", a.calib_text, "--json", "-t", t};
@@ -157,9 +168,6 @@ int run_compress(const CompressArgs& a) {
     if (!r) return fail(r.error());
     rows.push_back(std::move(*r));
   }
-  if (!a.keep)  // the intermediate files
-    for (const std::string& f : {pruned, healed})
-      if (f != a.out && std::filesystem::exists(f)) std::filesystem::remove(f);
   const double base_tok_s = rows[0].tok_s;
   j["stages"] = nlohmann::ordered_json::array();
   for (const Row& r : rows)

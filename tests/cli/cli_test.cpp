@@ -474,11 +474,12 @@ TEST(Cli, CompressChainsPruneAndQuantizeIntoOneTable) {
   const auto unpruned = kvasir({"compress", model, out, "--distill-steps", "10", "--type", "q8_0", "--eval-text", text});
   EXPECT_EQ(unpruned.code, 1);
   EXPECT_NE(unpruned.err.find("give --prune"), std::string::npos) << unpruned.err;
-  const auto gated = kvasir({"compress", model, out, "--type", "q4_0", "--max-kld", "0.000001", "--eval-text", text, "-c", "128",
-                             "-t", "2"});
+  const auto gated = kvasir({"compress", model, out, "--prune", "--remove-layers 1", "--type", "q4_0", "--max-kld", "0.000001",
+                             "--calib-text", text, "--eval-text", text, "-c", "128", "-t", "2"});
   EXPECT_EQ(gated.code, 1);
   EXPECT_NE(gated.err.find("exceeds --max-kld"), std::string::npos) << gated.err;
   EXPECT_FALSE(std::ifstream(out).good());
+  EXPECT_FALSE(std::ifstream(out + ".pruned.gguf").good());  // a chain that fails leaves nothing behind
   const auto nothing = kvasir({"compress", model, out, "--eval-text", text});
   EXPECT_EQ(nothing.code, 1);
   EXPECT_NE(nothing.err.find("nothing to do"), std::string::npos) << nothing.err;
