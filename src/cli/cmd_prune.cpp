@@ -25,7 +25,7 @@ namespace {
 struct PruneArgs {
   std::string in, out, method = "magnitude", scope, nm, calib_file, imatrix_file, eval_file;
   double sparsity = -1, ffn_keep = 1.0;
-  int64_t remove_layers = 0, n_ctx = 512, calib_chunks = 8, eval_chunks = -1;
+  int64_t remove_layers = 0, n_ctx = 512, calib_chunks = 8, eval_chunks = -1, heads_keep = 0;
   std::vector<int64_t> drop_layers;
   bool contiguous = false, allow_requantize = false, json = false;
   int threads = 0;
@@ -58,20 +58,20 @@ Result<compress::Unstructured> unstructured_of(const PruneArgs& a) {
 
 int run_prune(PruneArgs a) {
   const bool unstructured = a.sparsity >= 0 || !a.nm.empty();
-  if (!unstructured && a.remove_layers == 0 && a.drop_layers.empty() && a.ffn_keep >= 1.0)
-    return fail("nothing to prune: give --sparsity S, --nm N:M, --remove-layers N, --drop-layers L,... or --ffn-keep F");
+  if (!unstructured && a.remove_layers == 0 && a.drop_layers.empty() && a.ffn_keep >= 1.0 && a.heads_keep == 0)
+    return fail("nothing to prune: give --sparsity S, --nm N:M, --remove-layers N, --drop-layers L,..., --ffn-keep F or --heads-keep H");
   if (a.remove_layers > 0 && !a.drop_layers.empty()) return fail("--remove-layers and --drop-layers exclude each other");
-  compress::PruneOptions po{.ffn_keep = a.ffn_keep, .allow_requantize = a.allow_requantize, .num_threads = a.threads};
+  compress::PruneOptions po{.ffn_keep = a.ffn_keep, .heads_keep = a.heads_keep, .allow_requantize = a.allow_requantize, .num_threads = a.threads};
   if (unstructured) {
     auto u = unstructured_of(a);
     if (!u) return fail(u.error());
     po.unstructured = *u;
   }
   const bool wanda = unstructured && po.unstructured->method == compress::PruneMethod::wanda;
-  const bool needs_stats = wanda || a.ffn_keep < 1.0;  // activation statistics: an imatrix
+  const bool needs_stats = wanda || a.ffn_keep < 1.0 || a.heads_keep > 0;  // activation statistics: an imatrix
   if ((a.remove_layers > 0 || (needs_stats && a.imatrix_file.empty())) && a.calib_file.empty())
     return fail(a.remove_layers > 0 ? "--remove-layers chooses layers on a calibration text: give -f TEXT"
-                                    : std::string(wanda ? "Wanda" : "--ffn-keep") +
+                                    : std::string(wanda ? "Wanda" : a.ffn_keep < 1.0 ? "--ffn-keep" : "--heads-keep") +
                                           " needs activation statistics: give -f TEXT or --imatrix FILE");
   auto model = Model::load(a.in);
   if (!model) return fail(model.error());
@@ -152,6 +152,8 @@ int run_prune(PruneArgs a) {
   j["removed_layers"] = report->removed_layers;
   j["n_ff_in"] = report->n_ff_in;
   j["n_ff_out"] = report->n_ff_out;
+  j["n_head_in"] = report->n_head_in;
+  j["n_head_out"] = report->n_head_out;
   j["bytes_in"] = report->bytes_in;
   j["bytes_out"] = report->bytes_out;
   if (unstructured) {
@@ -165,6 +167,8 @@ int run_prune(PruneArgs a) {
       for (int64_t l : report->removed_layers) std::printf(" %lld", (long long)l);
       std::printf(" (%lld -> %lld layers)\n", (long long)report->layers_in, (long long)report->layers_out);
     }
+    if (report->n_head_out != report->n_head_in)
+      std::printf("query heads: %lld -> %lld in every layer\n", (long long)report->n_head_in, (long long)report->n_head_out);
     if (report->n_ff_out != report->n_ff_in)
       std::printf("FFN channels: %lld -> %lld in every layer\n", (long long)report->n_ff_in, (long long)report->n_ff_out);
     if (unstructured) {
@@ -220,6 +224,9 @@ void register_prune(CLI::App& app, Handler& handler) {
   cmd->add_option("--imatrix", a->imatrix_file, "Wanda's statistics from an importance matrix file instead");
   cmd->add_option("--calib-chunks", a->calib_chunks, "Calibration chunks at most (default 8)")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   cmd->add_option("-c,--ctx", a->n_ctx, "Chunk size in tokens (default 512)")->check(CLI::Range(int64_t(16), int64_t(1) << 16));
+  cmd->add_option("--heads-keep", a->heads_keep,
+                  "Query heads kept per KV group in every layer (by the attention output's activations x ||W_o||)")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 16));
   cmd->add_option("--eval", a->eval_file, "Held-out text: the pruned model's PPL, KLD and same top-1 against the input");
   cmd->add_option("--eval-chunks", a->eval_chunks, "Held-out chunks at most (default: all)");
   cmd->add_flag("--allow-requantize", a->allow_requantize, "Prune a quantized model (dequantized, pruned, quantized again)");

@@ -127,6 +127,45 @@ Result<std::vector<int32_t>> ffn_channels_kept(const gguf::File& in, int64_t lay
   return order;
 }
 
+// The query heads a layer keeps: in each KV group the `keep` highest of the sum over the head's
+// channels j of E[o_j²] · ||W_o[:, j]||², o the attention output that attn_output reads.
+Result<std::vector<int32_t>> heads_kept(const gguf::File& in, int64_t layer, const ModelConfig& c, int64_t keep,
+                                        const calib::Imatrix* im, ThreadPool& pool) {
+  const std::string name = "blk." + std::to_string(layer) + ".attn_output.weight";
+  const gguf::TensorInfo* wo = in.tensor(name);
+  if (!wo || wo->n_dims != 2 || wo->ne[0] != c.n_heads * c.head_dim) return Error{"removing heads needs '" + name + "'"};
+  if (!im) return Error{"removing heads needs activation statistics (-f TEXT or --imatrix FILE)", ErrorCode::invalid_argument};
+  auto it = im->entries.find(name);
+  if (it == im->entries.end() || it->second.n_in() != wo->ne[0])
+    return Error{"the importance matrix has no entry of the right shape for '" + name + "'", ErrorCode::invalid_argument};
+  auto w = to_f32(Out{wo, name, layer, false}, pool);
+  if (!w) return Error{w.error()};
+  const int64_t n = wo->ne[0], D = c.head_dim, group = c.n_heads / c.n_kv_heads;
+  std::vector<double> score(size_t(c.n_heads), 0.0);
+  for (int64_t o = 0; o < wo->ne[1]; ++o)
+    for (int64_t j = 0; j < n; ++j) {
+      const double x = (*w)[size_t(o * n + j)];
+      score[size_t(j / D)] += x * x * std::max(0.0, double(it->second.mean(0, j)));
+    }
+  std::vector<int32_t> kept;
+  for (int64_t g = 0; g < c.n_kv_heads; ++g) {
+    std::vector<int32_t> heads(static_cast<size_t>(group));
+    std::iota(heads.begin(), heads.end(), int32_t(g * group));
+    std::stable_sort(heads.begin(), heads.end(), [&](int32_t a, int32_t b) { return score[size_t(a)] > score[size_t(b)]; });
+    kept.insert(kept.end(), heads.begin(), heads.begin() + keep);
+  }
+  std::sort(kept.begin(), kept.end());
+  return kept;
+}
+
+// The rows (or columns) of the kept heads' channels.
+std::vector<int32_t> head_channels(const std::vector<int32_t>& heads, int64_t D) {
+  std::vector<int32_t> out;
+  for (int32_t h : heads)
+    for (int64_t i = 0; i < D; ++i) out.push_back(int32_t(h * D + i));
+  return out;
+}
+
 Status check_removal(const std::vector<int64_t>& remove, int64_t n_layers) {
   std::set<int64_t> seen;
   for (int64_t l : remove) {
@@ -193,6 +232,26 @@ Result<PruneReport> prune_file(const std::string& in_path, const std::string& ou
     }
   }
   report.n_ff_in = config->n_ff, report.n_ff_out = n_ff_out;
+  // Query heads: the same number kept in every KV group and layer (one head_count).
+  int64_t n_head_out = config->n_heads;
+  std::vector<std::vector<int32_t>> head_rows(static_cast<size_t>(n_layers));
+  if (o.heads_keep > 0) {
+    const int64_t group = config->n_kv_heads > 0 ? config->n_heads / config->n_kv_heads : 0;
+    if (!in.tensor("blk.0.attn_q.weight") || !in.tensor("blk.0.attn_output.weight"))
+      return Error{"removing heads needs separate attn_q and attn_output matrices (not a fused qkv)", ErrorCode::invalid_argument};
+    if (o.heads_keep >= group)
+      return Error{"--heads-keep " + std::to_string(o.heads_keep) + " keeps every one of the " + std::to_string(group) +
+                       " query heads per KV group",
+                   ErrorCode::invalid_argument};
+    n_head_out = config->n_kv_heads * o.heads_keep;
+    for (int64_t l = 0; l < n_layers; ++l) {
+      if (new_index[size_t(l)] < 0) continue;
+      auto kept = heads_kept(in, l, *config, o.heads_keep, o.imatrix, pool);
+      if (!kept) return Error{kept.error(), kept.error_code()};
+      head_rows[size_t(l)] = head_channels(*kept, config->head_dim);
+    }
+  }
+  report.n_head_in = config->n_heads, report.n_head_out = n_head_out;
 
   // Metadata: what counts layers follows the kept ones; the FFN width follows the kept channels.
   gguf::Writer w;
@@ -203,6 +262,10 @@ Result<PruneReport> prune_file(const std::string& in_path, const std::string& ou
     if (kv.key == prefix + "feed_forward_length" && n_ff_out != config->n_ff) {
       v.u = uint64_t(n_ff_out), v.i = n_ff_out;
       for (auto& item : v.items) item.u = uint64_t(n_ff_out), item.i = n_ff_out;
+    }
+    if (kv.key == prefix + "attention.head_count" && n_head_out != config->n_heads) {
+      v.u = uint64_t(n_head_out), v.i = n_head_out;
+      for (auto& item : v.items) item.u = uint64_t(n_head_out), item.i = n_head_out;
     }
     if (!report.removed_layers.empty() && kv.key.starts_with(prefix)) {
       if (kv.key == prefix + "block_count") {
@@ -216,6 +279,10 @@ Result<PruneReport> prune_file(const std::string& in_path, const std::string& ou
     }
     w.set(kv.key, std::move(v));
   }
+  // A head's width no longer follows from n_embd / head_count: written where the file left it implicit.
+  if (n_head_out != config->n_heads)
+    for (const char* key : {"attention.key_length", "attention.value_length"})
+      if (!in.find(prefix + key)) w.set(prefix + key, gguf::Value::of_u32(uint32_t(config->head_dim)));
   const std::string pattern_key = prefix + "attention.sliding_window_pattern";
   if (!report.removed_layers.empty() && config->sliding_window > 0 && !in.find(pattern_key)) {
     std::vector<gguf::Value> pattern;
@@ -241,8 +308,12 @@ Result<PruneReport> prune_file(const std::string& in_path, const std::string& ou
       if (t.name.ends_with(".ffn_gate.weight") || t.name.ends_with(".ffn_up.weight")) x.keep_rows = &channels[size_t(l)];
       if (t.name.ends_with(".ffn_down.weight")) x.keep_cols = &channels[size_t(l)];
     }
+    if (l >= 0 && !head_rows[size_t(l)].empty()) {
+      if (t.name.ends_with(".attn_q.weight")) x.keep_rows = &head_rows[size_t(l)];
+      if (t.name.ends_with(".attn_q.bias") || t.name.ends_with(".attn_output.weight")) x.keep_cols = &head_rows[size_t(l)];
+    }
     if (x.prune || x.keep_cols) {  // through F32 and back into the type
-      const char* why = x.prune ? "pruning" : "removing FFN channels";
+      const char* why = x.prune ? "pruning" : "removing FFN channels or heads";
       if (dtype_info(t.type).block_size > 1 && !o.allow_requantize)
         return Error{"tensor '" + t.name + "' is quantized (" + std::string(dtype_name(t.type)) + "): " + why +
                          " dequantizes and quantizes it again; prune the float model, or pass --allow-requantize",

@@ -36,6 +36,10 @@ struct PruneOptions {
   // FFN channels kept in every layer (< 1: removed by sqrt(E[h_c²]) · ||W_down[:, c]||, which needs
   // the importance matrix's ffn_down entries), rounded to whole groups of 256 (32) where the width allows.
   double ffn_keep = 1.0;
+  // Query heads kept in every KV group of every layer (0: all), ranked per layer by the attention
+  // output's activation norms (the importance matrix's attn_output entry) times ||W_o[:, channel]||
+  // summed over the head's channels; the K/V heads stay, so the model keeps its KV cache shape.
+  int64_t heads_keep = 0;
   const calib::Imatrix* imatrix = nullptr;      // Wanda's column norms (by the input's tensor names)
   bool allow_requantize = false;
   int num_threads = 0;
@@ -52,6 +56,7 @@ struct PruneReport {
   int64_t layers_in = 0, layers_out = 0;
   std::vector<int64_t> removed_layers;  // of the input, ascending
   int64_t n_ff_in = 0, n_ff_out = 0;    // FFN width
+  int64_t n_head_in = 0, n_head_out = 0;  // query heads
   std::vector<PrunedTensor> tensors;    // the sparsified ones
   uint64_t bytes_in = 0, bytes_out = 0;  // tensor data
 };

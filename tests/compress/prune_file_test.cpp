@@ -332,3 +332,85 @@ TEST(PruneFile, RemovedFfnChannelsComputeWhatZeroingThemComputes) {
     std::filesystem::remove(out);
   }
 }
+
+// Query heads removed: the pruned model computes what the original computes with the other heads'
+// output columns zeroed (their contribution gone), the kept heads are each KV group's highest by
+// sum over the head's channels of E[o_j²] · ||W_o[:, j]||², and head_count follows.
+TEST(PruneFile, RemovedHeadsComputeWhatZeroingTheirOutputComputes) {
+  int tested = 0;
+  for (const char* rel : {"models/stories260K.gguf", "models/fixture-gemma3-f32.gguf", "models/fixture-llama-f32.gguf",
+                          "models/fixture-qwen2-f32.gguf"}) {
+    SCOPED_TRACE(rel);
+    const std::string in = shared(rel);
+    if (!std::ifstream(in)) continue;
+    auto base = Model::load(in);
+    ASSERT_TRUE(base.ok());
+    const ModelConfig& c = (*base)->config();
+    const int64_t group = c.n_heads / c.n_kv_heads, D = c.head_dim;
+    if (group < 2 || (*base)->weights().layers[0].wq.type != DType::F32) continue;
+    std::vector<int32_t> tokens;
+    for (int32_t i = 0; i < 256; ++i) tokens.push_back(1 + (i * 37) % int32_t(c.n_vocab - 1));
+    auto im = calib::collect_imatrix(**base, tokens, {.n_ctx = 64, .num_threads = 2});
+    ASSERT_TRUE(im.ok()) << im.error();
+    const std::string out = tmp("heads.gguf");
+    auto report = prune_file(in, out, {.heads_keep = group / 2, .imatrix = &*im, .num_threads = 2});
+    ASSERT_TRUE(report.ok()) << report.error();
+    EXPECT_EQ(report->n_head_out, c.n_kv_heads * (group / 2));
+    auto pruned = Model::load(out);
+    ASSERT_TRUE(pruned.ok()) << pruned.error();
+    EXPECT_EQ((*pruned)->config().n_heads, report->n_head_out);
+    EXPECT_EQ((*pruned)->config().head_dim, D);
+    auto ref = Model::load(in);
+    ASSERT_TRUE(ref.ok());
+    std::vector<std::vector<float>> owned;
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      const auto& pl = (*pruned)->weights().layers[size_t(l)];
+      auto& rl = (*ref)->mutable_weights().layers[size_t(l)];
+      // Which original heads the pruned wq kept (each head's D rows are copied unchanged).
+      std::vector<bool> kept(size_t(c.n_heads), false);
+      const size_t head_bytes = row_bytes(DType::F32, c.n_embd) * size_t(D);
+      for (int64_t h = 0; h < report->n_head_out; ++h)
+        for (int64_t k = 0; k < c.n_heads; ++k)
+          if (!kept[size_t(k)] && std::memcmp(static_cast<const uint8_t*>(pl.wq.data) + size_t(h) * head_bytes,
+                                              static_cast<const uint8_t*>(rl.wq.data) + size_t(k) * head_bytes, head_bytes) == 0) {
+            kept[size_t(k)] = true;
+            break;
+          }
+      const auto& entry = im->entries.at("blk." + std::to_string(l) + ".attn_output.weight");
+      const float* wo = static_cast<const float*>(rl.wo.data);
+      const int64_t n = c.n_heads * D;
+      for (int64_t g = 0; g < c.n_kv_heads; ++g) {
+        double min_kept = 1e300, max_gone = -1;
+        int64_t in_group = 0;
+        for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+          double score = 0;
+          for (int64_t j = h * D; j < (h + 1) * D; ++j)
+            for (int64_t o = 0; o < c.n_embd; ++o) score += double(wo[o * n + j]) * wo[o * n + j] * double(entry.mean(0, j));
+          if (kept[size_t(h)]) min_kept = std::min(min_kept, score), ++in_group;
+          else max_gone = std::max(max_gone, score);
+        }
+        EXPECT_EQ(in_group, group / 2) << "layer " << l << " group " << g;
+        EXPECT_LE(max_gone, min_kept * (1 + 1e-9)) << "layer " << l << " group " << g;
+      }
+      owned.emplace_back(wo, wo + rl.wo.n_in * rl.wo.n_out);
+      for (int64_t o = 0; o < c.n_embd; ++o)
+        for (int64_t h = 0; h < c.n_heads; ++h)
+          if (!kept[size_t(h)]) std::fill_n(owned.back().data() + o * n + h * D, D, 0.f);
+      rl.wo.data = owned.back().data();
+    }
+    std::vector<int32_t> prompt(tokens.begin(), tokens.begin() + 40);
+    const auto want = logits(**ref, prompt), got = logits(**pruned, prompt), full = logits(**base, prompt);
+    ASSERT_EQ(want.size(), got.size());
+    float max_diff = 0, max_abs = 0, full_diff = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      max_diff = std::max(max_diff, std::fabs(want[i] - got[i]));
+      max_abs = std::max(max_abs, std::fabs(want[i]));
+      full_diff = std::max(full_diff, std::fabs(full[i] - got[i]));
+    }
+    EXPECT_LE(max_diff, 1e-4f * max_abs);  // only the order of the output projection's sums differs
+    EXPECT_GT(full_diff, 1e-3f);
+    std::filesystem::remove(out);
+    ++tested;
+  }
+  if (tested == 0) GTEST_SKIP() << "no GQA fixture in ../shared";
+}
