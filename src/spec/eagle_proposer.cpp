@@ -20,9 +20,13 @@ struct Weight {
   int64_t n_in = 0, n_out = 0;
 };
 
-Weight to_f16(std::span<const float> w, int64_t n_in, int64_t n_out) {
-  Weight m{DType::F16, std::vector<uint8_t>(size_t(n_out) * row_bytes(DType::F16, n_in)), n_in, n_out};
-  kernels::quant_traits(DType::F16)->quantize_row(w.data(), m.bytes.data(), n_in * n_out);
+// Q8_0 where the rows are whole blocks (half F16's bytes: the head is read every draft position),
+// F16 otherwise.
+Weight to_weight(std::span<const float> w, int64_t n_in, int64_t n_out) {
+  const DType t = n_in % 32 == 0 ? DType::Q8_0 : DType::F16;
+  Weight m{t, std::vector<uint8_t>(size_t(n_out) * row_bytes(t, n_in)), n_in, n_out};
+  for (int64_t r = 0; r < n_out; ++r)
+    kernels::quant_traits(t)->quantize_row(w.data() + r * n_in, m.bytes.data() + size_t(r) * row_bytes(t, n_in), n_in);
   return m;
 }
 
@@ -36,10 +40,10 @@ class EagleProposer final : public Proposer {
     eps_ = c.norm_eps;
     gelu_ = c.ffn_act == FfnAct::GeluTanh;
     const auto& p = head.params();
-    fc_ = to_f16(p.fc, 2 * d_, d_);
-    gate_ = to_f16(p.gate, d_, f_);
-    up_ = to_f16(p.up, d_, f_);
-    down_ = to_f16(p.down, f_, d_);
+    fc_ = to_weight(p.fc, 2 * d_, d_);
+    gate_ = to_weight(p.gate, d_, f_);
+    up_ = to_weight(p.up, d_, f_);
+    down_ = to_weight(p.down, f_, d_);
     ffn_norm_ = p.ffn_norm;
     out_norm_ = p.out_norm;
     // The readout: the target's own output rows for the head's tokens, bytes as they are.

@@ -4,7 +4,7 @@
 // the head predicts the next hidden state and reads it out through the target's own output rows
 // for its N tokens; each further position feeds its predicted state back. Drafted after the step
 // has placed its rows, one batched head forward per draft position for every request drafting,
-// on the target's weights' kernels (the head's matrices in F16, the readout rows in the target's
+// on the target's weights' kernels (the head's matrices in Q8_0, the readout rows in the target's
 // own type), timed for the controller like a draft model's forwards.
 #pragma once
 #include <functional>
