@@ -41,8 +41,23 @@ nlohmann::ordered_json eval_json(const compress::HeadEval& e) {
   return {{"kl", e.kl}, {"tvd", e.tvd}, {"accept", e.accept}, {"positions", e.positions}};
 }
 
-nlohmann::ordered_json eval_json(const compress::StudentEval& e) {
-  return {{"kl", e.kl}, {"tvd", e.tvd}, {"accept", e.accept}, {"positions", e.positions}};
+nlohmann::ordered_json curve_json(const std::vector<compress::HeadTrainProgress>& curve) {
+  auto out = nlohmann::ordered_json::array();
+  for (const auto& p : curve) out.push_back({{"step", p.step}, {"train_loss", p.loss}, {"train_kl", p.kl}, {"eval", eval_json(*p.eval)}});
+  return out;
+}
+
+// A model's hidden states over a text's chunks, with a progress line on a terminal.
+Result<compress::TeacherFeatures> features_of(const Model& m, std::span<const int32_t> tokens, int64_t n_ctx, int64_t max_chunks,
+                                              int32_t bos, int threads, const std::string& what) {
+  const bool bar = isatty(STDERR_FILENO);
+  auto f = compress::teacher_features(m, tokens,
+                                      {.n_ctx = n_ctx, .max_chunks = max_chunks, .bos = bos, .num_threads = threads,
+                                       .on_chunk = [&](int64_t c, int64_t n) {
+                                         if (bar) std::fprintf(stderr, "\r%s chunk %lld/%lld ", what.c_str(), (long long)c, (long long)n);
+                                       }});
+  if (bar) std::fprintf(stderr, "\r\033[K");
+  return f;
 }
 
 // --student: the pruned copy's features on the same chunks, its adapter trained, the file written.
@@ -57,17 +72,12 @@ int run_distill_student(const DistillArgs& a, const Model& teacher, const compre
   const bool bar = isatty(STDERR_FILENO);
   const auto t0 = std::chrono::steady_clock::now();
   auto features = [&](const compress::TeacherFeatures& like, const char* what) {
-    return compress::teacher_features(student, like.tokens,
-                                      {.n_ctx = like.n_ctx, .max_chunks = like.chunks(), .bos = bos, .num_threads = a.threads,
-                                       .on_chunk = [&](int64_t c, int64_t n) {
-                                         if (bar) std::fprintf(stderr, "\r%s: student chunk %lld/%lld ", what, (long long)c, (long long)n);
-                                       }});
+    return features_of(student, like.tokens, like.n_ctx, like.chunks(), bos, a.threads, what);
   };
-  auto train = features(teacher_train, "train");
+  auto train = features(teacher_train, "train: student");
   if (!train) return fail(train.error());
-  auto held = features(teacher_held, "held-out");
+  auto held = features(teacher_held, "held-out: student");
   if (!held) return fail(held.error());
-  if (bar) std::fprintf(stderr, "\r\033[K");
   const double student_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // Adam moves every entry of A by about lr a step, and A·n sums d of them: the default scales as 1/d.
   const double lr = a.lr > 0 ? a.lr : 0.1 / double(student.config().n_embd);
@@ -96,9 +106,7 @@ int run_distill_student(const DistillArgs& a, const Model& teacher, const compre
                              {"examples", r->examples}, {"train_tokens", teacher_train.tokens.size()},
                              {"generated_texts", generated.texts.size()}, {"generated_tokens", generated.generated_tokens},
                              {"teacher_seconds", teacher_s}, {"student_seconds", student_s}, {"train_seconds", r->seconds}};
-    j["curve"] = nlohmann::ordered_json::array();
-    for (const auto& p : r->curve)
-      j["curve"].push_back({{"step", p.step}, {"train_loss", p.loss}, {"train_kl", p.kl}, {"eval", eval_json(*p.eval)}});
+    j["curve"] = curve_json(r->curve);
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf("%s: %s with an output adapter; %lld steps x %lld examples, %.0f s (features: teacher %.0f s, student %.0f s)\n",
@@ -163,18 +171,12 @@ int run_distill(DistillArgs a) {
   }
   const int32_t bos = tok->add_bos() ? tok->bos() : -1;
   const auto t0 = std::chrono::steady_clock::now();
-  auto features = [&](std::span<const int32_t> t, const char* what, int64_t max_chunks) {
-    return compress::teacher_features(target, t,
-                                      {.n_ctx = a.n_ctx, .max_chunks = max_chunks, .bos = bos, .num_threads = a.threads,
-                                       .on_chunk = [&](int64_t c, int64_t n) {
-                                         if (bar) std::fprintf(stderr, "\r%s: teacher chunk %lld/%lld ", what, (long long)c, (long long)n);
-                                       }});
-  };
-  auto train = features(tokens, "train", a.max_chunks);
+  auto train = features_of(target, tokens, a.n_ctx, a.max_chunks, bos, a.threads, "train: teacher");
   if (!train) return fail(train.error());
-  auto held = features(eval_tokens, "held-out", std::max<int64_t>(1, a.eval_positions / std::max<int64_t>(1, a.n_ctx - 2) + 1));
+  auto held = features_of(target, eval_tokens, a.n_ctx,
+                          std::max<int64_t>(1, a.eval_positions / std::max<int64_t>(1, a.n_ctx - 2) + 1), bos, a.threads,
+                          "held-out: teacher");
   if (!held) return fail(held.error());
-  if (bar) std::fprintf(stderr, "\r\033[K");
   const double teacher_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!a.head) return run_distill_student(a, target, *train, *held, bos, teacher_s, generated);
 
@@ -230,9 +232,7 @@ int run_distill(DistillArgs a) {
                              {"generated_tokens", generated.generated_tokens}, {"generate_seconds", generated.seconds},
                              {"teacher_seconds", teacher_s},
                              {"train_seconds", r->seconds}, {"seconds", total_s}};
-    j["curve"] = nlohmann::ordered_json::array();
-    for (const auto& p : r->curve)
-      j["curve"].push_back({{"step", p.step}, {"train_loss", p.loss}, {"train_kl", p.kl}, {"eval", eval_json(*p.eval)}});
+    j["curve"] = curve_json(r->curve);
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf("%s: head of %lld tokens, FFN %lld; %lld steps x %lld examples (%zu training tokens), %.0f s (teacher %.0f s)\n",

@@ -44,7 +44,7 @@ std::vector<int64_t> positions_of(const TeacherFeatures& f) {
   return out;
 }
 
-struct Batch {
+struct AdapterBatch {
   std::vector<float> s, t, u, zs, zt, dz, du;
   std::vector<int32_t> target;
 };
@@ -56,7 +56,7 @@ void softcap_rows(std::vector<float>& z, float cap) {
 
 // The student's and the teacher's logits for the positions; u = n + A·n kept for the backward.
 void forward(const Readout& r, std::span<const float> adapter, const TeacherFeatures& teacher, const TeacherFeatures& student,
-             std::span<const int64_t> pos, Batch& b, ThreadPool* pool) {
+             std::span<const int64_t> pos, AdapterBatch& b, ThreadPool* pool) {
   const int64_t d = r.d, B = int64_t(pos.size());
   b.s.resize(size_t(B * d)), b.t.resize(size_t(B * d)), b.u.resize(size_t(B * d));
   b.target.resize(size_t(B));
@@ -79,7 +79,7 @@ struct Sums {
   double loss = 0, kl = 0, tvd = 0;
   int64_t same = 0;
 };
-Sums losses(const Readout& r, Batch& b, const grad::LossOptions& lo, bool grads, ThreadPool* pool) {
+Sums losses(const Readout& r, AdapterBatch& b, const grad::LossOptions& lo, bool grads, ThreadPool* pool) {
   const int64_t B = int64_t(b.target.size()), V = r.V;
   if (grads) b.dz.resize(size_t(B * V));
   std::vector<grad::LossParts> parts(static_cast<size_t>(B));
@@ -105,7 +105,7 @@ Sums losses(const Readout& r, Batch& b, const grad::LossOptions& lo, bool grads,
 
 // The batch's summed losses; grad_a = d(mean loss)/dA (written).
 Sums loss_and_grad(const Readout& r, std::span<const float> adapter, const TeacherFeatures& teacher,
-                   const TeacherFeatures& student, std::span<const int64_t> pos, const grad::LossOptions& lo, Batch& b,
+                   const TeacherFeatures& student, std::span<const int64_t> pos, const grad::LossOptions& lo, AdapterBatch& b,
                    std::span<float> grad_a, ThreadPool* pool) {
   const int64_t d = r.d, B = int64_t(pos.size());
   forward(r, adapter, teacher, student, pos, b, pool);
@@ -125,7 +125,7 @@ StudentEval evaluate(const Readout& r, std::span<const float> adapter, const Tea
   std::vector<int64_t> pos = positions_of(teacher);
   if (max_positions > 0 && int64_t(pos.size()) > max_positions) pos.resize(size_t(max_positions));
   StudentEval e{.positions = int64_t(pos.size())};
-  Batch b;
+  AdapterBatch b;
   for (size_t i = 0; i < pos.size(); i += 32) {
     const std::span<const int64_t> chunk(pos.data() + i, std::min<size_t>(32, pos.size() - i));
     forward(r, adapter, teacher, student, chunk, b, pool);
@@ -166,7 +166,7 @@ Result<StudentTrainReport> train_student_adapter(const Model& student, const Tea
   const grad::AdamW opt{.lr = o.lr, .weight_decay = o.weight_decay};
   const auto t0 = std::chrono::steady_clock::now();
   size_t next = 0;
-  Batch b;
+  AdapterBatch b;
   for (int64_t step = 1; step <= o.steps; ++step) {
     std::vector<int64_t> take;
     for (int64_t i = 0; i < o.batch; ++i) {
@@ -204,7 +204,7 @@ Result<double> student_loss(const Model& student, std::span<const float> adapter
   if (!r) return Error{r.error(), r.error_code()};
   if (auto s = check_pair(teacher, features, r->d, "features"); !s) return Error{s.error(), s.error_code()};
   ThreadPool pool(1);
-  Batch b;
+  AdapterBatch b;
   return loss_and_grad(*r, adapter, teacher, features, positions, loss, b, grad_a, &pool).loss / double(positions.size());
 }
 

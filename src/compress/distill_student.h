@@ -24,16 +24,10 @@
 
 namespace kvasir::compress {
 
-struct StudentEval {
-  double kl = 0, tvd = 0, accept = 0;  // accept: the student's top token is the teacher's (a greedy draft's first token kept)
-  int64_t positions = 0;
-};
-
-struct StudentTrainProgress {
-  int64_t step = 0, steps = 0;
-  double loss = 0, kl = 0, lr = 0, examples_per_s = 0;
-  std::optional<StudentEval> eval;
-};
+// The same figures as a head's: KL, TVD, and accept = the student's top token is the teacher's
+// (a greedy draft's first token kept).
+using StudentEval = HeadEval;
+using StudentTrainProgress = HeadTrainProgress;
 
 struct StudentTrainOptions {
   int64_t steps = 300, batch = 32, warmup = 20;

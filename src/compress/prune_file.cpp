@@ -101,60 +101,63 @@ Result<std::vector<float>> scores_of(const Out& x, std::span<const float> w, con
   return s;
 }
 
-// The FFN channels each layer keeps: the `keep` highest of sqrt(E[h_c²]) · ||W_down[:, c]||, the
-// activation statistics from the importance matrix's ffn_down entry.
+// E[x_j²] · ||W[:, j]||² per input column j of a layer's matrix: what removing that input (an FFN
+// channel, a head's channel) takes out of the matrix's output, the activation statistics from the
+// importance matrix's entry for it. `what` names the cut in errors.
+Result<std::vector<double>> column_energy(const gguf::File& in, const std::string& name, int64_t layer,
+                                          const calib::Imatrix* im, ThreadPool& pool, const std::string& what) {
+  const gguf::TensorInfo* t = in.tensor(name);
+  if (!t || t->n_dims != 2) return Error{what + " needs '" + name + "'"};
+  if (!im) return Error{what + " needs activation statistics (-f TEXT or --imatrix FILE)", ErrorCode::invalid_argument};
+  auto it = im->entries.find(name);
+  if (it == im->entries.end() || it->second.n_in() != t->ne[0])
+    return Error{"the importance matrix has no entry of the right shape for '" + name + "'", ErrorCode::invalid_argument};
+  auto w = to_f32(Out{t, name, layer, false}, pool);
+  if (!w) return Error{w.error()};
+  const int64_t n = t->ne[0];
+  std::vector<double> energy(static_cast<size_t>(n), 0.0);
+  for (int64_t o = 0; o < t->ne[1]; ++o)
+    for (int64_t j = 0; j < n; ++j) energy[size_t(j)] += double((*w)[size_t(o * n + j)]) * (*w)[size_t(o * n + j)];
+  for (int64_t j = 0; j < n; ++j) energy[size_t(j)] *= std::max(0.0, double(it->second.mean(0, j)));
+  return energy;
+}
+
+// The `keep` ids of `ids` with the highest scores (ties: the lower id), ascending.
+std::vector<int32_t> highest(std::vector<int32_t> ids, const std::vector<double>& score, int64_t keep) {
+  std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return score[size_t(a)] > score[size_t(b)]; });
+  ids.resize(size_t(keep));
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+// The FFN channels each layer keeps: the `keep` highest of E[h_c²] · ||W_down[:, c]||².
 Result<std::vector<int32_t>> ffn_channels_kept(const gguf::File& in, int64_t layer, int64_t keep, const calib::Imatrix* im,
                                                ThreadPool& pool) {
-  const std::string name = "blk." + std::to_string(layer) + ".ffn_down.weight";
-  const gguf::TensorInfo* down = in.tensor(name);
-  if (!down || down->n_dims != 2) return Error{"removing FFN channels needs '" + name + "' (a dense FFN)"};
-  if (!im) return Error{"removing FFN channels needs activation statistics (-f TEXT or --imatrix FILE)", ErrorCode::invalid_argument};
-  auto it = im->entries.find(name);
-  if (it == im->entries.end() || it->second.n_in() != down->ne[0])
-    return Error{"the importance matrix has no entry of the right shape for '" + name + "'", ErrorCode::invalid_argument};
-  auto w = to_f32(Out{down, name, layer, false}, pool);
-  if (!w) return Error{w.error()};
-  const int64_t n_ff = down->ne[0];
-  std::vector<double> col_sq(size_t(n_ff), 0.0);
-  for (int64_t o = 0; o < down->ne[1]; ++o)
-    for (int64_t c = 0; c < n_ff; ++c) col_sq[size_t(c)] += double((*w)[size_t(o * n_ff + c)]) * (*w)[size_t(o * n_ff + c)];
-  std::vector<int32_t> order(static_cast<size_t>(n_ff));
-  std::iota(order.begin(), order.end(), 0);
-  auto score = [&](int32_t c) { return std::sqrt(std::max(0.0, double(it->second.mean(0, c))) * col_sq[size_t(c)]); };
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return score(a) > score(b); });
-  order.resize(size_t(keep));
-  std::sort(order.begin(), order.end());
-  return order;
+  auto energy = column_energy(in, "blk." + std::to_string(layer) + ".ffn_down.weight", layer, im, pool,
+                              "removing FFN channels (a dense FFN)");
+  if (!energy) return Error{energy.error(), energy.error_code()};
+  std::vector<int32_t> all(energy->size());
+  std::iota(all.begin(), all.end(), 0);
+  return highest(std::move(all), *energy, keep);
 }
 
 // The query heads a layer keeps: in each KV group the `keep` highest of the sum over the head's
 // channels j of E[o_j²] · ||W_o[:, j]||², o the attention output that attn_output reads.
 Result<std::vector<int32_t>> heads_kept(const gguf::File& in, int64_t layer, const ModelConfig& c, int64_t keep,
                                         const calib::Imatrix* im, ThreadPool& pool) {
-  const std::string name = "blk." + std::to_string(layer) + ".attn_output.weight";
-  const gguf::TensorInfo* wo = in.tensor(name);
-  if (!wo || wo->n_dims != 2 || wo->ne[0] != c.n_heads * c.head_dim) return Error{"removing heads needs '" + name + "'"};
-  if (!im) return Error{"removing heads needs activation statistics (-f TEXT or --imatrix FILE)", ErrorCode::invalid_argument};
-  auto it = im->entries.find(name);
-  if (it == im->entries.end() || it->second.n_in() != wo->ne[0])
-    return Error{"the importance matrix has no entry of the right shape for '" + name + "'", ErrorCode::invalid_argument};
-  auto w = to_f32(Out{wo, name, layer, false}, pool);
-  if (!w) return Error{w.error()};
-  const int64_t n = wo->ne[0], D = c.head_dim, group = c.n_heads / c.n_kv_heads;
-  std::vector<double> score(size_t(c.n_heads), 0.0);
-  for (int64_t o = 0; o < wo->ne[1]; ++o)
-    for (int64_t j = 0; j < n; ++j) {
-      const double x = (*w)[size_t(o * n + j)];
-      score[size_t(j / D)] += x * x * std::max(0.0, double(it->second.mean(0, j)));
-    }
+  auto energy = column_energy(in, "blk." + std::to_string(layer) + ".attn_output.weight", layer, im, pool, "removing heads");
+  if (!energy) return Error{energy.error(), energy.error_code()};
+  const int64_t D = c.head_dim, group = c.n_heads / c.n_kv_heads;
+  if (int64_t(energy->size()) != c.n_heads * D) return Error{"removing heads: attn_output's width is not heads x head width"};
+  std::vector<double> score(static_cast<size_t>(c.n_heads), 0.0);
+  for (size_t j = 0; j < energy->size(); ++j) score[j / size_t(D)] += (*energy)[j];
   std::vector<int32_t> kept;
   for (int64_t g = 0; g < c.n_kv_heads; ++g) {
     std::vector<int32_t> heads(static_cast<size_t>(group));
     std::iota(heads.begin(), heads.end(), int32_t(g * group));
-    std::stable_sort(heads.begin(), heads.end(), [&](int32_t a, int32_t b) { return score[size_t(a)] > score[size_t(b)]; });
-    kept.insert(kept.end(), heads.begin(), heads.begin() + keep);
+    const auto top = highest(std::move(heads), score, keep);
+    kept.insert(kept.end(), top.begin(), top.end());
   }
-  std::sort(kept.begin(), kept.end());
   return kept;
 }
 

@@ -27,6 +27,26 @@ std::vector<int32_t> first_tokens(const Model& m, int32_t n) {
   return t;
 }
 
+// stories260K and the tokens of the shared sampled text; false without ../shared.
+bool load_stories(std::unique_ptr<Model>& model, std::vector<int32_t>& tokens) {
+  std::ifstream text_in(shared("golden/perplexity/stories-sampled.txt"), std::ios::binary);
+  if (!std::ifstream(shared("models/stories260K.gguf")) || !text_in) return false;
+  const std::string text((std::istreambuf_iterator<char>(text_in)), std::istreambuf_iterator<char>());
+  auto m = Model::load(shared("models/stories260K.gguf"));
+  if (!m.ok()) {
+    ADD_FAILURE() << m.error();
+    return false;
+  }
+  auto tok = Tokenizer::from_gguf((*m)->gguf());
+  if (!tok.ok()) {
+    ADD_FAILURE() << tok.error();
+    return false;
+  }
+  tokens = tok->encode(text);
+  model = std::move(*m);
+  return true;
+}
+
 }  // namespace
 
 TEST(EagleHead, BackwardMatchesFiniteDifferences) {
@@ -101,22 +121,16 @@ TEST(EagleHead, FileRoundTripAndRefusals) {
 }
 
 TEST(EagleHead, DistillationLowersKlAndRaisesAgreement) {
-  const std::string path = shared("models/stories260K.gguf");
-  std::ifstream text_in(shared("golden/perplexity/stories-sampled.txt"), std::ios::binary);
-  if (!std::ifstream(path) || !text_in) GTEST_SKIP() << "../shared is not available";
-  const std::string text((std::istreambuf_iterator<char>(text_in)), std::istreambuf_iterator<char>());
-  auto model = Model::load(path);
-  ASSERT_TRUE(model.ok());
-  auto tok = Tokenizer::from_gguf((*model)->gguf());
-  ASSERT_TRUE(tok.ok());
-  const auto tokens = tok->encode(text);
+  std::unique_ptr<Model> model;
+  std::vector<int32_t> tokens;
+  if (!load_stories(model, tokens)) GTEST_SKIP() << "../shared is not available";
   const size_t split = tokens.size() * 8 / 10;
-  auto train = teacher_features(**model, std::span(tokens).first(split), {.n_ctx = 128, .bos = 1, .num_threads = 2});
-  auto held = teacher_features(**model, std::span(tokens).subspan(split), {.n_ctx = 128, .bos = 1, .num_threads = 2});
+  auto train = teacher_features(*model, std::span(tokens).first(split), {.n_ctx = 128, .bos = 1, .num_threads = 2});
+  auto held = teacher_features(*model, std::span(tokens).subspan(split), {.n_ctx = 128, .bos = 1, .num_threads = 2});
   ASSERT_TRUE(train.ok() && held.ok());
-  std::vector<int32_t> all((*model)->config().n_vocab);
+  std::vector<int32_t> all(model->config().n_vocab);
   std::iota(all.begin(), all.end(), 0);
-  auto head = EagleHead::init(**model, 128, all, 1);
+  auto head = EagleHead::init(*model, 128, all, 1);
   ASSERT_TRUE(head.ok());
   auto r = train_head(*head, *train, *held,
                       {.steps = 600, .batch = 32, .warmup = 30, .lr = 3e-3, .eval_every = 100, .eval_positions = 1500,
@@ -134,20 +148,14 @@ TEST(EagleHead, DistillationLowersKlAndRaisesAgreement) {
 // Training on its own predicted states too (a fraction of the inputs replaced by the head's own
 // output from the position before) still distils: the held-out KL falls well below the start.
 TEST(EagleHead, SelfFedTrainingStillLearns) {
-  const std::string path = shared("models/stories260K.gguf");
-  std::ifstream text_in(shared("golden/perplexity/stories-sampled.txt"), std::ios::binary);
-  if (!std::ifstream(path) || !text_in) GTEST_SKIP() << "../shared is not available";
-  const std::string text((std::istreambuf_iterator<char>(text_in)), std::istreambuf_iterator<char>());
-  auto model = Model::load(path);
-  ASSERT_TRUE(model.ok());
-  auto tok = Tokenizer::from_gguf((*model)->gguf());
-  ASSERT_TRUE(tok.ok());
-  const auto tokens = tok->encode(text);
-  auto f = teacher_features(**model, tokens, {.n_ctx = 128, .bos = 1, .num_threads = 2});
+  std::unique_ptr<Model> model;
+  std::vector<int32_t> tokens;
+  if (!load_stories(model, tokens)) GTEST_SKIP() << "../shared is not available";
+  auto f = teacher_features(*model, tokens, {.n_ctx = 128, .bos = 1, .num_threads = 2});
   ASSERT_TRUE(f.ok());
-  std::vector<int32_t> all((*model)->config().n_vocab);
+  std::vector<int32_t> all(model->config().n_vocab);
   std::iota(all.begin(), all.end(), 0);
-  auto head = EagleHead::init(**model, 64, all, 2);
+  auto head = EagleHead::init(*model, 64, all, 2);
   ASSERT_TRUE(head.ok());
   auto r = train_head(*head, *f, *f, {.steps = 300, .batch = 32, .warmup = 20, .lr = 3e-3, .self_feed = 0.5,
                                       .eval_every = 0, .eval_positions = 1000, .num_threads = 2});

@@ -61,6 +61,20 @@ std::vector<float> logits(const Model& m, std::span<const int32_t> tokens, std::
   return r.ok() ? std::vector<float>(*r, *r + n) : std::vector<float>{};
 }
 
+// Which blocks of `rows` rows of the original matrix the pruned one kept (copied unchanged, in order).
+std::vector<bool> kept_blocks(const Matrix& pruned, const Matrix& original, int64_t rows) {
+  const size_t bytes = row_bytes(original.type, original.n_in) * size_t(rows);
+  std::vector<bool> kept(size_t(original.n_out / rows), false);
+  for (int64_t b = 0; b < pruned.n_out / rows; ++b)
+    for (size_t k = 0; k < kept.size(); ++k)
+      if (!kept[k] && std::memcmp(static_cast<const uint8_t*>(pruned.data) + size_t(b) * bytes,
+                                  static_cast<const uint8_t*>(original.data) + k * bytes, bytes) == 0) {
+        kept[k] = true;
+        break;
+      }
+  return kept;
+}
+
 // The pruned model's logits equal the reference's (the original with the removed parts zeroed)
 // up to the order of one projection's sums, and differ from the unpruned model's.
 void expect_pruned_logits(const Model& ref, const Model& pruned, const Model& base, std::span<const int32_t> prompt) {
@@ -302,17 +316,8 @@ TEST(PruneFile, RemovedFfnChannelsComputeWhatZeroingThemComputes) {
       const auto& pl = (*pruned)->weights().layers[size_t(l)];
       auto& rl = (*ref)->mutable_weights().layers[size_t(l)];
       // Which original rows the pruned gate kept (the rows are copied unchanged).
-      std::vector<bool> kept(size_t(c.n_ff), false);
-      const size_t rb = row_bytes(pl.w_gate.type, c.n_embd);
-      int64_t found = 0;
-      for (int64_t r = 0; r < pl.w_gate.n_out; ++r)
-        for (int64_t k = 0; k < c.n_ff; ++k)
-          if (!kept[size_t(k)] && std::memcmp(static_cast<const uint8_t*>(pl.w_gate.data) + size_t(r) * rb,
-                                              static_cast<const uint8_t*>(rl.w_gate.data) + size_t(k) * rb, rb) == 0) {
-            kept[size_t(k)] = true, ++found;
-            break;
-          }
-      ASSERT_EQ(found, report->n_ff_out) << "layer " << l;
+      const std::vector<bool> kept = kept_blocks(pl.w_gate, rl.w_gate, 1);
+      ASSERT_EQ(std::count(kept.begin(), kept.end(), true), report->n_ff_out) << "layer " << l;
       // Kept: the highest sqrt(E[h_c²]) · ||W_down[:, c]||.
       const auto& entry = im->entries.at("blk." + std::to_string(l) + ".ffn_down.weight");
       const float* down = static_cast<const float*>(rl.w_down.data);
@@ -373,15 +378,7 @@ TEST(PruneFile, RemovedHeadsComputeWhatZeroingTheirOutputComputes) {
       const auto& pl = (*pruned)->weights().layers[size_t(l)];
       auto& rl = (*ref)->mutable_weights().layers[size_t(l)];
       // Which original heads the pruned wq kept (each head's D rows are copied unchanged).
-      std::vector<bool> kept(size_t(c.n_heads), false);
-      const size_t head_bytes = row_bytes(DType::F32, c.n_embd) * size_t(D);
-      for (int64_t h = 0; h < report->n_head_out; ++h)
-        for (int64_t k = 0; k < c.n_heads; ++k)
-          if (!kept[size_t(k)] && std::memcmp(static_cast<const uint8_t*>(pl.wq.data) + size_t(h) * head_bytes,
-                                              static_cast<const uint8_t*>(rl.wq.data) + size_t(k) * head_bytes, head_bytes) == 0) {
-            kept[size_t(k)] = true;
-            break;
-          }
+      const std::vector<bool> kept = kept_blocks(pl.wq, rl.wq, D);
       const auto& entry = im->entries.at("blk." + std::to_string(l) + ".attn_output.weight");
       const float* wo = static_cast<const float*>(rl.wo.data);
       const int64_t n = c.n_heads * D;
