@@ -30,20 +30,25 @@ struct DistillArgs {
   bool head = false, tvd = false, json = false, gen_greedy = false;
   TeacherTextOptions gen;
   int64_t steps = -1, batch = 64, warmup = 100, n_ctx = 512, max_chunks = -1, eval_every = 250, eval_positions = 4096;
-  int64_t checkpoint_every = 500, head_ffn = 1024;
+  int64_t checkpoint_every = 500, head_ffn = 1024, unroll = 1;
   int32_t head_tokens = 8192;
   double lr = -1, weight_decay = 0.0, clip = 1.0, temperature = 1.0, ce_weight = 0.0, self_feed = 0.0;
   uint64_t seed = 1;
   int threads = 0;
 };
 
-nlohmann::ordered_json eval_json(const compress::HeadEval& e) {
-  return {{"kl", e.kl}, {"tvd", e.tvd}, {"accept", e.accept}, {"positions", e.positions}};
+// A head's evaluation also says how often its first two drafts are both kept.
+nlohmann::ordered_json eval_json(const compress::HeadEval& e, bool head) {
+  nlohmann::ordered_json j{{"kl", e.kl}, {"tvd", e.tvd}, {"accept", e.accept}};
+  if (head) j["accept2"] = e.accept2;
+  j["positions"] = e.positions;
+  return j;
 }
 
-nlohmann::ordered_json curve_json(const std::vector<compress::HeadTrainProgress>& curve) {
+nlohmann::ordered_json curve_json(const std::vector<compress::HeadTrainProgress>& curve, bool head) {
   auto out = nlohmann::ordered_json::array();
-  for (const auto& p : curve) out.push_back({{"step", p.step}, {"train_loss", p.loss}, {"train_kl", p.kl}, {"eval", eval_json(*p.eval)}});
+  for (const auto& p : curve)
+    out.push_back({{"step", p.step}, {"train_loss", p.loss}, {"train_kl", p.kl}, {"eval", eval_json(*p.eval, head)}});
   return out;
 }
 
@@ -102,11 +107,11 @@ int run_distill_student(const DistillArgs& a, const Model& teacher, const compre
       {"held_out_kl", std::to_string(r->after.kl)}, {"student", "output adapter folded into output.weight"}};
   if (auto s = compress::write_student(a.student, a.out, student, r->adapter, info, a.threads); !s) return fail(s.error());
   if (a.json) {
-    nlohmann::ordered_json j{{"before", eval_json(r->before)}, {"after", eval_json(r->after)}, {"steps", r->steps},
+    nlohmann::ordered_json j{{"before", eval_json(r->before, false)}, {"after", eval_json(r->after, false)}, {"steps", r->steps},
                              {"examples", r->examples}, {"train_tokens", teacher_train.tokens.size()},
                              {"generated_texts", generated.texts.size()}, {"generated_tokens", generated.generated_tokens},
                              {"teacher_seconds", teacher_s}, {"student_seconds", student_s}, {"train_seconds", r->seconds}};
-    j["curve"] = curve_json(r->curve);
+    j["curve"] = curve_json(r->curve, false);
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf("%s: %s with an output adapter; %lld steps x %lld examples, %.0f s (features: teacher %.0f s, student %.0f s)\n",
@@ -206,13 +211,14 @@ int run_distill(DistillArgs a) {
       .steps = a.steps, .batch = a.batch, .warmup = a.warmup, .first_step = first_step, .lr = a.lr > 0 ? a.lr : 1e-3,
       .weight_decay = a.weight_decay, .clip = a.clip,
       .loss = {.ce_weight = a.ce_weight, .temperature = a.temperature, .tvd = a.tvd},
-      .self_feed = a.self_feed, .eval_every = a.eval_every, .eval_positions = a.eval_positions, .seed = a.seed,
+      .self_feed = a.self_feed, .unroll = a.unroll, .eval_every = a.eval_every, .eval_positions = a.eval_positions, .seed = a.seed,
       .num_threads = a.threads};
   o.on_progress = [&](const compress::HeadTrainProgress& p) {
     const double left = double(p.steps - p.step) * double(a.batch) / std::max(p.examples_per_s, 1e-9);
     if (p.eval) {
-      std::fprintf(stderr, "%sstep %lld/%lld: train loss %.4f KL %.4f | held-out KL %.4f, top-1 agreement %.1f%%\n",
-                   bar ? "\r\033[K" : "", (long long)p.step, (long long)p.steps, p.loss, p.kl, p.eval->kl, 100 * p.eval->accept);
+      std::fprintf(stderr, "%sstep %lld/%lld: train loss %.4f KL %.4f | held-out KL %.4f, top-1 agreement %.1f%%, both of two %.1f%%\n",
+                   bar ? "\r\033[K" : "", (long long)p.step, (long long)p.steps, p.loss, p.kl, p.eval->kl, 100 * p.eval->accept,
+                   100 * p.eval->accept2);
     } else if (bar) {
       std::fprintf(stderr, "\rdistill: step %lld/%lld, loss %.4f, KL %.4f, lr %.2e, %.0f examples/s, %.0f s left  ",
                    (long long)p.step, (long long)p.steps, p.loss, p.kl, p.lr, p.examples_per_s, left);
@@ -226,20 +232,22 @@ int run_distill(DistillArgs a) {
   if (auto s = head->save(a.out, info(a.steps)); !s) return fail(s.error());
   const double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (a.json) {
-    nlohmann::ordered_json j{{"before", eval_json(r->before)}, {"after", eval_json(r->after)}, {"steps", r->steps},
+    nlohmann::ordered_json j{{"before", eval_json(r->before, true)}, {"after", eval_json(r->after, true)}, {"steps", r->steps},
                              {"examples", r->examples}, {"train_tokens", train->tokens.size()},
                              {"head_tokens", head->n_tokens()}, {"generated_texts", generated.texts.size()},
                              {"generated_tokens", generated.generated_tokens}, {"generate_seconds", generated.seconds},
                              {"teacher_seconds", teacher_s},
                              {"train_seconds", r->seconds}, {"seconds", total_s}};
-    j["curve"] = curve_json(r->curve);
+    j["curve"] = curve_json(r->curve, true);
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf("%s: head of %lld tokens, FFN %lld; %lld steps x %lld examples (%zu training tokens), %.0f s (teacher %.0f s)\n",
                 a.out.c_str(), (long long)head->n_tokens(), (long long)a.head_ffn, (long long)r->steps, (long long)a.batch,
                 train->tokens.size(), total_s, teacher_s);
-    std::printf("held-out: KL %.4f -> %.4f, TVD %.4f -> %.4f, top-1 agreement with the target %.1f%% -> %.1f%%\n",
-                r->before.kl, r->after.kl, r->before.tvd, r->after.tvd, 100 * r->before.accept, 100 * r->after.accept);
+    std::printf("held-out: KL %.4f -> %.4f, TVD %.4f -> %.4f, top-1 agreement with the target %.1f%% -> %.1f%%, "
+                "both of two drafts %.1f%% -> %.1f%%\n",
+                r->before.kl, r->after.kl, r->before.tvd, r->after.tvd, 100 * r->before.accept, 100 * r->after.accept,
+                100 * r->before.accept2, 100 * r->after.accept2);
   }
   return 0;
 }
@@ -275,6 +283,10 @@ void register_distill(CLI::App& app, Handler& handler) {
   cmd->add_option("--self-feed", a->self_feed,
                   "Fraction of examples whose input is the head's own predicted state (drafting feeds it back)")
       ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--unroll", a->unroll,
+                  "Draft positions trained per example, each fed the one before's predicted state, the gradient through it "
+                  "(default 1)")
+      ->check(CLI::Range(int64_t(1), int64_t(8)));
   cmd->add_flag("--tvd", a->tvd, "Train on total variation distance instead of KL (acceptance = 1 - TVD)");
   cmd->add_option("--head-tokens", a->head_tokens, "The head's vocabulary: the N most frequent tokens of the text (default 8192)")
       ->check(CLI::Range(16, 1 << 20));

@@ -5,7 +5,8 @@
 // with the distillation loss of grad.h (KL at a temperature, optionally with CE on the text's
 // token, or TVD), AdamW, clipping and a warmup + cosine schedule; a held-out text measures the
 // KL and how often the head's top token is the target's (greedy acceptance of one drafted token,
-// among the head's tokens) before, during and after.
+// among the head's tokens) before, during and after. Trained unrolled (`unroll` > 1), each example
+// also runs the positions after it on the head's own states, the loss backpropagated through them.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -39,6 +40,9 @@ Result<TeacherFeatures> teacher_features(const Model& target, std::span<const in
 
 struct HeadEval {
   double kl = 0, tvd = 0, accept = 0;  // means over the evaluated positions
+  // Both of two drafted tokens the target's: the second position fed the first's output state and
+  // the text's next token (what greedy drafting at K = 2 keeps whole when the text is the target's).
+  double accept2 = 0;
   int64_t positions = 0;
 };
 // The head against the target on every position of `features` (at most max_positions of them).
@@ -56,6 +60,10 @@ struct HeadTrainOptions {
   double lr = 1e-3, weight_decay = 0.0, clip = 1.0;
   grad::LossOptions loss = {};  // target is set per example (the text's token)
   double self_feed = 0.0;       // fraction of examples whose input state is the head's own prediction
+  // Draft positions trained per example: position k+1 is fed position k's output state (and the
+  // text's token), its loss added with the same weight, the gradient flowing back through the
+  // state (what drafting does from the second position on).
+  int64_t unroll = 1;
   int64_t eval_every = 200, eval_positions = 4096;
   uint64_t seed = 1;
   int num_threads = 0;

@@ -153,53 +153,59 @@ Result<EagleHead> EagleHead::load(const std::string& path, const Model& target) 
 
 void EagleHead::embed(int32_t token, float* out) const { embed_token(*target_, token, out); }
 
-void EagleHead::forward(const float* h, const float* e, int64_t B, float* z, ThreadPool* pool) {
+void EagleHead::forward(const float* h, const float* e, int64_t B, float* z, ThreadPool* pool, Tape& t) {
   const int64_t d = shape_.n_embd, f = shape_.n_ff, N = n_tokens();
-  B_ = B;
-  x_.resize(size_t(B * 2 * d));
+  t.B = B;
+  t.x.resize(size_t(B * 2 * d));
   for (int64_t b = 0; b < B; ++b) {
-    std::copy_n(h + b * d, d, x_.data() + b * 2 * d);
-    std::copy_n(e + b * d, d, x_.data() + b * 2 * d + d);
+    std::copy_n(h + b * d, d, t.x.data() + b * 2 * d);
+    std::copy_n(e + b * d, d, t.x.data() + b * 2 * d + d);
   }
-  for (auto* v : {&a_, &n_, &hhat_, &o_}) v->resize(size_t(B * d));
-  for (auto* v : {&g_, &u_, &m_}) v->resize(size_t(B * f));
-  zpre_.resize(size_t(B * N));
-  grad::linear(x_.data(), p_.fc.data(), B, 2 * d, d, a_.data(), pool);
-  for (int64_t b = 0; b < B; ++b) kernels::rms_norm(a_.data() + b * d, p_.ffn_norm.data(), d, eps_, n_.data() + b * d);
-  grad::linear(n_.data(), p_.gate.data(), B, d, f, g_.data(), pool);
-  grad::linear(n_.data(), p_.up.data(), B, d, f, u_.data(), pool);
-  (gelu_ ? kernels::gelu_tanh_mul : kernels::silu_mul)(g_.data(), u_.data(), B * f, m_.data());
-  grad::linear(m_.data(), p_.down.data(), B, f, d, hhat_.data(), pool);
-  for (int64_t i = 0; i < B * d; ++i) hhat_[size_t(i)] += a_[size_t(i)];
-  for (int64_t b = 0; b < B; ++b) kernels::rms_norm(hhat_.data() + b * d, p_.out_norm.data(), d, eps_, o_.data() + b * d);
-  grad::linear(o_.data(), w_n_.data(), B, d, N, zpre_.data(), pool);
-  for (int64_t i = 0; i < B * N; ++i) z[i] = softcap_ > 0 ? softcap_ * std::tanh(zpre_[size_t(i)] / softcap_) : zpre_[size_t(i)];
+  for (auto* v : {&t.a, &t.n, &t.hhat, &t.o}) v->resize(size_t(B * d));
+  for (auto* v : {&t.g, &t.u, &t.m}) v->resize(size_t(B * f));
+  t.zpre.resize(size_t(B * N));
+  grad::linear(t.x.data(), p_.fc.data(), B, 2 * d, d, t.a.data(), pool);
+  for (int64_t b = 0; b < B; ++b) kernels::rms_norm(t.a.data() + b * d, p_.ffn_norm.data(), d, eps_, t.n.data() + b * d);
+  grad::linear(t.n.data(), p_.gate.data(), B, d, f, t.g.data(), pool);
+  grad::linear(t.n.data(), p_.up.data(), B, d, f, t.u.data(), pool);
+  (gelu_ ? kernels::gelu_tanh_mul : kernels::silu_mul)(t.g.data(), t.u.data(), B * f, t.m.data());
+  grad::linear(t.m.data(), p_.down.data(), B, f, d, t.hhat.data(), pool);
+  for (int64_t i = 0; i < B * d; ++i) t.hhat[size_t(i)] += t.a[size_t(i)];
+  for (int64_t b = 0; b < B; ++b) kernels::rms_norm(t.hhat.data() + b * d, p_.out_norm.data(), d, eps_, t.o.data() + b * d);
+  grad::linear(t.o.data(), w_n_.data(), B, d, N, t.zpre.data(), pool);
+  for (int64_t i = 0; i < B * N; ++i) z[i] = softcap_ > 0 ? softcap_ * std::tanh(t.zpre[size_t(i)] / softcap_) : t.zpre[size_t(i)];
 }
 
-void EagleHead::backward(const float* dz, int64_t B, EagleHeadParams& gr, ThreadPool* pool) {
-  const int64_t d = shape_.n_embd, f = shape_.n_ff, N = n_tokens();
+void EagleHead::backward(const float* dz, EagleHeadParams& gr, ThreadPool* pool, const Tape& t, const float* d_state,
+                         float* d_h) {
+  const int64_t d = shape_.n_embd, f = shape_.n_ff, N = n_tokens(), B = t.B;
   std::vector<float> dzpre(size_t(B * N));
   for (int64_t i = 0; i < B * N; ++i) {
-    const float t = softcap_ > 0 ? std::tanh(zpre_[size_t(i)] / softcap_) : 0.f;
-    dzpre[size_t(i)] = dz[i] * (1.f - t * t);
+    const float th = softcap_ > 0 ? std::tanh(t.zpre[size_t(i)] / softcap_) : 0.f;
+    dzpre[size_t(i)] = dz[i] * (1.f - th * th);
   }
   std::vector<float> d_o(size_t(B * d)), d_hhat(size_t(B * d)), d_m(size_t(B * f)), d_g(size_t(B * f)), d_u(size_t(B * f));
   std::vector<float> d_n(size_t(B * d)), d_n2(size_t(B * d)), d_a(size_t(B * d));
-  grad::linear_backward(o_.data(), w_n_.data(), dzpre.data(), B, d, N, d_o.data(), nullptr, pool, w_n_t_.data());  // frozen
+  grad::linear_backward(t.o.data(), w_n_.data(), dzpre.data(), B, d, N, d_o.data(), nullptr, pool, w_n_t_.data());  // frozen
+  if (d_state)
+    for (int64_t i = 0; i < B * d; ++i) d_o[size_t(i)] += d_state[i];
   for (int64_t b = 0; b < B; ++b)
-    grad::rms_norm_backward(hhat_.data() + b * d, p_.out_norm.data(), d_o.data() + b * d, d, eps_, d_hhat.data() + b * d,
+    grad::rms_norm_backward(t.hhat.data() + b * d, p_.out_norm.data(), d_o.data() + b * d, d, eps_, d_hhat.data() + b * d,
                             gr.out_norm.data());
-  grad::linear_backward(m_.data(), p_.down.data(), d_hhat.data(), B, f, d, d_m.data(), gr.down.data(), pool);
-  (gelu_ ? grad::gelu_tanh_mul_backward : grad::silu_mul_backward)(g_.data(), u_.data(), d_m.data(), B * f, d_g.data(),
+  grad::linear_backward(t.m.data(), p_.down.data(), d_hhat.data(), B, f, d, d_m.data(), gr.down.data(), pool);
+  (gelu_ ? grad::gelu_tanh_mul_backward : grad::silu_mul_backward)(t.g.data(), t.u.data(), d_m.data(), B * f, d_g.data(),
                                                                    d_u.data());
-  grad::linear_backward(n_.data(), p_.gate.data(), d_g.data(), B, d, f, d_n.data(), gr.gate.data(), pool);
-  grad::linear_backward(n_.data(), p_.up.data(), d_u.data(), B, d, f, d_n2.data(), gr.up.data(), pool);
+  grad::linear_backward(t.n.data(), p_.gate.data(), d_g.data(), B, d, f, d_n.data(), gr.gate.data(), pool);
+  grad::linear_backward(t.n.data(), p_.up.data(), d_u.data(), B, d, f, d_n2.data(), gr.up.data(), pool);
   for (int64_t i = 0; i < B * d; ++i) d_n[size_t(i)] += d_n2[size_t(i)];
   for (int64_t b = 0; b < B; ++b)
-    grad::rms_norm_backward(a_.data() + b * d, p_.ffn_norm.data(), d_n.data() + b * d, d, eps_, d_a.data() + b * d,
+    grad::rms_norm_backward(t.a.data() + b * d, p_.ffn_norm.data(), d_n.data() + b * d, d, eps_, d_a.data() + b * d,
                             gr.ffn_norm.data());
   for (int64_t i = 0; i < B * d; ++i) d_a[size_t(i)] += d_hhat[size_t(i)];  // the residual
-  grad::linear_backward(x_.data(), p_.fc.data(), d_a.data(), B, 2 * d, d, nullptr, gr.fc.data(), pool);
+  std::vector<float> d_x(d_h ? size_t(B * 2 * d) : 0);
+  grad::linear_backward(t.x.data(), p_.fc.data(), d_a.data(), B, 2 * d, d, d_h ? d_x.data() : nullptr, gr.fc.data(), pool);
+  if (d_h)
+    for (int64_t b = 0; b < B; ++b) std::copy_n(d_x.data() + b * 2 * d, d, d_h + b * d);  // the state half of [h; e]
 }
 
 }  // namespace kvasir::compress

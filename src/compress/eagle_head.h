@@ -48,16 +48,30 @@ class EagleHead {
   const EagleHeadParams& params() const { return p_; }
   int64_t n_tokens() const { return int64_t(shape_.tokens.size()); }
 
-  // The head's logits over its tokens for B examples: h [B][d] (target hidden states, post-norm),
-  // e [B][d] (embeddings of the next tokens, scaled as the target embeds): z [B][N]. Keeps what
-  // backward() needs.
-  void forward(const float* h, const float* e, int64_t B, float* z, ThreadPool* pool);
+  // One forward's activations: what backward() needs. Training unrolled over draft positions
+  // keeps one per position.
+  struct Tape {
+    int64_t B = 0;
+    std::vector<float> x, a, n, g, u, m, hhat, o, zpre;
+  };
+
+  // The head's logits over its tokens for B examples: h [B][d] (target hidden states, post-norm,
+  // or the head's own output_state when drafting further), e [B][d] (embeddings of the next
+  // tokens, scaled as the target embeds): z [B][N]. Keeps what backward() needs in `tape` (the
+  // head's own one when not given).
+  void forward(const float* h, const float* e, int64_t B, float* z, ThreadPool* pool) { forward(h, e, B, z, pool, tape_); }
+  void forward(const float* h, const float* e, int64_t B, float* z, ThreadPool* pool, Tape& tape);
   // The next hidden states it predicted in the last forward, [B][d] (pre-norm ĥ).
-  const float* predicted() const { return hhat_.data(); }
+  const float* predicted() const { return tape_.hhat.data(); }
   // What the head passes to its next position when drafting: rms_norm(ĥ) · w_out_norm, [B][d].
-  const float* output_state() const { return o_.data(); }
+  const float* output_state() const { return tape_.o.data(); }
   // dz [B][N] -> parameter gradients accumulated into `grads` (same layout as params()).
-  void backward(const float* dz, int64_t B, EagleHeadParams& grads, ThreadPool* pool);
+  void backward(const float* dz, int64_t B, EagleHeadParams& grads, ThreadPool* pool) { backward(dz, grads, pool, tape_); }
+  // The same for a kept tape; d_state [B][d] (may be null) is a further gradient on the forward's
+  // output_state (from the next draft position it fed), and d_h [B][d] (may be null) receives the
+  // gradient on the forward's input state h.
+  void backward(const float* dz, EagleHeadParams& grads, ThreadPool* pool, const Tape& tape, const float* d_state = nullptr,
+                float* d_h = nullptr);
 
   // The target's rows for the head's tokens and its readout settings (bound at init/load).
   const float* readout() const { return w_n_.data(); }
@@ -73,9 +87,7 @@ class EagleHead {
   std::vector<float> w_n_, w_n_t_;  // [N][d] F32 copy of the target's output rows, and [d][N]
   float eps_ = 1e-6f, softcap_ = 0.f;
   bool gelu_ = true;
-  // Activations of the last forward.
-  int64_t B_ = 0;
-  std::vector<float> x_, a_, n_, g_, u_, m_, hhat_, o_, zpre_;
+  Tape tape_;  // the last forward's, when the caller keeps none
 };
 
 EagleHeadParams zeros_like(const EagleHeadParams& p);

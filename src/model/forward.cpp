@@ -363,6 +363,20 @@ void Forward::build_tiles(const Batch& b) {
     }
     tiles_.push_back({t, 1});
   }
+  // Fewer (tile, run of KV heads) units than threads while a tile holds several rows (a decode
+  // step verifying drafts, on a model with one KV head): halve the largest tile until each thread
+  // has one. A row's attention is bitwise the same in any tile (TileRowsEqualSingleRowsBitwise),
+  // and the rows then run side by side instead of on one thread while the others wait.
+  const int64_t threads = pool_.num_threads(), run = std::max<int64_t>(1, c_.n_kv_heads / std::max<int64_t>(1, threads));
+  const int64_t runs = (c_.n_kv_heads + run - 1) / run;
+  while (int64_t(tiles_.size()) * runs < threads) {
+    auto widest = std::max_element(tiles_.begin(), tiles_.end(),
+                                   [](const AttnTile& a, const AttnTile& b) { return a.n_rows < b.n_rows; });
+    if (widest == tiles_.end() || widest->n_rows < 2) break;
+    const AttnTile second{widest->row + widest->n_rows / 2, widest->n_rows - widest->n_rows / 2};
+    widest->n_rows /= 2;
+    tiles_.insert(widest + 1, second);
+  }
 }
 
 void Forward::attend_tiles(const Batch& b, const kernels::KvLayerView& view, const kernels::AttentionParams& ap) {

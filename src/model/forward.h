@@ -161,6 +161,8 @@ class Forward {
   void norm_rows(const float* x, const Vector& weight, int64_t T, int64_t n, float* out);
   // fn(begin, end) over rows [0, T): on the pool when T is large enough to pay for the sync.
   void for_rows(int64_t T, const std::function<void(int64_t, int64_t)>& fn);
+  // Consecutive rows of one sequence grouped into attention tiles (split further when they are
+  // fewer than the threads).
   void build_tiles(const Batch& batch);
   // The attention of one layer over the tiles: each (tile, run of KV heads) on one thread, or,
   // when those units are too few to keep the threads busy and some tile reaches several key

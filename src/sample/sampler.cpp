@@ -1,6 +1,7 @@
 #include "sample/sampler.h"
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <limits>
 #include <unordered_map>
@@ -92,11 +93,40 @@ bool SortedPrefix::has(size_t i) {
 
 int32_t argmax(std::span<const float> logits) {
   if (logits.empty()) return 0;
-  // Two passes the compiler vectorizes: the maximum, then its first index.
+  // Vector maxima over blocks of 16 (a compare-select: NaN never wins a `>`, so it ranks like
+  // -inf), then the first block holding the maximum, then its first index: a 262k-token row in
+  // tens of microseconds where a scalar loop takes hundreds.
+  using F16 = float __attribute__((vector_size(64)));
+  constexpr size_t kLanes = 16;
+  const float* x = logits.data();
+  const size_t n = logits.size(), whole = n - n % kLanes;
+  const auto load = [&](size_t i) {
+    F16 v;
+    std::memcpy(&v, x + i, sizeof v);
+    return v;
+  };
+  F16 lane;
+  for (size_t l = 0; l < kLanes; ++l) lane[l] = kNegInf;
+  for (size_t i = 0; i < whole; i += kLanes) {
+    const F16 v = load(i);
+    lane = v > lane ? v : lane;
+  }
   float best = kNegInf;
-  for (float x : logits) best = std::max(best, rank_value(x));
-  for (size_t i = 0; i < logits.size(); ++i)
-    if (rank_value(logits[i]) == best) return int32_t(i);
+  for (size_t l = 0; l < kLanes; ++l) best = lane[l] > best ? lane[l] : best;
+  for (size_t i = whole; i < n; ++i) best = x[i] > best ? x[i] : best;
+  if (best == kNegInf) return 0;  // nothing possible (all -inf or NaN): the lowest id, like greedy
+  F16 target;
+  for (size_t l = 0; l < kLanes; ++l) target[l] = best;
+  for (size_t i = 0; i < whole; i += kLanes) {
+    const auto hit = load(i) == target;
+    bool any = false;
+    for (size_t l = 0; l < kLanes; ++l) any |= hit[l] != 0;
+    if (any)
+      for (size_t l = 0;; ++l)
+        if (x[i + l] == best) return int32_t(i + l);
+  }
+  for (size_t i = whole; i < n; ++i)
+    if (x[i] == best) return int32_t(i);
   return 0;
 }
 

@@ -19,6 +19,34 @@ TEST(Sampler, ArgmaxLowestIdWinsTies) {
   EXPECT_EQ(s.sample(l, {}), 1);
 }
 
+// The blocked argmax against its scalar twin: lengths around the 16-lane blocks, ties (the lowest
+// id wins), NaN (ranks like -inf), infinities, and rows with nothing possible (id 0).
+TEST(Sampler, ArgmaxMatchesItsScalarTwin) {
+  const auto twin = [](const std::vector<float>& l) {
+    int32_t best = 0;
+    float bv = -std::numeric_limits<float>::infinity();
+    for (size_t i = 0; i < l.size(); ++i)
+      if (!std::isnan(l[i]) && l[i] > bv) bv = l[i], best = int32_t(i);
+    return best;
+  };
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> coarse(-3, 3), kind(0, 19);
+  for (size_t n : {1u, 2u, 15u, 16u, 17u, 31u, 32u, 33u, 100u, 1000u, 4099u}) {
+    for (int trial = 0; trial < 200; ++trial) {
+      std::vector<float> l(n);
+      for (float& v : l) {
+        const int k = kind(rng);
+        v = k == 0 ? nan : k == 1 ? -inf : k == 2 && trial % 7 == 0 ? inf : float(coarse(rng));  // many ties
+      }
+      if (trial % 13 == 0) std::fill(l.begin(), l.end(), trial % 2 ? nan : -inf);
+      if (trial % 17 == 0)
+        for (size_t i = 0; i < n; ++i) l[i] = i % 2 ? nan : -inf;
+      ASSERT_EQ(argmax(l), twin(l)) << "n " << n << " trial " << trial;
+    }
+  }
+}
+
 TEST(Sampler, SameSeedSameTokens) {
   std::vector<float> l(100);
   for (int i = 0; i < 100; ++i) l[size_t(i)] = std::sin(float(i));
