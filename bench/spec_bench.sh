@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Speculative decoding at batch 1 and under concurrency: `kvasir batch` with and without
 # speculation (`-s` flags, default `--spec ngram`), alternating rounds, on copy-heavy prompts (a passage to repeat verbatim) and
-# free-form ones. Concurrency c: 4c prompts through `--max-seqs c` (c in flight, the rest queued,
+# free-form ones (at c = 1 the four free-form prompts in turn). Concurrency c: 4c prompts through `--max-seqs c` (c in flight, the rest queued,
 # as a busy server sees them), so a request that finishes early lets the next one in. Prints
 # tokens/s per round, medians and acceptance.
 #   bench/spec_bench.sh [-r ROUNDS] [-t THREADS] [-n MAX_TOKENS] [-c CONCURRENCY] [-s "SPEC FLAGS"]
@@ -28,8 +28,10 @@ def write(name, prompts):
             f.write(json.dumps({"prompt": p, "max_tokens": n, "temperature": 0}) + "\n")
 total = conc if conc == 1 else 4 * conc
 write("copy", [copy] * total)
-write("free", (free * total)[:total])
-write("mixed", (([copy] + free) * total)[:total])
+# At c = 1 the four free-form prompts one after another (batch 1 throughout), not the first alone:
+# one text's phrasing decides which draft depth pays.
+write("free", free if conc == 1 else (free * total)[:total])
+write("mixed", ([copy] + free) if conc == 1 else (([copy] + free) * total)[:total])
 PY
 run() {  # kind none|spec -> "tok/s accepted%"
   local kind=$1 label=$2 flags=()

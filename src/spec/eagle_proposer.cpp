@@ -13,11 +13,18 @@
 namespace kvasir::spec {
 namespace {
 
-// One weight matrix as the kernels take it.
+// One weight matrix as the kernels take it, and repacked into the kernels' panels where its type
+// has them (the decode path of the target's own matrices; bitwise the same products).
 struct Weight {
   DType type = DType::F16;
   std::vector<uint8_t> bytes;
   int64_t n_in = 0, n_out = 0;
+  kernels::PackedMatrix packed;
+
+  void pack() {
+    packed = kernels::pack_matrix_alloc(type, n_in, n_out);
+    if (!packed.empty()) kernels::pack_panels(packed, bytes.data(), 0, (n_out + 7) / 8);
+  }
 };
 
 // Q8_0 where the rows are whole blocks (half F16's bytes: the head is read every draft position),
@@ -27,6 +34,7 @@ Weight to_weight(std::span<const float> w, int64_t n_in, int64_t n_out) {
   Weight m{t, std::vector<uint8_t>(size_t(n_out) * row_bytes(t, n_in)), n_in, n_out};
   for (int64_t r = 0; r < n_out; ++r)
     kernels::quant_traits(t)->quantize_row(w.data() + r * n_in, m.bytes.data() + size_t(r) * row_bytes(t, n_in), n_in);
+  m.pack();
   return m;
 }
 
@@ -53,6 +61,7 @@ class EagleProposer final : public Proposer {
     readout_.bytes.resize(rb * tokens_.size());
     for (size_t i = 0; i < tokens_.size(); ++i)
       std::copy_n(static_cast<const uint8_t*>(out.data) + size_t(tokens_[i]) * rb, rb, readout_.bytes.data() + i * rb);
+    readout_.pack();
     // One forward now: the first one the controller times would otherwise include the pages and
     // caches touched for the first time, and price every later draft by it.
     std::vector<float> h(size_t(d_), 0.f), e(size_t(d_), 0.f), next(size_t(d_), 0.f);
@@ -128,8 +137,10 @@ class EagleProposer final : public Proposer {
     const DType vt = kernels::quant_traits(w.type)->vec_dot_type;
     act_.resize(size_t(R) * row_bytes(vt, w.n_in));
     kernels::quantize_activations(vt, x, R, w.n_in, act_.data());
+    const bool packed = !w.packed.empty() && kernels::packed_pays(w.packed, R);
     pool_->parallel_for(w.n_out, 64, [&](int64_t b, int64_t e, int) {
-      kernels::matmul_rows(w.type, w.bytes.data(), w.n_in, b, e, act_.data(), R, y, w.n_out);
+      if (packed) kernels::matmul_rows_packed(w.packed, b, e, act_.data(), R, y, w.n_out);
+      else kernels::matmul_rows(w.type, w.bytes.data(), w.n_in, b, e, act_.data(), R, y, w.n_out);
     });
   }
 
