@@ -144,8 +144,14 @@ void AcceptanceRecord::fade(size_t position, double keep) {
 }
 
 double AcceptanceRecord::rate(size_t position, double prior, double prior_weight) const {
+  // Each position is shrunk toward the one before's rate, but no lower than the prior: a draft
+  // trained over several positions keeps its rate with depth, and a deeper position is learnt only
+  // once it is tried (a position never tried starts from max(the one before's rate, prior)).
   double r = prior;
-  for (size_t j = 0; j <= position && j < tries_.size(); ++j) r = (hits_[j] + prior_weight * r) / (tries_[j] + prior_weight);
+  for (size_t j = 0; j <= position; ++j) {
+    const double toward = j == 0 ? prior : std::max(r, prior);
+    r = j < tries_.size() ? (hits_[j] + prior_weight * toward) / (tries_[j] + prior_weight) : toward;
+  }
   return r;
 }
 

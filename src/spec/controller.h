@@ -90,8 +90,8 @@ class AcceptanceRecord {
   // short for good.
   void fade(size_t position, double keep);
   // The rate at the position: its hits and tries with the position before's rate (`prior` before
-  // position 0) counted as prior_weight more tries, so that a few tries move it only so far and a
-  // position never tried starts from the one before.
+  // position 0; never below `prior` after it) counted as prior_weight more tries, so that a few
+  // tries move it only so far and a position never tried starts from the one before (or the prior).
   double rate(size_t position, double prior, double prior_weight) const;
   // Fills out[0..positions): (own hits + weight * pooled rate) / (own tries + weight) per position,
   // the pooled rate being rate(j, prior, pooled_weight).

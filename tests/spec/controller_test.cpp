@@ -161,7 +161,8 @@ TEST(SpecAcceptance, OwnRecordShrunkTowardThePooledOne) {
     if (i % 10 < 7) pooled.observe(1, i % 10 < 1);  // position 1: 1 in 7 given position 0
   EXPECT_NEAR(pooled.rate(0, 0.6, 2), 0.7, 0.02);
   EXPECT_NEAR(pooled.rate(1, 0.6, 2), 1.0 / 7, 0.03);
-  EXPECT_NEAR(pooled.rate(2, 0.6, 2), 1.0 / 7, 0.03);  // never tried: the position before's
+  EXPECT_DOUBLE_EQ(pooled.rate(2, 0.6, 2), 0.6);  // never tried, the position before below the prior: the prior
+  EXPECT_NEAR(pooled.rate(1, 0.6, 2) * pooled.rate(2, 0.6, 2), 0.6 / 7, 0.02);  // its row still gains little
 
   std::vector<double> est;
   AcceptanceRecord::estimate(own, pooled, 3, 0.6, 2, 4, est);  // a new request: the pooled rates
@@ -179,6 +180,9 @@ TEST(SpecAcceptance, OwnRecordShrunkTowardThePooledOne) {
   EXPECT_DOUBLE_EQ(fresh.rate(0, 0.6, 2), 0.6);
   fresh.observe(0, false);
   EXPECT_NEAR(fresh.rate(0, 0.6, 2), 0.4, 1e-9);
+  AcceptanceRecord good(0.995);
+  for (int i = 0; i < 100; ++i) good.observe(0, i % 10 < 8), good.observe(1, i % 10 < 9);
+  EXPECT_NEAR(good.rate(2, 0.6, 2), good.rate(1, 0.6, 2), 1e-12);  // never tried, above the prior: the one before's
   AcceptanceRecord deep(0.9);
   deep.observe(0, true), deep.observe(1, true), deep.observe(2, false);
   const double before = deep.rate(2, 0.6, 2);
