@@ -5,10 +5,11 @@
 #      prompt, temperature 0.8, top-p 0.95, 256 tokens) through `kvasir batch`; with GREEDY=1 the
 #      first 24 words of each sample become an opening the target then continues greedily (224
 #      tokens: the texts greedy decoding meets); the last 8 prompts' texts are held out;
-#   2. `kvasir distill --head` on those texts (STEPS steps of 64 examples, 8192 head tokens, FFN 1024);
+#   2. `kvasir distill --head` on those texts (STEPS steps of 64 examples, 8192 head tokens, FFN 1024,
+#      UNROLL draft positions trained per example);
 #   3. bench/spec_bench.sh on the free-form prompts (none of them among the training prompts) at
 #      concurrency 1, 4 and 16, with `--spec head --draft-head-file` against no speculation.
-#   bench/eagle_bench.sh [MODEL]   (env: SAMPLES=4 GREEDY=1 STEPS=3000 LR=1e-3 CE=0 FFN=1024 ROUNDS=3 CONC="1 4 16" SKIP_DATA=1 SKIP_TRAIN=1 OUT=dir)
+#   bench/eagle_bench.sh [MODEL]   (env: SAMPLES=4 GREEDY=1 STEPS=3000 UNROLL=1 LR=1e-3 CE=0 FFN=1024 ROUNDS=3 CONC="1 4 16" SKIP_DATA=1 SKIP_TRAIN=1 OUT=dir)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 bin="${KVASIR_BIN:-$here/../build/bin/kvasir}"
@@ -59,7 +60,7 @@ fi
 if [ -z "${SKIP_TRAIN:-}" ]; then
   "$bin" distill --teacher "$model" --head -o "$out/head.gguf" -f "$out/train.txt" --eval-text "$out/eval.txt" \
     --steps "$steps" --batch 64 --head-tokens 8192 --head-ffn "${FFN:-1024}" --lr "${LR:-1e-3}" --warmup 100 \
-    --ce-weight "${CE:-0}" -c 512 -t 2 --json \
+    --ce-weight "${CE:-0}" --unroll "${UNROLL:-1}" -c 512 -t 2 --json \
     > "$out/distill.json" 2> "$out/distill.log"
   python3 -c "import json; j=json.load(open('$out/distill.json')); print('distill:', json.dumps({k: j[k] for k in ('before','after','steps','train_tokens','teacher_seconds','train_seconds')}))"
 fi

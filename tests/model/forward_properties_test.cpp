@@ -149,6 +149,22 @@ TEST_P(ForwardProperties, LongDecodeSplitByKeySpanEqualsCrowded) {
   for (size_t i = 0; i < 2; ++i) EXPECT_EQ(alone[i], crowded[i]) << "decode step " << i;
 }
 
+// A verify step: a few consecutive rows of one sequence alone (drafts checked in one forward).
+// With fewer (tile, KV head) units than threads Forward halves the tile so both threads attend;
+// every row's logits must be bitwise those of decoding the rows one at a time.
+TEST_P(ForwardProperties, FewRowsOfOneSequenceEqualOneAtATimeBitwise) {
+  auto model = Model::load(shared_path("models/" + GetParam() + ".gguf"));
+  ASSERT_TRUE(model.ok()) << model.error();
+  std::mt19937 rng(7);
+  const auto tokens = random_tokens(rng, 41, int32_t((*model)->config().n_vocab));
+  const auto one = run_alone(**model, tokens, 1);
+  for (int64_t rows : {2, 4, 5}) {
+    const auto tiled = run_alone(**model, tokens, rows);
+    ASSERT_EQ(tiled.size(), one.size());
+    for (size_t i = 0; i < one.size(); ++i) ASSERT_EQ(tiled[i], one[i]) << rows << " rows a step, position " << i;
+  }
+}
+
 TEST_P(ForwardProperties, DecodeEqualsPrefill) {
   auto model = Model::load(shared_path("models/" + GetParam() + ".gguf"));
   ASSERT_TRUE(model.ok()) << model.error();
