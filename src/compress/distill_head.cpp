@@ -34,7 +34,7 @@ namespace {
 // teacher's logits over the head's tokens from h_{p+k+1}; the text's token x_{p+k+2} for the CE term.
 struct ExampleBatch {
   std::vector<float> h, e, teacher, student, dz;
-  std::vector<int32_t> target;  // index into the head's tokens of x_{p+2}, -1 when not among them
+  std::vector<int32_t> target;  // index into the head's tokens of x_{p+k+2}, -1 when not among them
 };
 
 // Position indices (chunk * n_ctx + t) that have `depth` next hidden states and a token after them.
