@@ -520,6 +520,16 @@ TEST(Cli, DistillAHeadAndDraftWithIt) {
   const auto m = nlohmann::json::parse(more.out);
   EXPECT_EQ(m["steps"], 60);
   EXPECT_LE(m["after"]["kl"].get<double>(), j["after"]["kl"].get<double>() * 1.05);
+  // Both of two drafts kept is part of every evaluation, and never more often than the first.
+  EXPECT_GT(j["after"]["accept2"].get<double>(), 0.0);
+  EXPECT_LE(j["after"]["accept2"].get<double>(), j["after"]["accept"].get<double>());
+  const auto unrolled = kvasir({"distill", "--teacher", model, "--head", "-o", resumed, "--resume", head, "-f", text, "-c",
+                                "128", "--steps", "230", "--batch", "16", "--unroll", "3", "--eval-every", "0", "--json", "-t", "2"});
+  ASSERT_EQ(unrolled.code, 0) << unrolled.err;
+  EXPECT_EQ(nlohmann::json::parse(unrolled.out)["steps"], 30);
+  const auto too_deep = kvasir({"distill", "--teacher", model, "--head", "-o", resumed, "-f", text, "--unroll", "9"});
+  EXPECT_NE(too_deep.code, 0);
+  EXPECT_NE(too_deep.err.find("--unroll"), std::string::npos) << too_deep.err;
   const auto done = kvasir({"distill", "--teacher", model, "--head", "-o", resumed, "--resume", head, "-f", text, "-c", "128",
                             "--steps", "100"});
   EXPECT_EQ(done.code, 1);
