@@ -5,20 +5,21 @@
 # as a busy server sees them), so a request that finishes early lets the next one in. Prints
 # tokens/s per round, medians and acceptance.
 #   bench/spec_bench.sh [-r ROUNDS] [-t THREADS] [-n MAX_TOKENS] [-c CONCURRENCY] [-s "SPEC FLAGS"]
-#                       [-w "copy free mixed"] [MODEL]
+#                       [-w "copy free mixed"] [-1] [MODEL]
+# -1: at c = 1 the first free-form prompt alone (how sessions 31-32 measured batch 1).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 bin="$here/../build/bin/kvasir"
-rounds=3 threads=2 max_tokens=160 conc=1 spec_flags="--spec ngram" workloads="copy free mixed"
-while getopts "r:t:n:c:s:w:" o; do case $o in r) rounds=$OPTARG;; t) threads=$OPTARG;; n) max_tokens=$OPTARG;; c) conc=$OPTARG;;
-  s) spec_flags=$OPTARG;; w) workloads=$OPTARG;; *) exit 2;; esac; done
+rounds=3 threads=2 max_tokens=160 conc=1 spec_flags="--spec ngram" workloads="copy free mixed" first_only=0
+while getopts "r:t:n:c:s:w:1" o; do case $o in r) rounds=$OPTARG;; t) threads=$OPTARG;; n) max_tokens=$OPTARG;; c) conc=$OPTARG;;
+  s) spec_flags=$OPTARG;; w) workloads=$OPTARG;; 1) first_only=1;; *) exit 2;; esac; done
 shift $((OPTIND - 1))
 model="${1:-$here/../models/gemma-3-270m-q4_k_m.gguf}"
 work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
-python3 - "$here/prompts/copy_heavy.txt" "$max_tokens" "$conc" "$work" <<'PY'
+python3 - "$here/prompts/copy_heavy.txt" "$max_tokens" "$conc" "$work" "$first_only" <<'PY'
 import json, sys
 passage = open(sys.argv[1]).read().strip()
-n, conc, out = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+n, conc, out, first_only = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5] == "1"
 copy = f"Copy the text below exactly, word for word.\n\nText:\n{passage}\n\nCopy:\n"
 free = ["Once upon a time, in a small village by the mountains,", "The best way to learn a new language is",
         "Write a short poem about autumn leaves:", "Here are three ideas for a weekend trip:"]
@@ -30,6 +31,8 @@ total = conc if conc == 1 else 4 * conc
 write("copy", [copy] * total)
 # At c = 1 the four free-form prompts one after another (batch 1 throughout), not the first alone:
 # one text's phrasing decides which draft depth pays.
+if first_only:
+    free = free[:1]
 write("free", free if conc == 1 else (free * total)[:total])
 write("mixed", ([copy] + free) if conc == 1 else (([copy] + free) * total)[:total])
 PY
