@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <numeric>
+#include <optional>
 #include <random>
 
 #include "compress/distill_head.h"
@@ -45,6 +47,30 @@ bool load_stories(std::unique_ptr<Model>& model, std::vector<int32_t>& tokens) {
   }
   tokens = tok->encode(text);
   model = std::move(*m);
+  return true;
+}
+
+// stories260K's features on the first 80% of the shared text (training) and the rest (held
+// out), and every token id as a head's vocabulary; false without ../shared.
+struct StoriesSplit {
+  std::unique_ptr<Model> model;
+  std::optional<TeacherFeatures> train, held;
+  std::vector<int32_t> all;
+};
+bool load_stories_split(StoriesSplit& st) {
+  std::vector<int32_t> tokens;
+  if (!load_stories(st.model, tokens)) return false;
+  const size_t split = tokens.size() * 8 / 10;
+  auto train = teacher_features(*st.model, std::span(tokens).first(split), {.n_ctx = 128, .bos = 1, .num_threads = 2});
+  auto held = teacher_features(*st.model, std::span(tokens).subspan(split), {.n_ctx = 128, .bos = 1, .num_threads = 2});
+  if (!train.ok() || !held.ok()) {
+    ADD_FAILURE() << "teacher features";
+    st.model.reset();
+    return true;
+  }
+  st.train = std::move(*train), st.held = std::move(*held);
+  st.all.resize(size_t(st.model->config().n_vocab));
+  std::iota(st.all.begin(), st.all.end(), 0);
   return true;
 }
 
@@ -166,18 +192,12 @@ TEST(EagleHead, FileRoundTripAndRefusals) {
 }
 
 TEST(EagleHead, DistillationLowersKlAndRaisesAgreement) {
-  std::unique_ptr<Model> model;
-  std::vector<int32_t> tokens;
-  if (!load_stories(model, tokens)) GTEST_SKIP() << "../shared is not available";
-  const size_t split = tokens.size() * 8 / 10;
-  auto train = teacher_features(*model, std::span(tokens).first(split), {.n_ctx = 128, .bos = 1, .num_threads = 2});
-  auto held = teacher_features(*model, std::span(tokens).subspan(split), {.n_ctx = 128, .bos = 1, .num_threads = 2});
-  ASSERT_TRUE(train.ok() && held.ok());
-  std::vector<int32_t> all(model->config().n_vocab);
-  std::iota(all.begin(), all.end(), 0);
-  auto head = EagleHead::init(*model, 128, all, 1);
+  StoriesSplit st;
+  if (!load_stories_split(st)) GTEST_SKIP() << "../shared is not available";
+  ASSERT_TRUE(st.model);
+  auto head = EagleHead::init(*st.model, 128, st.all, 1);
   ASSERT_TRUE(head.ok());
-  auto r = train_head(*head, *train, *held,
+  auto r = train_head(*head, *st.train, *st.held,
                       {.steps = 600, .batch = 32, .warmup = 30, .lr = 3e-3, .eval_every = 100, .eval_positions = 1500,
                        .num_threads = 2});
   ASSERT_TRUE(r.ok()) << r.error();
@@ -213,20 +233,14 @@ TEST(EagleHead, SelfFedTrainingStillLearns) {
 // backpropagated through it), the head keeps both of its first two drafts far more often than one
 // trained on single positions with the same steps and examples, and still distils the first.
 TEST(EagleHead, UnrolledTrainingRaisesTheSecondPosition) {
-  std::unique_ptr<Model> model;
-  std::vector<int32_t> tokens;
-  if (!load_stories(model, tokens)) GTEST_SKIP() << "../shared is not available";
-  const size_t split = tokens.size() * 8 / 10;
-  auto train = teacher_features(*model, std::span(tokens).first(split), {.n_ctx = 128, .bos = 1, .num_threads = 2});
-  auto held = teacher_features(*model, std::span(tokens).subspan(split), {.n_ctx = 128, .bos = 1, .num_threads = 2});
-  ASSERT_TRUE(train.ok() && held.ok());
-  std::vector<int32_t> all(model->config().n_vocab);
-  std::iota(all.begin(), all.end(), 0);
+  StoriesSplit st;
+  if (!load_stories_split(st)) GTEST_SKIP() << "../shared is not available";
+  ASSERT_TRUE(st.model);
   HeadEval after[2];
   for (int64_t unroll : {1, 2}) {
-    auto head = EagleHead::init(*model, 128, all, 1);
+    auto head = EagleHead::init(*st.model, 128, st.all, 1);
     ASSERT_TRUE(head.ok());
-    auto r = train_head(*head, *train, *held,
+    auto r = train_head(*head, *st.train, *st.held,
                         {.steps = 600, .batch = 32, .warmup = 30, .lr = 3e-3, .unroll = unroll, .eval_every = 0,
                          .eval_positions = 1500, .num_threads = 2});
     ASSERT_TRUE(r.ok()) << r.error();
