@@ -126,6 +126,8 @@ int run_distill(DistillArgs a) {
   if (a.head == !a.student.empty())
     return fail("say what to distil: --head (an EAGLE-style draft head over the teacher's hidden states) or --student "
                 "PRUNED.gguf (a pruned copy of the teacher, healed through an adapter before its output)");
+  if (!a.head && (a.unroll != 1 || a.self_feed > 0))
+    return fail("--unroll and --self-feed shape a draft head's training: they go with --head, not --student");
   if (a.out.empty()) return fail(a.head ? "give the output file: -o head.gguf" : "give the output file: -o student.gguf");
   if (a.out == a.student) return fail("the output must be another file than the student");
   if (a.steps < 0) a.steps = a.head ? 3000 : 300;

@@ -530,6 +530,9 @@ TEST(Cli, DistillAHeadAndDraftWithIt) {
   const auto too_deep = kvasir({"distill", "--teacher", model, "--head", "-o", resumed, "-f", text, "--unroll", "9"});
   EXPECT_NE(too_deep.code, 0);
   EXPECT_NE(too_deep.err.find("--unroll"), std::string::npos) << too_deep.err;
+  const auto student = kvasir({"distill", "--teacher", model, "--student", head, "-o", resumed, "-f", text, "--unroll", "2"});
+  EXPECT_EQ(student.code, 1);
+  EXPECT_NE(student.err.find("go with --head"), std::string::npos) << student.err;
   const auto done = kvasir({"distill", "--teacher", model, "--head", "-o", resumed, "--resume", head, "-f", text, "-c", "128",
                             "--steps", "100"});
   EXPECT_EQ(done.code, 1);
