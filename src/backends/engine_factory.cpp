@@ -88,7 +88,7 @@ Result<std::unique_ptr<engine::EngineCore>> create_engine_core(const Model& mode
     auto clock = eo.clock ? std::function<int64_t()>(eo.clock) : std::function<int64_t()>([] {
       return int64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
     });
-    auto p = spec::eagle_proposer(model, spec.head_file, eo.pool, std::move(clock));
+    auto p = spec::eagle_proposer(model, spec.head_file, eo.pool, std::move(clock), spec.head_min_confidence);
     if (!p) return Error{p.error(), p.error_code()};
     head = std::move(*p);
   }

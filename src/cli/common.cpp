@@ -193,6 +193,11 @@ void SpecFlags::add_to(CLI::App* cmd) {
   cmd->add_option("--draft-head-text", draft_head_text, "Text the --draft-head tokens are counted on (default: built in)");
   cmd->add_option("--draft-head-file", draft_head_file,
                   "--spec head (implied): a draft head trained for this model by `kvasir distill --head`");
+  cmd->add_option("--spec-min-confidence", min_confidence,
+                  "--spec head: a request stops drafting where the head's confidence in its drafts so far (the "
+                  "product of its probabilities for them) falls below P (default 0.2; 0: always as many as the "
+                  "controller allows)")
+      ->check(CLI::Range(0.0, 1.0));
 }
 
 Result<std::string> text_or_builtin(const std::string& path, const std::string& flag) {
@@ -234,6 +239,8 @@ Result<engine::SpecOptions> SpecFlags::to_options() const {
   if (o.method == engine::SpecMethod::head && draft_head_file.empty()) return Error{"--spec head needs --draft-head-file FILE"};
   if (o.method != engine::SpecMethod::head && !draft_head_file.empty()) return Error{"--draft-head-file goes with --spec head"};
   o.head_file = draft_head_file;
+  if (min_confidence >= 0 && o.method != engine::SpecMethod::head) return Error{"--spec-min-confidence goes with --spec head"};
+  if (min_confidence >= 0) o.head_min_confidence = min_confidence;
   if (o.method == engine::SpecMethod::draft && draft_model.empty()) return Error{"--spec draft needs --draft-model PATH"};
   if (o.method != engine::SpecMethod::draft && !draft_model.empty()) return Error{"--draft-model goes with --spec draft"};
   if (o.method == engine::SpecMethod::early_exit && exit_layer < 1) return Error{"--spec early-exit needs --exit-layer L"};

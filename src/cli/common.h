@@ -63,6 +63,7 @@ struct SpecFlags {
   int32_t draft_head = 0;        // self-speculative drafts: project onto the N most frequent tokens
   std::string draft_head_text;   // where they are counted (default: a built-in English text)
   std::string draft_head_file;   // --spec head: a trained EAGLE-style head
+  double min_confidence = -1;    // --spec-min-confidence; < 0: the engine's default
 
   void add_to(CLI::App* cmd);
   // The flags alone (no files read).

@@ -68,6 +68,9 @@ struct SpecOptions {
   // Self-speculative drafts project onto these tokens only (the most frequent ones); empty: all.
   std::vector<int32_t> head_tokens;
   std::string head_file;  // head: a trained EAGLE-style draft head (kvasir distill --head)
+  // head: a request stops drafting where the head's confidence in its drafts (the product of its
+  // probabilities for them) falls below this (spec/eagle_proposer.h); 0: the controller's count.
+  double head_min_confidence = 0.2;
   uint64_t draft_kv_mem_bytes = 0;  // a draft model's own KV; 0: as many tokens as the target's holds, capped at 512 MiB (self-drafts share the target's)
 };
 

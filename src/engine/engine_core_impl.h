@@ -48,6 +48,7 @@ struct Live {
   // to 4 once the plan drafts for it again, so that a proposer that never pays costs ever fewer probes.
   spec::AcceptanceRecord spec_own{0.9};  // about the last ten drafts at each position
   std::vector<double> spec_accept;
+  std::vector<float> spec_conf;  // a scoring proposer's probabilities for this step's drafts
   int32_t spec_idle_steps = 0;
   static constexpr int32_t kFirstProbeWait = 4;  // a probe costs one row; the doubling bounds a bad proposer's
   int32_t spec_probe_wait = kFirstProbeWait;
@@ -149,6 +150,7 @@ struct EngineCore::Impl {
   // next one's, draft forwards and the engine's work between steps included).
   spec::RealizedGain realized_gain;
   spec::AcceptanceRecord spec_pooled{0.995};  // every request's drafts: about the last 200 at each position
+  spec::ConfidenceCalibration spec_calibration;  // a scoring proposer's probabilities against what was kept
   sched::Clock clock;
   struct SpecStep {
     int64_t start_ns = -1;
@@ -193,6 +195,7 @@ struct EngineCore::Impl {
   };
   void hand_hidden_to_proposer(const sched::SchedulerOutput& so);
   void draft_scheduled(const sched::SchedulerOutput& so);
+  int64_t score_candidates(std::vector<SpecCandidate>& cands);
   Delta& delta_for(std::vector<Delta>& out, std::unordered_map<RequestId, size_t>& index, RequestId id);
 };
 

@@ -33,11 +33,14 @@ void EngineCore::Impl::propose_drafts() {
     const int32_t left = l->params.stop.max_tokens - r->num_generated() - 1;  // beyond the step's own token
     if (left <= 0) continue;
     // A model drafts after the controller chose K (its drafts cost time): placeholders until then.
-    std::vector<int32_t> draft = proposer->propose(id, r->tokens, o.max_k);
+    // A scoring proposer drafts for all candidates at once below (score_candidates).
+    std::vector<int32_t> draft = proposer->scores_drafts() ? std::vector<int32_t>(size_t(o.max_k), 0)
+                                                            : proposer->propose(id, r->tokens, o.max_k);
     const int32_t most = std::min(int32_t(draft.size()), left);
     if (most > 0) cands.push_back({id, l.get(), std::move(draft), 0, most, left});
   }
   if (!o.adaptive) {
+    if (proposer->scores_drafts()) score_candidates(cands);
     for (auto& c : cands) c.k = c.most;
   } else {
     // Costs are relative to a plain decode step: nothing is drafted until one was measured.
@@ -51,19 +54,40 @@ void EngineCore::Impl::propose_drafts() {
     spec::DraftCosts costs = spec::relative_costs(step, scheduler.step_cost().draft_row_ns(), draft_cost,
                                                   scheduler.step_cost().prefill_token_ns(), verify_rows_ns);
     costs.realized = realized_gain.factor();
+    const bool scored = proposer->scores_drafts();
+    double scored_time = 0;  // a scoring proposer's forwards, in plain steps, spent before the plan
+    if (scored) {
+      // Its forwards are spent before the plan, so they run only where drafts could pay at all:
+      // where one sure draft per request pays for its row and the forward.
+      std::vector<spec::DraftCandidate> sure(cands.size());
+      const double certain[] = {1.0};
+      for (auto& c : sure) c = {.accept = certain, .most = 1};
+      spec::plan_draft_rows(sure, decodes, costs);
+      if (std::none_of(sure.begin(), sure.end(), [](const spec::DraftCandidate& c) { return c.k > 0; })) return;
+      scored_time = double(score_candidates(cands)) / step;
+      costs = spec::relative_costs(step, scheduler.step_cost().draft_row_ns(), nullptr,
+                                   scheduler.step_cost().prefill_token_ns(), verify_rows_ns);
+      costs.realized = realized_gain.factor();
+    }
     std::vector<spec::DraftCandidate> plan(cands.size());
     for (size_t i = 0; i < cands.size(); ++i) {
       SpecCandidate& c = cands[i];
-      spec::AcceptanceRecord::estimate(c.live->spec_own, spec_pooled, size_t(std::max(o.max_k, 1)), Live::kAcceptPrior,
-                                       Live::kPriorWeight, Live::kPooledWeight, c.live->spec_accept);
+      if (scored) {
+        c.live->spec_accept.resize(c.live->spec_conf.size());
+        for (size_t j = 0; j < c.live->spec_conf.size(); ++j)
+          c.live->spec_accept[j] = spec_calibration.acceptance(j, c.live->spec_conf[j]);
+      } else {
+        spec::AcceptanceRecord::estimate(c.live->spec_own, spec_pooled, size_t(std::max(o.max_k, 1)),
+                                         Live::kAcceptPrior, Live::kPriorWeight, Live::kPooledWeight, c.live->spec_accept);
+      }
       plan[i] = {.accept = c.live->spec_accept,
                  .most = c.most,
                  .catch_up = proposer->catch_up(c.id, scheduler.find(c.id)->tokens),
                  .left = c.left,
-                 .probe_due = c.live->spec_idle_steps >= c.live->spec_probe_wait};
+                 .probe_due = !scored && c.live->spec_idle_steps >= c.live->spec_probe_wait};
     }
     const spec::StepForecast forecast = spec::plan_draft_rows(plan, decodes, costs);
-    spec_last.forecast_gain = forecast.tokens / forecast.time / double(std::max(decodes, 1));
+    spec_last.forecast_gain = forecast.tokens / (forecast.time + scored_time) / double(std::max(decodes, 1));
     if (draft_cost && !draft_cost->measured()) {
       // Until the draft's forwards are measured (its priors say nothing about this draft), one
       // request tries it whatever the plan: the one with the least to catch up, with two
@@ -92,6 +116,27 @@ void EngineCore::Impl::propose_drafts() {
     c.draft.resize(size_t(c.k));
     (void)scheduler.set_draft(c.id, c.draft);
   }
+}
+
+// A scoring proposer's drafts for every candidate, in one call: each candidate's draft, its rows
+// at most (the drafts offered) and the proposer's probabilities (Live::spec_conf). Returns the
+// time it took, which the step-cost model leaves out (it prices target forwards only).
+int64_t EngineCore::Impl::score_candidates(std::vector<SpecCandidate>& cands) {
+  draft_jobs.clear();
+  for (const SpecCandidate& c : cands) draft_jobs.push_back({.id = c.id, .context = scheduler.find(c.id)->tokens, .k = c.most});
+  const int64_t t0 = clock();
+  const Status s = proposer->fill(draft_jobs);
+  const int64_t ns = clock() - t0;
+  scheduler.exclude_time(ns);
+  for (size_t i = 0; i < cands.size(); ++i) {
+    SpecCandidate& c = cands[i];
+    spec::DraftJob& j = draft_jobs[i];
+    if (!s || j.confidence.size() != j.draft.size()) j.draft.clear();  // no drafts this step
+    c.draft = std::move(j.draft);
+    c.most = std::min(c.most, int32_t(c.draft.size()));
+    c.live->spec_conf.assign(j.confidence.begin(), j.confidence.begin() + c.most);
+  }
+  return ns;
 }
 
 // What the step just run was, for judge_last_step: its decodes, whether it drafted, whether it

@@ -170,4 +170,19 @@ void softcap_inplace(float* x, int64_t n, float cap) {
 #endif
 }
 
+double exp_sum(const float* x, int64_t n, float shift) {
+  double sum = 0;
+  int64_t i = 0;
+#if KVASIR_HAVE_AVX2
+  const __m256 s = _mm256_set1_ps(shift);
+  for (; i + 8 <= n; i += 8) {
+    alignas(32) float e[8];
+    _mm256_store_ps(e, exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), s)));
+    for (float v : e) sum += v;
+  }
+#endif
+  for (; i < n; ++i) sum += exp1(x[i] - shift);
+  return sum;
+}
+
 }  // namespace kvasir::kernels

@@ -35,5 +35,8 @@ void add_inplace(float* x, const float* y, int64_t n);
 void scale_inplace(float* x, int64_t n, float s);
 // x = cap * tanh(x / cap)
 void softcap_inplace(float* x, int64_t n, float cap);
+// Σ exp(x[i] - shift), a softmax's normalizer (shift >= every x[i] keeps each term <= 1). Summed
+// in double; the order is fixed, so the result depends on x alone.
+double exp_sum(const float* x, int64_t n, float shift);
 
 }  // namespace kvasir::kernels

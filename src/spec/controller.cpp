@@ -1,6 +1,7 @@
 #include "spec/controller.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace kvasir::spec {
 
@@ -163,6 +164,25 @@ void AcceptanceRecord::estimate(const AcceptanceRecord& own, const AcceptanceRec
     const double h = j < own.hits_.size() ? own.hits_[j] : 0.0, t = j < own.tries_.size() ? own.tries_[j] : 0.0;
     out[j] = (h + weight * base) / (t + weight);
   }
+}
+
+int ConfidenceCalibration::bin(double confidence) {
+  if (!(confidence > 0)) return 0;  // NaN too
+  return std::min(int(std::min(confidence, 1.0) * kBins), kBins - 1);
+}
+
+void ConfidenceCalibration::observe(size_t position, double confidence, bool accepted) {
+  const size_t g = std::min<size_t>(position, kGroups - 1);
+  const int b = bin(confidence);
+  tries_[g][b] = kKeep * tries_[g][b] + 1;
+  hits_[g][b] = kKeep * hits_[g][b] + (accepted ? 1 : 0);
+}
+
+double ConfidenceCalibration::acceptance(size_t position, double confidence) const {
+  const size_t g = std::min<size_t>(position, kGroups - 1);
+  const int b = bin(confidence);
+  const double c = std::clamp(std::isnan(confidence) ? 0.0 : confidence, kFloor, 1.0);
+  return (hits_[g][b] + kPriorWeight * c) / (tries_[g][b] + kPriorWeight);
 }
 
 void DraftCostModel::observe_forward(int32_t rows, double ns) {

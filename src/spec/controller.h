@@ -103,6 +103,26 @@ class AcceptanceRecord {
   std::vector<double> hits_, tries_;
 };
 
+// How often a scored draft (Proposer::scores_drafts) is accepted given the proposer's probability
+// for it: decayed counts per (position 0, 1, later) and tenth of probability, each cell starting
+// from the probability itself (a calibrated proposer's acceptance), but no lower than kFloor,
+// counted as kPriorWeight drafts. A trained head's first drafts are about calibrated (0.92 kept
+// above 0.9), its low probabilities too low (0.15-0.25 kept below 0.2), and a cell whose prior
+// says no draft pays would never be tried, so never learn that; its later drafts are less
+// calibrated than its first (the state it feeds itself drifts), hence the positions apart.
+class ConfidenceCalibration {
+ public:
+  void observe(size_t position, double confidence, bool accepted);
+  double acceptance(size_t position, double confidence) const;
+
+ private:
+  static constexpr int kGroups = 3, kBins = 10;
+  static constexpr double kKeep = 0.995, kPriorWeight = 4;  // about the last 200 drafts of a cell
+  static constexpr double kFloor = 0.3;
+  static int bin(double confidence);
+  double hits_[kGroups][kBins] = {}, tries_[kGroups][kBins] = {};
+};
+
 // What a model drafter's forwards cost, fitted online from its measured forwards: a fixed part
 // plus a part per row (decayed least squares; with one row count seen, all fixed), and the cost
 // of a catch-up token (the first forward's time beyond a plain forward of its logits rows; a

@@ -41,9 +41,11 @@ Weight to_weight(std::span<const float> w, int64_t n_in, int64_t n_out) {
 class EagleProposer final : public Proposer {
  public:
   EagleProposer(const Model& target, compress::EagleHead head, std::shared_ptr<ThreadPool> pool,
-                std::function<int64_t()> clock)
-      : target_(target), pool_(std::move(pool)), clock_(std::move(clock)), tokens_(head.shape().tokens) {
+                std::function<int64_t()> clock, double min_confidence)
+      : target_(target), pool_(std::move(pool)), clock_(std::move(clock)), tokens_(head.shape().tokens),
+        min_confidence_(min_confidence) {
     const ModelConfig& c = target.config();
+    softcap_ = c.final_logit_softcap;
     d_ = c.n_embd, f_ = head.shape().n_ff;
     eps_ = c.norm_eps;
     gelu_ = c.ffn_act == FfnAct::GeluTanh;
@@ -66,15 +68,18 @@ class EagleProposer final : public Proposer {
     // caches touched for the first time, and price every later draft by it.
     std::vector<float> h(size_t(d_), 0.f), e(size_t(d_), 0.f), next(size_t(d_), 0.f);
     int32_t token = 0;
-    forward(h.data(), e.data(), 1, &token, next.data());
+    float confidence = 0;
+    forward(h.data(), e.data(), 1, &token, &confidence, next.data());
   }
 
+  // The engine asks for scored drafts of every decoding request at once (fill); one request's
+  // alone, through the same path.
   std::vector<int32_t> propose(int64_t id, std::span<const int32_t> context, int32_t max_k) override {
-    auto it = state_.find(id);
-    if (it == state_.end() || it->second.context_len != context.size()) return {};  // no hidden state for it yet
-    return std::vector<int32_t>(size_t(std::max(max_k, 0)), context.back());
+    DraftJob job{.id = id, .context = context, .k = max_k};
+    if (!fill(std::span<DraftJob>(&job, 1))) return {};
+    return job.draft;
   }
-  bool drafts_after_scheduling() const override { return true; }
+  bool scores_drafts() const override { return true; }
   bool wants_hidden() const override { return true; }
   void observe_hidden(int64_t id, std::span<const float> h, size_t context_len) override {
     State& s = state_[id];
@@ -88,12 +93,15 @@ class EagleProposer final : public Proposer {
   Status fill(std::span<DraftJob> jobs) override {
     const int64_t t0 = clock_();
     std::vector<DraftJob*> active;
+    std::vector<double> sure;  // per active job: the head's confidence in its drafts so far
     std::vector<float> h, e;
     for (DraftJob& j : jobs) {
       j.draft.clear();
+      j.confidence.clear();
       auto it = state_.find(j.id);
       if (j.k <= 0 || it == state_.end() || it->second.context_len != j.context.size()) continue;
       active.push_back(&j);
+      sure.push_back(1.0);
       h.insert(h.end(), it->second.h.begin(), it->second.h.end());
       e.resize(h.size());
       embed(j.context.back(), e.data() + e.size() - size_t(d_));
@@ -102,15 +110,24 @@ class EagleProposer final : public Proposer {
       const int64_t start = clock_();
       const int64_t R = int64_t(active.size());
       std::vector<int32_t> picked(static_cast<size_t>(R));
-      std::vector<float> next(size_t(R * d_));
-      forward(h.data(), e.data(), R, picked.data(), next.data());
+      std::vector<float> confidence(static_cast<size_t>(R)), next(size_t(R * d_));
+      forward(h.data(), e.data(), R, picked.data(), confidence.data(), next.data());
       std::vector<DraftJob*> still;
+      std::vector<double> sure2;
       std::vector<float> h2, e2;
       for (int64_t r = 0; r < R; ++r) {
         DraftJob& j = *active[size_t(r)];
+        // Drafts whose chance of being kept (the product of the head's probabilities so far) fell
+        // below the floor would rarely pay for their verify rows: the request's drafting ends
+        // there. Its first draft is always offered: whether it drafts at all is the controller's
+        // call, priced by that draft's probability.
+        const double s = sure[size_t(r)] * confidence[size_t(r)];
+        if (pos > 0 && s < min_confidence_) continue;
         j.draft.push_back(picked[size_t(r)]);
+        j.confidence.push_back(confidence[size_t(r)]);
         if (int32_t(j.draft.size()) >= j.k) continue;
         still.push_back(&j);
+        sure2.push_back(s);
         h2.insert(h2.end(), next.begin() + r * d_, next.begin() + (r + 1) * d_);
         e2.resize(h2.size());
         embed(picked[size_t(r)], e2.data() + e2.size() - size_t(d_));
@@ -118,7 +135,7 @@ class EagleProposer final : public Proposer {
       const double ns = double(clock_() - start);
       if (pos == 0) cost_.observe_first(int32_t(R), 0, ns);
       else cost_.observe_forward(int32_t(R), ns);
-      active = std::move(still), h = std::move(h2), e = std::move(e2);
+      active = std::move(still), sure = std::move(sure2), h = std::move(h2), e = std::move(e2);
     }
     last_fill_ns_ = clock_() - t0;
     return {};
@@ -144,8 +161,9 @@ class EagleProposer final : public Proposer {
     });
   }
 
-  // One head position for R rows: the picked token ids and the predicted next hidden states.
-  void forward(const float* h, const float* e, int64_t R, int32_t* picked, float* next) {
+  // One head position for R rows: the picked token ids, the head's probability for each (its
+  // softmax over its tokens) and the predicted next hidden states.
+  void forward(const float* h, const float* e, int64_t R, int32_t* picked, float* confidence, float* next) {
     std::vector<float> x(size_t(R * 2 * d_)), a(size_t(R * d_)), n(size_t(R * d_)), g(size_t(R * f_)), u(size_t(R * f_)),
         m(size_t(R * f_)), y(size_t(R * d_)), z(size_t(R) * tokens_.size());
     for (int64_t r = 0; r < R; ++r) {
@@ -163,8 +181,10 @@ class EagleProposer final : public Proposer {
     linear(readout_, next, R, z.data());  // the soft-cap keeps the order: the argmax is taken before it
     const size_t N = tokens_.size();
     for (int64_t r = 0; r < R; ++r) {
-      const float* row = z.data() + size_t(r) * N;
+      float* row = z.data() + size_t(r) * N;
       picked[r] = tokens_[size_t(std::max_element(row, row + N) - row)];
+      if (softcap_ > 0) kernels::softcap_inplace(row, int64_t(N), softcap_);
+      confidence[r] = float(1.0 / kernels::exp_sum(row, int64_t(N), *std::max_element(row, row + N)));
     }
   }
 
@@ -172,6 +192,8 @@ class EagleProposer final : public Proposer {
   std::shared_ptr<ThreadPool> pool_;
   std::function<int64_t()> clock_;
   std::vector<int32_t> tokens_;
+  double min_confidence_ = 0;
+  float softcap_ = 0;
   int64_t d_ = 0, f_ = 0;
   float eps_ = 1e-6f;
   bool gelu_ = true;
@@ -186,14 +208,15 @@ class EagleProposer final : public Proposer {
 }  // namespace
 
 Result<std::unique_ptr<Proposer>> eagle_proposer(const Model& target, const std::string& head_file,
-                                                 std::shared_ptr<ThreadPool> pool, std::function<int64_t()> clock) {
+                                                 std::shared_ptr<ThreadPool> pool, std::function<int64_t()> clock,
+                                                 double min_confidence) {
   auto head = compress::EagleHead::load(head_file, target);
   if (!head) return Error{"--draft-head-file: " + head.error(), head.error_code()};
   const Matrix& out = target.weights().output;
   if (!kernels::quant_traits(out.type) || target.config().n_embd % dtype_info(kernels::quant_traits(out.type)->vec_dot_type).block_size)
     return Error{"--draft-head-file: the target's output rows cannot be read out by the head", ErrorCode::invalid_argument};
   if (!pool) pool = std::make_shared<ThreadPool>(ThreadPool::default_threads());
-  return std::unique_ptr<Proposer>(std::make_unique<EagleProposer>(target, std::move(*head), std::move(pool), std::move(clock)));
+  return std::unique_ptr<Proposer>(std::make_unique<EagleProposer>(target, std::move(*head), std::move(pool), std::move(clock), min_confidence));
 }
 
 }  // namespace kvasir::spec

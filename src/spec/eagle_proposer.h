@@ -5,7 +5,13 @@
 // for its N tokens; each further position feeds its predicted state back. Drafted after the step
 // has placed its rows, one batched head forward per draft position for every request drafting,
 // on the target's weights' kernels (the head's matrices in Q8_0, the readout rows in the target's
-// own type), timed for the controller like a draft model's forwards.
+// own type), timed for the controller like a draft model's forwards. It scores its drafts
+// (Proposer::scores_drafts): each carries the head's probability for it (its softmax over its
+// tokens), and the engine drafts before planning the step, so that the controller prices each
+// request's drafts of this step by how sure the head is of them (as EAGLE-2 shapes its trees by
+// the draft's confidence) rather than by a request's past acceptance alone. A request's drafting
+// stops where the product of those probabilities falls below min_confidence (its first draft
+// is always offered).
 #pragma once
 #include <functional>
 #include <memory>
@@ -19,6 +25,7 @@
 namespace kvasir::spec {
 
 Result<std::unique_ptr<Proposer>> eagle_proposer(const Model& target, const std::string& head_file,
-                                                 std::shared_ptr<ThreadPool> pool, std::function<int64_t()> clock);
+                                                 std::shared_ptr<ThreadPool> pool, std::function<int64_t()> clock,
+                                                 double min_confidence = 0);
 
 }  // namespace kvasir::spec

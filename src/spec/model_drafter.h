@@ -37,6 +37,8 @@ struct DraftJob {
   // K/V of positions [0, context.size() - 1) (the step that verifies this draft scheduled them).
   const std::vector<int32_t>* target_blocks = nullptr;
   std::vector<int32_t> draft = {};      // out: up to k tokens (fewer when the draft KV is full)
+  // out, from a proposer that scores its drafts: its probability for each, given the ones before
+  std::vector<float> confidence = {};
 };
 
 class ModelDrafter {

@@ -27,6 +27,11 @@ class Proposer {
   virtual bool drafts_after_scheduling() const { return false; }
   // Fills the scheduled jobs' drafts (fewer tokens than asked: those rows leave the step).
   virtual Status fill(std::span<DraftJob>) { return {}; }
+  // A proposer that scores its drafts (a trained head) drafts before the step is planned instead:
+  // fill() for every decoding request at once, each draft with its probability (DraftJob::
+  // confidence), and the controller keeps a prefix of each, priced by those probabilities as
+  // calibrated against what verification kept (ConfidenceCalibration).
+  virtual bool scores_drafts() const { return false; }
   virtual int64_t last_fill_ns() const { return 0; }  // what the last fill() took
   // Context tokens a draft for `id` would compute first (a draft model's catch-up); 0 for lookups.
   virtual int32_t catch_up(int64_t, std::span<const int32_t>) const { return 0; }

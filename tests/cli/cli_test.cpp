@@ -308,6 +308,7 @@ TEST(Cli, ModelDraftsKeepTheTextAndBadDraftsAreRefused) {
   refused({"--spec", "layer-skip", "--skip-layers", "2-x"}, "--skip-layers");
   refused({"--spec", "layer-skip", "--skip-layers", "0-4"}, "leaves at least one");
   refused({"--spec", "ngram", "--draft-head", "10"}, "--draft-head goes with");
+  refused({"--spec", "ngram", "--spec-min-confidence", "0.3"}, "--spec-min-confidence goes with --spec head");
   refused({"--draft-model", shared_path("models/next/fixture-phi3-f16.gguf")}, "a draft must share the target's tokens");
   refused({"--draft-model", "/nonexistent.gguf"}, "--draft-model");
 }

@@ -70,6 +70,18 @@ class EagleDraft : public ::testing::Test {
     head_file_ = ::testing::TempDir() + "/kvasir_eagle_engine_" + std::to_string(getpid()) + ".gguf";
     ASSERT_TRUE(head->save(head_file_).ok());
   }
+  // Greedy continuations of three story openings, 64 tokens each.
+  std::vector<GenerationParams> story_requests() const {
+    std::vector<GenerationParams> reqs;
+    for (const char* start : {"Once upon a time", "The little dog", "Lily and Ben went to the park"}) {
+      GenerationParams p;
+      p.prompt = tok_->encode(start);
+      p.stop = {.max_tokens = 64, .ignore_eos = true};
+      p.sampling = {.temperature = 0.f};
+      reqs.push_back(std::move(p));
+    }
+    return reqs;
+  }
   void TearDown() override {
     if (!head_file_.empty()) std::filesystem::remove(head_file_);
   }
@@ -117,14 +129,7 @@ TEST_F(EagleDraft, TokensEqualThePlainEngineInACrowd) {
 // Greedy story continuations: the distilled head's first drafted token is accepted most of the
 // time (an untrained head's almost never: what the distillation bought).
 TEST_F(EagleDraft, DistilledDraftsAreMostlyAccepted) {
-  std::vector<GenerationParams> reqs;
-  for (const char* start : {"Once upon a time", "The little dog", "Lily and Ben went to the park"}) {
-    GenerationParams p;
-    p.prompt = tok_->encode(start);
-    p.stop = {.max_tokens = 64, .ignore_eos = true};
-    p.sampling = {.temperature = 0.f};
-    reqs.push_back(std::move(p));
-  }
+  const std::vector<GenerationParams> reqs = story_requests();
   auto acceptance = [&](const std::string& file) {
     EngineOptions o{.max_batch_tokens = 64, .max_seqs = 4};
     o.spec = {.method = SpecMethod::head, .max_k = 1, .adaptive = false, .head_file = file};
@@ -147,6 +152,34 @@ TEST_F(EagleDraft, DistilledDraftsAreMostlyAccepted) {
   std::printf("first-position acceptance: distilled %.1f%%, untrained %.1f%%\n", 100 * trained, 100 * untrained);
   EXPECT_GT(trained, 0.4);
   EXPECT_LT(untrained, 0.15);
+}
+
+// The head's probabilities say which drafts will be kept: with drafting cut where the product of
+// its probabilities falls below 0.5, fewer drafts are verified and a larger share of them is kept
+// than when every position drafts (K = 4 always), the same text either way.
+TEST_F(EagleDraft, TheHeadsConfidenceEndsDraftsItIsUnsureOf) {
+  const std::vector<GenerationParams> reqs = story_requests();
+  struct Run {
+    std::map<RequestId, std::vector<int32_t>> tokens;
+    EngineStats stats;
+  };
+  auto run_with = [&](double floor) {
+    EngineOptions o{.max_batch_tokens = 64, .max_seqs = 4};
+    o.spec = {.method = SpecMethod::head, .max_k = 4, .adaptive = false, .head_file = head_file_, .head_min_confidence = floor};
+    auto s = core(*model_, *tok_, o, 64);
+    EXPECT_TRUE(s);
+    if (!s) return Run{};
+    auto tokens = run_all(*s, reqs);
+    return Run{std::move(tokens), s->stats()};
+  };
+  const Run all = run_with(0.0), sure = run_with(0.5);
+  EXPECT_EQ(all.tokens, sure.tokens);
+  const auto kept = [](const EngineStats& st) { return double(st.spec_accepted_tokens) / double(std::max<int64_t>(st.spec_draft_tokens, 1)); };
+  std::printf("every position: %lld drafts, %.1f%% kept; cut below 0.5: %lld drafts, %.1f%% kept\n",
+              static_cast<long long>(all.stats.spec_draft_tokens), 100 * kept(all.stats),
+              static_cast<long long>(sure.stats.spec_draft_tokens), 100 * kept(sure.stats));
+  EXPECT_LT(sure.stats.spec_draft_tokens, all.stats.spec_draft_tokens * 3 / 4);
+  EXPECT_GT(kept(sure.stats), kept(all.stats) + 0.1);
 }
 
 }  // namespace

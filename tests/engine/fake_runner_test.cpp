@@ -518,5 +518,91 @@ TEST(FakeRunnerEngine, AdmissionRefusesAtOnceWhatItsForecastSaysIsLateAndServesT
   EXPECT_EQ(engine.stats().kv_blocks_used, 0);
 }
 
+// A proposer that scores its drafts (as the trained head does): the reference model's token with
+// probability 0.95 where a hash of the context says "easy", a wrong one with probability 0.05
+// where it says "hard" (about half the contexts), K drafts each, going on from its own drafts.
+class ScoredFake final : public spec::Proposer {
+ public:
+  explicit ScoredFake(test::FakeModel m) : model_(m) {}
+  std::vector<int32_t> propose(int64_t id, std::span<const int32_t> context, int32_t max_k) override {
+    spec::DraftJob job{.id = id, .context = context, .k = max_k};
+    (void)fill(std::span<spec::DraftJob>(&job, 1));
+    return job.draft;
+  }
+  bool scores_drafts() const override { return true; }
+  Status fill(std::span<spec::DraftJob> jobs) override {
+    const int64_t V = tokenizer().n_vocab();
+    for (spec::DraftJob& j : jobs) {
+      j.draft.clear();
+      j.confidence.clear();
+      std::vector<int32_t> ctx(j.context.begin(), j.context.end());
+      for (int32_t i = 0; i < j.k; ++i) {
+        const std::vector<float> l = FakeRunner::reference_logits(ctx, V, model_);
+        int32_t t = int32_t(std::max_element(l.begin(), l.end()) - l.begin());
+        uint64_t h = 7;
+        for (int32_t c : ctx) h = (h ^ uint64_t(uint32_t(c))) * 1099511628211ull;
+        const bool easy = (h >> 13) % 2 == 0;
+        if (!easy) t = 3 + (t - 3 + 1) % int32_t(V - 3);
+        j.draft.push_back(t);
+        j.confidence.push_back(easy ? 0.95f : 0.05f);
+        ++offered, offered_right += easy;
+        ctx.push_back(t);
+      }
+    }
+    return {};
+  }
+  int64_t offered = 0, offered_right = 0;
+
+ private:
+  test::FakeModel model_;
+};
+
+// The controller prices a scoring proposer's drafts by their probabilities, calibrated against
+// what verification kept: of drafts that are right about half the time it keeps the sure ones
+// and learns to pass the unsure ones over (prior 0.3 for a probability of 0.05, learnt down to
+// ~0), so that most of what it verifies is accepted, where pricing by the positions' record
+// alone would verify the proposer's mix. Lossless, and faster than plain decoding in virtual time.
+TEST(FakeRunnerEngine, ScoredDraftsArePricedByTheirCalibratedProbability) {
+  const test::FakeModel target{};
+  std::mt19937_64 rng(9);
+  std::vector<GenerationParams> reqs;
+  for (int r = 0; r < 6; ++r) {
+    GenerationParams p;
+    for (int i = 0; i < 12; ++i) p.prompt.push_back(3 + int32_t(rng() % uint64_t(tokenizer().n_vocab() - 3)));
+    p.stop = {.max_tokens = 150, .ignore_eos = true};
+    p.sampling.temperature = 0;
+    reqs.push_back(std::move(p));
+  }
+  int64_t plain_ns = 0, spec_ns = 0;
+  std::map<RequestId, std::vector<int32_t>> ref;
+  for (const auto& p : reqs) {  // one at a time: batch 1
+    auto plain = fake_core(4096, 512, 1, target, {}, std::nullopt, &plain_ns);
+    ref[RequestId(ref.size())] = run(*plain, {p}).at(0);
+  }
+  auto runner = std::make_unique<FakeRunner>(tokenizer().n_vocab(), 4096, kBlock, 512, target);
+  runner->clock_ns = &spec_ns;
+  EngineOptions o;
+  o.clock = [&spec_ns] { return spec_ns; };
+  o.spec = {.method = SpecMethod::head, .max_k = 4};
+  o.max_batch_tokens = 512;
+  o.max_seqs = 1;
+  auto fake = std::make_unique<ScoredFake>(target);
+  ScoredFake* proposer = fake.get();
+  auto c = EngineCore::create(std::move(runner), tokenizer(), o, nullptr, {}, std::move(fake));
+  ASSERT_TRUE(c.ok()) << c.error();
+  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(run(**c, {reqs[i]}).at(0), ref.at(RequestId(i))) << "request " << i;
+  const EngineStats st = (*c)->stats();
+  const double offered_right = double(proposer->offered_right) / double(std::max<int64_t>(proposer->offered, 1));
+  const double kept = double(st.spec_accepted_tokens) / double(std::max<int64_t>(st.spec_draft_tokens, 1));
+  std::printf("offered %lld drafts (%.0f%% right), verified %lld, %.0f%% of them kept; time %.2f of plain\n",
+              static_cast<long long>(proposer->offered), 100 * offered_right, static_cast<long long>(st.spec_draft_tokens),
+              100 * kept, double(spec_ns) / double(plain_ns));
+  EXPECT_GT(offered_right, 0.35);
+  EXPECT_LT(offered_right, 0.65);
+  EXPECT_GT(st.spec_draft_tokens, 150);
+  EXPECT_GT(kept, 0.8);
+  EXPECT_LT(double(spec_ns), 0.8 * double(plain_ns));
+}
+
 }  // namespace
 }  // namespace kvasir::engine

@@ -3,6 +3,7 @@
 // wherever it sits in a row.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -64,6 +65,20 @@ TEST(Ops, SoftcapMatchesTanh) {
       EXPECT_NEAR(x[size_t(i)], want, 1e-6 * std::fabs(want) + 1e-6) << "n " << n << " i " << i;
     }
   }
+}
+
+// A softmax's normalizer against its scalar twin in double (relative 1e-6: exp1's error), for
+// every tail length and a head-sized row; the shift makes the maximum's term exactly 1.
+TEST(Ops, ExpSumMatchesDouble) {
+  for (int64_t n : {int64_t(0), int64_t(1), int64_t(5), int64_t(8), int64_t(13), int64_t(2053), int64_t(8192)}) {
+    const auto x = randn(n, 31 + uint32_t(n), 3.f);
+    const float shift = n ? *std::max_element(x.begin(), x.end()) : 0.f;
+    double want = 0;
+    for (float v : x) want += std::exp(double(v) - double(shift));
+    EXPECT_NEAR(exp_sum(x.data(), n, shift), want, 1e-6 * want + 1e-12) << "n " << n;
+  }
+  const float one[] = {2.5f};
+  EXPECT_EQ(exp_sum(one, 1, 2.5f), 1.0);
 }
 
 TEST(Ops, RmsNormMatchesDouble) {

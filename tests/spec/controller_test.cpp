@@ -2,6 +2,7 @@
 // whose right answer follows from the step-rate arithmetic by hand.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <limits>
 #include <vector>
 
@@ -228,6 +229,34 @@ TEST(SpecCostModel, CostsRelativeToAPlainStep) {
   EXPECT_NEAR(c.draft_forward, 0.6, 1e-9);
   EXPECT_NEAR(c.draft_row, 0.01, 1e-9);
   EXPECT_NEAR(c.catch_up_token, 0.005, 1e-9);
+}
+
+// A scored draft's acceptance: the proposer's probability (no lower than 0.3) until drafts of that
+// position and tenth are seen, then what they showed; positions 0, 1 and later apart.
+TEST(SpecCalibration, LearnsWhatAProbabilityIsWorth) {
+  ConfidenceCalibration c;
+  EXPECT_DOUBLE_EQ(c.acceptance(0, 0.93), 0.93);
+  EXPECT_DOUBLE_EQ(c.acceptance(0, 0.05), 0.3);  // a floor, so that low cells get tried
+  EXPECT_DOUBLE_EQ(c.acceptance(4, 0.5), 0.5);
+  // Drafts with probability ~0.15 at position 0 kept 1 time in 5; at 0.95, always.
+  for (int i = 0; i < 300; ++i) {
+    c.observe(0, 0.12 + 0.0002 * i, i % 5 == 0);
+    c.observe(0, 0.95, true);
+  }
+  EXPECT_NEAR(c.acceptance(0, 0.15), 0.2, 0.03);
+  EXPECT_NEAR(c.acceptance(0, 0.91), 1.0, 0.03);
+  EXPECT_DOUBLE_EQ(c.acceptance(1, 0.15), 0.3);   // position 1 saw nothing
+  EXPECT_DOUBLE_EQ(c.acceptance(0, 0.55), 0.55);  // nor that tenth
+  // Later positions share a cell; the record decays (the last ~200 drafts weigh most).
+  for (int i = 0; i < 300; ++i) c.observe(2, 0.75, false);
+  EXPECT_LT(c.acceptance(5, 0.75), 0.05);
+  for (int i = 0; i < 600; ++i) c.observe(3, 0.75, true);
+  EXPECT_GT(c.acceptance(2, 0.75), 0.9);
+  // Out of range or NaN probabilities land in the end cells and give a rate in [0, 1].
+  for (double bad : {-1.0, 2.0, std::nan("")}) {
+    const double a = c.acceptance(0, bad);
+    EXPECT_TRUE(a >= 0 && a <= 1) << bad;
+  }
 }
 
 }  // namespace

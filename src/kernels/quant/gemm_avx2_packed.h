@@ -94,9 +94,11 @@ inline constexpr int64_t kRowGroup = 4;
 // broadcast activation feeds 16 columns per instruction.
 inline constexpr int kPanelsPerStep = KVASIR_HAVE_VNNI ? 2 : 1;
 
-// Pairs pay from 4 rows on; decode (1-3 rows) streams one panel at a time, which measured
-// 3-10% faster there (two panels' streams at once read memory less evenly).
-inline constexpr int64_t kPairMinRows = 4;
+// Pairs pay from 5 rows on; decode (1-3 rows) streams one panel at a time, which measured
+// 3-10% faster there (two panels' streams at once read memory less evenly), and so does a
+// 4-row speculative verify step (Gemma 3 270M's layers 4.8-5.0 ms against 5.3-6.5 with pairs,
+// 3 interleaved runs; docs/PERFORMANCE.md, session 34).
+inline constexpr int64_t kPairMinRows = 5;
 // Rows the packed-at-load kernels take at once (each panel block is decoded once for them).
 inline constexpr int64_t kPanelRowGroup = KVASIR_HAVE_VNNI ? 8 : 4;
 
