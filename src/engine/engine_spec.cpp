@@ -15,6 +15,8 @@ namespace kvasir::engine {
 // one (with the others due, when their rows as sure tokens would pay for their shared draft
 // forward), so that its estimate can recover; every 8th step drafts for nobody (every 32nd after
 // the first 64: 3% of the steps), which keeps the plain step's cost measured at a small price where drafts pay.
+// A proposer that scores its drafts (the trained head) drafts for every candidate first, where one
+// sure draft per request would pay, and each row is priced by its draft's calibrated probability.
 void EngineCore::Impl::propose_drafts() {
   const SpecOptions& o = options.spec;
   if (!proposer) return;

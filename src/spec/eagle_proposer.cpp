@@ -182,9 +182,10 @@ class EagleProposer final : public Proposer {
     const size_t N = tokens_.size();
     for (int64_t r = 0; r < R; ++r) {
       float* row = z.data() + size_t(r) * N;
-      picked[r] = tokens_[size_t(std::max_element(row, row + N) - row)];
-      if (softcap_ > 0) kernels::softcap_inplace(row, int64_t(N), softcap_);
-      confidence[r] = float(1.0 / kernels::exp_sum(row, int64_t(N), *std::max_element(row, row + N)));
+      const size_t best = size_t(std::max_element(row, row + N) - row);
+      picked[r] = tokens_[best];
+      if (softcap_ > 0) kernels::softcap_inplace(row, int64_t(N), softcap_);  // monotone: best stays the max
+      confidence[r] = float(1.0 / kernels::exp_sum(row, int64_t(N), row[best]));
     }
   }
 
