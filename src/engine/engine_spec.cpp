@@ -16,7 +16,8 @@ namespace kvasir::engine {
 // forward), so that its estimate can recover; every 8th step drafts for nobody (every 32nd after
 // the first 64: 3% of the steps), which keeps the plain step's cost measured at a small price where drafts pay.
 // A proposer that scores its drafts (the trained head) drafts for every candidate first, where one
-// sure draft per request would pay, and each row is priced by its draft's calibrated probability.
+// sure draft per request would pay, and each row is priced by its draft's calibrated probability
+// (its plain steps: every 64th).
 void EngineCore::Impl::propose_drafts() {
   const SpecOptions& o = options.spec;
   if (!proposer) return;
@@ -24,7 +25,10 @@ void EngineCore::Impl::propose_drafts() {
   if (o.adaptive) judge_last_step(now_ns);
   spec_last = {.start_ns = now_ns};
   ++spec_steps;
-  if (o.adaptive && spec_steps % (spec_steps <= 64 ? 8 : 32) == 0) return;
+  // A scoring proposer's rows are chosen by this step's probabilities, so its plain steps only
+  // keep the cost scale fresh: every 64th (every 8th, then 32nd, cost it 2.5% at batch 1).
+  const int64_t plain_every = proposer->scores_drafts() ? 64 : spec_steps <= 64 ? 8 : 32;
+  if (o.adaptive && spec_steps % plain_every == 0) return;
   std::vector<SpecCandidate> cands;
   int32_t decodes = 0;
   for (auto& [id, l] : live) {
