@@ -291,7 +291,7 @@ void EngineCore::Impl::commit_token(const sched::ScheduledSeq& seq) {
     for (size_t j = 0; j <= kept && j < size_t(seq.num_draft); ++j) {
       l.spec_own.observe(j, j < kept);
       spec_pooled.observe(j, j < kept);
-      if (j < l.spec_conf.size()) spec_calibration.observe(j, l.spec_conf[j], j < kept);
+      if (j < l.spec_conf.size()) calibration_for(l).observe(j, l.spec_conf[j], j < kept);
     }
     // Every draft kept: the next position was not tried; its records fade (the request's fast,
     // the pooled one slowly, since other requests keep trying it).

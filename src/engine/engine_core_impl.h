@@ -150,7 +150,11 @@ struct EngineCore::Impl {
   // next one's, draft forwards and the engine's work between steps included).
   spec::RealizedGain realized_gain;
   spec::AcceptanceRecord spec_pooled{0.995};  // every request's drafts: about the last 200 at each position
-  spec::ConfidenceCalibration spec_calibration;  // a scoring proposer's probabilities against what was kept
+  // A scoring proposer's probabilities against what was kept, for greedy requests [0] and sampled
+  // ones [1] (a sampled request keeps a greedy draft as often as it draws that token, not as often
+  // as the target's argmax is that token).
+  spec::ConfidenceCalibration spec_calibration[2];
+  spec::ConfidenceCalibration& calibration_for(const Live& l) { return spec_calibration[l.params.sampling.temperature <= 0 ? 0 : 1]; }
   sched::Clock clock;
   struct SpecStep {
     int64_t start_ns = -1;

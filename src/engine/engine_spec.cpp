@@ -81,7 +81,7 @@ void EngineCore::Impl::propose_drafts() {
       if (scored) {
         c.live->spec_accept.resize(c.live->spec_conf.size());
         for (size_t j = 0; j < c.live->spec_conf.size(); ++j)
-          c.live->spec_accept[j] = spec_calibration.acceptance(j, c.live->spec_conf[j]);
+          c.live->spec_accept[j] = calibration_for(*c.live).acceptance(j, c.live->spec_conf[j]);
       } else {
         spec::AcceptanceRecord::estimate(c.live->spec_own, spec_pooled, size_t(std::max(o.max_k, 1)),
                                          Live::kAcceptPrior, Live::kPriorWeight, Live::kPooledWeight, c.live->spec_accept);
