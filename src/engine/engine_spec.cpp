@@ -27,8 +27,10 @@ void EngineCore::Impl::propose_drafts() {
   ++spec_steps;
   // A scoring proposer's rows are chosen by this step's probabilities, so its plain steps only
   // keep the cost scale fresh: every 64th (every 8th, then 32nd, cost it 2.5% at batch 1).
-  const int64_t plain_every = proposer->scores_drafts() ? 64 : spec_steps <= 64 ? 8 : 32;
-  if (o.adaptive && spec_steps % plain_every == 0) return;
+  const bool scored = proposer->scores_drafts();
+  const int64_t plain_every = scored ? 64 : spec_steps <= 64 ? 8 : 32;
+  const bool plain_step = o.adaptive && spec_steps % plain_every == 0;
+  if (plain_step && !scored) return;
   std::vector<SpecCandidate> cands;
   int32_t decodes = 0;
   for (auto& [id, l] : live) {
@@ -45,8 +47,16 @@ void EngineCore::Impl::propose_drafts() {
     const int32_t most = std::min(int32_t(draft.size()), left);
     if (most > 0) cands.push_back({id, l.get(), std::move(draft), 0, most, left});
   }
+  if (plain_step) {
+    // The head still runs, its drafts unused, so that the plain step is measured as the steps it
+    // is compared with run (the head's forward just before the target's): without it the
+    // step-cost model charged 0.13-0.23 of a plain step to a verify row, with it 0.00-0.10,
+    // where the forward alone takes ~0.08 more a row; drafts were declined that paid.
+    score_candidates(cands);
+    return;
+  }
   if (!o.adaptive) {
-    if (proposer->scores_drafts()) score_candidates(cands);
+    if (scored) score_candidates(cands);
     for (auto& c : cands) c.k = c.most;
   } else {
     // Costs are relative to a plain decode step: nothing is drafted until one was measured.
@@ -60,7 +70,6 @@ void EngineCore::Impl::propose_drafts() {
     spec::DraftCosts costs = spec::relative_costs(step, scheduler.step_cost().draft_row_ns(), draft_cost,
                                                   scheduler.step_cost().prefill_token_ns(), verify_rows_ns);
     costs.realized = realized_gain.factor();
-    const bool scored = proposer->scores_drafts();
     double scored_time = 0;  // a scoring proposer's forwards, in plain steps, spent before the plan
     if (scored) {
       // Its forwards are spent before the plan, so they run only where drafts could pay at all:
