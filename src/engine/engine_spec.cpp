@@ -42,8 +42,7 @@ void EngineCore::Impl::propose_drafts() {
     if (left <= 0) continue;
     // A model drafts after the controller chose K (its drafts cost time): placeholders until then.
     // A scoring proposer drafts for all candidates at once below (score_candidates).
-    std::vector<int32_t> draft = proposer->scores_drafts() ? std::vector<int32_t>(size_t(o.max_k), 0)
-                                                            : proposer->propose(id, r->tokens, o.max_k);
+    std::vector<int32_t> draft = scored ? std::vector<int32_t>(size_t(o.max_k), 0) : proposer->propose(id, r->tokens, o.max_k);
     const int32_t most = std::min(int32_t(draft.size()), left);
     if (most > 0) cands.push_back({id, l.get(), std::move(draft), 0, most, left});
   }
@@ -80,9 +79,7 @@ void EngineCore::Impl::propose_drafts() {
       spec::plan_draft_rows(sure, decodes, costs);
       if (std::none_of(sure.begin(), sure.end(), [](const spec::DraftCandidate& c) { return c.k > 0; })) return;
       scored_time = double(score_candidates(cands)) / step;
-      costs = spec::relative_costs(step, scheduler.step_cost().draft_row_ns(), nullptr,
-                                   scheduler.step_cost().prefill_token_ns(), verify_rows_ns);
-      costs.realized = realized_gain.factor();
+      costs.draft_forward = costs.draft_row = costs.catch_up_token = 0;  // spent: the plan prices rows only
     }
     std::vector<spec::DraftCandidate> plan(cands.size());
     for (size_t i = 0; i < cands.size(); ++i) {

@@ -2,9 +2,8 @@
 // --head`): from the target's final hidden state at the row that chose a request's latest token
 // (the engine hands it over after each step: Proposer::observe_hidden) and that token's embedding,
 // the head predicts the next hidden state and reads it out through the target's own output rows
-// for its N tokens; each further position feeds its predicted state back. Drafted after the step
-// has placed its rows, one batched head forward per draft position for every request drafting,
-// on the target's weights' kernels (the head's matrices in Q8_0, the readout rows in the target's
+// for its N tokens; each further position feeds its predicted state back. One batched head forward
+// per draft position for every request drafting, on the target's weights' kernels (the head's matrices in Q8_0, the readout rows in the target's
 // own type), timed for the controller like a draft model's forwards. It scores its drafts
 // (Proposer::scores_drafts): each carries the head's probability for it (its softmax over its
 // tokens), and the engine drafts before planning the step, so that the controller prices each
