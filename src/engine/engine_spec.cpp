@@ -59,15 +59,17 @@ void EngineCore::Impl::propose_drafts() {
     for (auto& c : cands) c.k = c.most;
   } else {
     // Costs are relative to a plain decode step: nothing is drafted until one was measured.
-    const double step = scheduler.step_cost().decode_time(std::max(decodes, 1));
+    const sched::StepCostModel& step_cost = scheduler.step_cost();
+    const double step = step_cost.plain_time(std::max(decodes, 1));
     if (step <= 0) return;
     int32_t most_rows = 0;
     for (const SpecCandidate& c : cands) most_rows += c.most;
     std::vector<double> verify_rows_ns(size_t(std::min(most_rows, 256)) + 1);
-    for (size_t d = 0; d < verify_rows_ns.size(); ++d) verify_rows_ns[d] = scheduler.step_cost().draft_rows_time(int32_t(d));
+    for (size_t d = 0; d < verify_rows_ns.size(); ++d)
+      verify_rows_ns[d] = step_cost.draft_rows_time(std::max(decodes, 1), int32_t(d));
     const spec::DraftCostModel* draft_cost = proposer->cost();
-    spec::DraftCosts costs = spec::relative_costs(step, scheduler.step_cost().draft_row_ns(), draft_cost,
-                                                  scheduler.step_cost().prefill_token_ns(), verify_rows_ns);
+    spec::DraftCosts costs = spec::relative_costs(step, step_cost.draft_row_ns(), draft_cost,
+                                                  step_cost.prefill_token_ns(), verify_rows_ns);
     costs.realized = realized_gain.factor();
     double scored_time = 0;  // a scoring proposer's forwards, in plain steps, spent before the plan
     if (scored) {
@@ -171,7 +173,7 @@ void EngineCore::Impl::judge_last_step(int64_t now_ns) {
   const SpecStep& l = spec_last;
   if (l.start_ns < 0 || now_ns <= l.start_ns) return;
   if (!l.drafted) return realized_gain.relax();
-  const double plain = scheduler.step_cost().decode_time(l.decodes);
+  const double plain = scheduler.step_cost().plain_time(l.decodes);
   if (!l.decodes_only || l.forecast_gain <= 0 || plain <= 0) return;
   const double realized = double(l.tokens) / double(now_ns - l.start_ns) / (double(l.decodes) / plain);
   realized_gain.observe(l.forecast_gain, realized);

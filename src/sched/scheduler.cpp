@@ -205,56 +205,6 @@ int32_t Scheduler::prefill_cap() const {
   return tokens >= kMinPrefillChunk ? int32_t(std::min(tokens, double(kNoCap))) : 0;
 }
 
-double StepCostModel::decode_time(int32_t n) const {
-  if (n < int32_t(decode_ns_.size()) && decode_ns_[size_t(n)] > 0) return decode_ns_[size_t(n)];
-  for (int32_t m = std::min<int32_t>(n, int32_t(decode_ns_.size())) - 1; m > 0; --m)
-    if (decode_ns_[size_t(m)] > 0) return decode_ns_[size_t(m)] * n / m;
-  for (size_t m = size_t(std::max(n, 0)); m < decode_ns_.size(); ++m)
-    if (decode_ns_[m] > 0) return decode_ns_[m];
-  return -1;
-}
-
-double StepCostModel::draft_rows_time(int32_t rows) const {
-  if (rows <= 0) return 0;
-  if (rows < int32_t(draft_ns_.size()) && draft_ns_[size_t(rows)] > 0) return draft_ns_[size_t(rows)];
-  for (int32_t m = std::min<int32_t>(rows, int32_t(draft_ns_.size())) - 1; m > 0; --m)
-    if (draft_ns_[size_t(m)] > 0) return draft_ns_[size_t(m)] + (rows - m) * draft_row_ns_;
-  return rows * draft_row_ns_;
-}
-
-void StepCostModel::observe(int64_t duration_ns, int32_t num_decodes, int32_t num_prefill_tokens,
-                            int32_t num_draft_rows) {
-  constexpr double kKeep = 0.8;  // moving averages: follow depth changes in ~5 steps
-  const double d = double(std::max<int64_t>(duration_ns, 0));
-  if (num_prefill_tokens == 0 && num_draft_rows == 0) {
-    if (num_decodes <= 0) return;
-    if (int32_t(decode_ns_.size()) <= num_decodes) decode_ns_.resize(size_t(num_decodes) + 1, 0.0);
-    double& avg = decode_ns_[size_t(num_decodes)];
-    avg = avg > 0 ? kKeep * avg + (1 - kKeep) * d : d;
-    return;
-  }
-  const double base = num_decodes > 0 ? decode_time(num_decodes) : 0.0;
-  if (base < 0) return;
-  // Draft rows want logits (the output head for each) and come in small numbers: a cost of their
-  // own, measured on steps without prefill.
-  if (num_prefill_tokens == 0) {
-    draft_excess_ns_ = kKeep * draft_excess_ns_ + std::max(0.0, d - base);
-    draft_excess_rows_ = kKeep * draft_excess_rows_ + num_draft_rows;
-    draft_row_ns_ = draft_excess_ns_ / draft_excess_rows_;
-    if (num_draft_rows > 0) {
-      if (int32_t(draft_ns_.size()) <= num_draft_rows) draft_ns_.resize(size_t(num_draft_rows) + 1, 0.0);
-      double& avg = draft_ns_[size_t(num_draft_rows)];
-      avg = avg > 0 ? kKeep * avg + (1 - kKeep) * std::max(0.0, d - base) : std::max(0.0, d - base);
-    }
-    return;
-  }
-  // The time beyond the decodes, averaged per token with each step weighted by its tokens: a
-  // step with a 1-token chunk says little about the cost per token and must not swing it.
-  excess_ns_ = kKeep * excess_ns_ + std::max(0.0, d - base - num_draft_rows * draft_row_ns_);
-  excess_tokens_ = kKeep * excess_tokens_ + num_prefill_tokens;
-  prefill_token_ns_ = excess_ns_ / excess_tokens_;
-}
-
 void Scheduler::schedule_running(Request* r, int32_t* budget) {
   const int32_t want = chunk_limit(r->num_tokens() - r->num_computed_tokens, *budget);
   int32_t fit = kv_.seq_capacity(r->id) - r->num_computed_tokens;

@@ -51,6 +51,7 @@
 #include "core/status.h"
 #include "kv/kv_manager.h"
 #include "sched/request.h"
+#include "sched/step_cost.h"
 #include "sched/ttft_forecast.h"
 #include "sched/wait_queue.h"
 
@@ -118,35 +119,6 @@ struct SchedulerCounters {
   // Per draft position j (0 = the first token after the last verified one): drafted and accepted.
   static constexpr size_t kMaxDraftPositions = 16;
   std::array<int64_t, kMaxDraftPositions> draft_tokens_at{}, accepted_tokens_at{};
-};
-
-// The step-time model behind the TPOT target: a step with n decodes and P prefill tokens takes
-// about decode_time(n) + P * prefill_token_ns. Moving averages of measured steps (from one step()
-// to the next while sequences run: forward, sampling and the engine's work in between).
-class StepCostModel {
- public:
-  // Decode-only step time for n decodes: measured, else scaled linearly from the largest smaller
-  // count measured (an upper bound: weight reads are shared), else the smallest larger one;
-  // -1 before any decode-only step.
-  double decode_time(int32_t n) const;
-  double prefill_token_ns() const { return prefill_token_ns_; }
-  // The cost of one draft row (a verify row wanting logits) on top of a decode step; 0 before any
-  // step with drafts and no prefill was measured.
-  double draft_row_ns() const { return draft_row_ns_; }
-  // What a step's `rows` draft rows cost together on top of its decodes: measured on steps with
-  // exactly that many (no prefill), else draft_row_ns() per row beyond the largest smaller count
-  // measured (verify forwards are not linear in their rows: on a large vocabulary the output head
-  // is a matrix product whose row tiles change cost at some row counts).
-  double draft_rows_time(int32_t rows) const;
-  bool has_prefill() const { return excess_tokens_ > 0; }
-  void observe(int64_t duration_ns, int32_t num_decodes, int32_t num_prefill_tokens, int32_t num_draft_rows = 0);
-
- private:
-  std::vector<double> decode_ns_;  // [n decodes], 0: not measured
-  double prefill_token_ns_ = 0;
-  double excess_ns_ = 0, excess_tokens_ = 0;  // decayed sums behind prefill_token_ns_
-  double draft_row_ns_ = 0, draft_excess_ns_ = 0, draft_excess_rows_ = 0;
-  std::vector<double> draft_ns_;  // [draft rows]: their excess over the decodes, 0: not measured
 };
 
 class Scheduler {

@@ -157,27 +157,3 @@ TEST(SchedulerDraft, FillDraftReplacesAndShrinksTheScheduledRows) {
 
 }  // namespace
 }  // namespace kvasir::sched
-
-namespace kvasir::sched {
-namespace {
-
-// Draft rows are priced by their count: each count's measured excess over the decodes, else the
-// average per row beyond the largest smaller count measured.
-TEST(SchedulerDraft, DraftRowsArePricedByTheirCount) {
-  constexpr double kMs = 1e6;
-  StepCostModel m;
-  EXPECT_EQ(m.draft_rows_time(3), 0.0);
-  m.observe(int64_t(10 * kMs), 1, 0);     // a plain decode: 10 ms
-  m.observe(int64_t(12 * kMs), 1, 0, 1);  // one verify row: 2 ms more
-  m.observe(int64_t(20 * kMs), 1, 0, 2);  // two: 10 ms more (not 4)
-  EXPECT_DOUBLE_EQ(m.draft_rows_time(1), 2 * kMs);
-  EXPECT_DOUBLE_EQ(m.draft_rows_time(2), 10 * kMs);
-  const double per_row = (0.8 * 2 + 10) / (0.8 * 1 + 2) * kMs;  // the decayed average per row
-  EXPECT_NEAR(m.draft_row_ns(), per_row, 1e-6 * kMs);
-  EXPECT_NEAR(m.draft_rows_time(4), 10 * kMs + 2 * per_row, 1e-6 * kMs);
-  m.observe(int64_t(30 * kMs), 1, 0, 2);  // a moving average per count
-  EXPECT_DOUBLE_EQ(m.draft_rows_time(2), 0.8 * 10 * kMs + 0.2 * 20 * kMs);
-}
-
-}  // namespace
-}  // namespace kvasir::sched
