@@ -55,7 +55,7 @@ void add_sampling_flags(CLI::App* cmd, SamplingParams& sampling);
 // --draft-model PATH, --exit-layer L, --skip-layers LIST, --draft-head N, --draft-head-file F, --spec-k N, --no-spec-auto.
 struct SpecFlags {
   std::string method = "none";
-  int32_t max_k = 4;
+  int32_t max_k = 0;  // 0: the method's default (5 for --spec head, 4 otherwise)
   bool no_auto = false;
   std::string draft_model;
   int32_t exit_layer = 0;

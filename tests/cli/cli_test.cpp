@@ -508,6 +508,16 @@ TEST(Cli, DistillAHeadAndDraftWithIt) {
   ASSERT_EQ(drafted.code, 0) << drafted.err;
   EXPECT_EQ(drafted.out, plain.out);
   EXPECT_NE(drafted.err.find("speculation:"), std::string::npos) << drafted.err;
+  // Without --spec-k the head drafts up to 5 tokens a step (4 for the other methods): with its
+  // confidence cut off and no controller, every step drafts 5.
+  auto deep = gen;
+  deep.insert(deep.end(), {"--spec", "head", "--draft-head-file", head, "--no-spec-auto", "--spec-min-confidence", "0"});
+  const auto five = kvasir(deep);
+  ASSERT_EQ(five.code, 0) << five.err;
+  EXPECT_EQ(five.out, plain.out);
+  const std::string positions = five.err.substr(std::min(five.err.find("acceptance by draft position:"), five.err.size()));
+  EXPECT_NE(positions.find(" 4: "), std::string::npos) << five.err;
+  EXPECT_EQ(positions.find(" 5: "), std::string::npos) << five.err;
   auto foreign = with;
   foreign[2] = other;  // same shape, other weights
   const auto refused = kvasir(foreign);
