@@ -14,10 +14,11 @@ namespace kvasir::engine {
 // drafted steps realized (spec::RealizedGain). A request without rows for a while is probed with
 // one (with the others due, when their rows as sure tokens would pay for their shared draft
 // forward), so that its estimate can recover; every 8th step drafts for nobody (every 32nd after
-// the first 64: 3% of the steps), which keeps the plain step's cost measured at a small price where drafts pay.
-// A proposer that scores its drafts (the trained head) drafts for every candidate first, where one
-// sure draft per request would pay, and each row is priced by its draft's calibrated probability
-// (its plain steps: every 64th).
+// the first 64: 3% of the steps), which keeps the plain step's cost measured at a small price
+// where drafts pay. A proposer that scores its drafts (the trained head) drafts for every
+// candidate first, where one sure draft per request would pay, and each row is priced by its
+// draft's calibrated probability, without the realized-gain correction (its plain steps: every
+// 64th).
 void EngineCore::Impl::propose_drafts() {
   const SpecOptions& o = options.spec;
   if (!proposer) return;
@@ -60,13 +61,14 @@ void EngineCore::Impl::propose_drafts() {
   } else {
     // Costs are relative to a plain decode step: nothing is drafted until one was measured.
     const sched::StepCostModel& step_cost = scheduler.step_cost();
-    const double step = step_cost.plain_time(std::max(decodes, 1));
+    const int32_t n = std::max(decodes, 1);
+    const double step = step_cost.plain_time(n);
     if (step <= 0) return;
     int32_t most_rows = 0;
     for (const SpecCandidate& c : cands) most_rows += c.most;
     std::vector<double> verify_rows_ns(size_t(std::min(most_rows, 256)) + 1);
     for (size_t d = 0; d < verify_rows_ns.size(); ++d)
-      verify_rows_ns[d] = step_cost.draft_rows_time(std::max(decodes, 1), int32_t(d));
+      verify_rows_ns[d] = step_cost.draft_rows_time(n, int32_t(d));
     const spec::DraftCostModel* draft_cost = proposer->cost();
     spec::DraftCosts costs = spec::relative_costs(step, step_cost.draft_row_ns(), draft_cost,
                                                   step_cost.prefill_token_ns(), verify_rows_ns);
