@@ -23,12 +23,12 @@ void EngineCore::Impl::propose_drafts() {
   const SpecOptions& o = options.spec;
   if (!proposer) return;
   const int64_t now_ns = clock();
-  if (o.adaptive) judge_last_step(now_ns);
+  const bool scored = proposer->scores_drafts();
+  if (o.adaptive && !scored) judge_last_step(now_ns);  // a scoring proposer's plans skip that check
   spec_last = {.start_ns = now_ns};
   ++spec_steps;
   // A scoring proposer's rows are chosen by this step's probabilities, so its plain steps only
   // keep the cost scale fresh: every 64th (every 8th, then 32nd, cost it 2.5% at batch 1).
-  const bool scored = proposer->scores_drafts();
   const int64_t plain_every = scored ? 64 : spec_steps <= 64 ? 8 : 32;
   const bool plain_step = o.adaptive && spec_steps % plain_every == 0;
   if (plain_step && !scored) return;
