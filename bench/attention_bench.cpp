@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
   c.n_heads = heads;
   c.n_kv_heads = kv_heads;
   c.head_dim = hd;
-  auto kv = KvCache::create(c, {blocks, bs, type});
+  auto kv = KvCache::create(c, {.n_blocks = blocks, .block_size = bs, .type = type});
   if (!kv) return std::fprintf(stderr, "%s\n", kv.error().c_str()), 1;
   std::mt19937 rng(1);
   std::vector<int32_t> ids(static_cast<size_t>(blocks));
