@@ -15,6 +15,7 @@
 #include "backends/engine_factory.h"
 #include "compress/distill_head.h"
 #include "engine/engine.h"
+#include "spec/eagle_proposer.h"
 
 using namespace kvasir;
 using namespace kvasir::engine;
@@ -183,3 +184,42 @@ TEST_F(EagleDraft, TheHeadsConfidenceEndsDraftsItIsUnsureOf) {
 }
 
 }  // namespace
+
+// The proposer runs the head on quantized weights (its matrices Q8_0, its readout rows requantized
+// to Q4_0): its first draft is the head's own F32 pick most of the time, also for a head whose tokens
+// are a subset of the vocabulary (readout row i is token tokens[i], not token i: a row read for
+// the wrong token leaves almost no pick in common).
+TEST_F(EagleDraft, TheProposersDraftsAreTheHeadsOwnPicks) {
+  const ModelConfig& c = model_->config();
+  std::vector<int32_t> odd;
+  for (int32_t t = 1; t < c.n_vocab; t += 2) odd.push_back(t);
+  auto head = compress::EagleHead::init(*model_, 128, odd, 7);
+  ASSERT_TRUE(head.ok());
+  const std::string file = head_file_ + ".odd.gguf";
+  ASSERT_TRUE(head->save(file).ok());
+  auto pool = std::make_shared<ThreadPool>(2);
+  auto proposer = spec::eagle_proposer(*model_, file, pool, [] { return int64_t(0); }, 0.0);
+  std::filesystem::remove(file);
+  ASSERT_TRUE(proposer.ok()) << proposer.error();
+  std::mt19937 rng(11);
+  std::normal_distribution<float> g(0.f, 1.f);
+  const int64_t d = c.n_embd;
+  std::vector<float> h(static_cast<size_t>(d)), e(static_cast<size_t>(d)), z(odd.size());
+  int same = 0;
+  const int n = 200;
+  for (int i = 0; i < n; ++i) {
+    for (float& v : h) v = g(rng);
+    const std::vector<int32_t> context = {1, int32_t(rng() % uint32_t(c.n_vocab))};
+    head->embed(context.back(), e.data());
+    head->forward(h.data(), e.data(), 1, z.data(), pool.get());
+    const int32_t want = odd[size_t(std::max_element(z.begin(), z.end()) - z.begin())];
+    (*proposer)->observe_hidden(i, h, context.size());
+    const std::vector<int32_t> got = (*proposer)->propose(i, context, 1);
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_EQ(got[0] % 2, 1) << "a draft outside the head's tokens";
+    same += got[0] == want;
+    (*proposer)->release(i);
+  }
+  std::printf("the proposer's first draft is the F32 head's pick in %d of %d\n", same, n);
+  EXPECT_GE(same, n * 7 / 10);  // 81% measured: random states leave close calls that the Q4_0 rows flip
+}
