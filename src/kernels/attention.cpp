@@ -436,6 +436,12 @@ QueriesQ8 tile_queries_q8(const float* q, int64_t q_stride, int64_t n_rows, cons
 
 // Online softmax of every (row, head) of the tile over the keys at positions [lo, hi] (within
 // each row's causal window), from a fresh state: acc zeroed, max -inf, sum 0.
+// Rows of a tile from which F16 K/V is widened into scratch once rather than read in place by
+// every row: a speculative verify step's tiles of 2-3 rows (Gemma 3 270M, one KV head, a few
+// hundred keys) attended in 16.5-17.9 us a layer in place against 22.8-24.6 widened
+// (docs/PERFORMANCE.md, session 36).
+constexpr int64_t kWidenF16Rows = 4;
+
 void attend_keys(const TileArgs& t, int64_t lo, int64_t hi, Accumulators a, float* blocks) {
   const KvLayerView& kv = t.kv;
   const AttentionParams& p = t.p;
@@ -478,13 +484,13 @@ void attend_keys(const TileArgs& t, int64_t lo, int64_t hi, Accumulators a, floa
   // Steps outer, heads inner: each (row, head) sees the steps in order, so the result does not
   // depend on how the heads are split. One head's rows of a block are contiguous (kv_row); a
   // step is computed as one run per block (KvRun), bitwise the step in one piece.
-  // F16 K/V is read in place (widened in registers) when one row reads it, and widened once into
-  // scratch when several rows share it; both give bitwise the same floats, so the choice never
-  // shows in a result. Quantized K/V always goes through scratch, once per head and step.
+  // F16 K/V is read in place (widened in registers) by tiles of up to kWidenF16Rows - 1 rows, and
+  // widened once into scratch when more rows share it; both give bitwise the same floats, so the
+  // choice never shows in a result. Quantized K/V always goes through scratch, once per head and step.
   // Q8_0 is integer arithmetic instead, on K and V in place: keys against the rounded queries,
   // values against 8-bit weights (the step's V scales as floats and the weights in kblk's room).
   const bool q8_keys = kv.type == DType::Q8_0;
-  const bool widen = !q8_keys && (quantized || (f16 && t.n_rows >= 2));
+  const bool widen = !q8_keys && (quantized || (f16 && t.n_rows >= kWidenF16Rows));
   // A tile's small heads take their keys transposed too (scores_heads_t: bitwise the same scores).
   const bool transpose = KVASIR_HAVE_AVX2 && widen && t.n_rows >= 2 && hd % 8 == 0 && hd <= kTransposedKeysMaxDim;
   StepV8 v8{{}, bs, kblk, (step + 3) / 4 * 4, 0, -1, false};
