@@ -110,6 +110,11 @@ class AcceptanceRecord {
 // above 0.9), its low probabilities too low (0.15-0.25 kept below 0.2), and a cell whose prior
 // says no draft pays would never be tried, so never learn that; its later drafts are less
 // calibrated than its first (the state it feeds itself drifts), hence the positions apart.
+// The prior weighs as 16 drafts: at 4, a cell's first few rejections dragged it below what its
+// drafts were kept (position 1, probability 0.8-0.9: read as 0.62 where 0.76 were kept), the
+// controller then declined those drafts, so the cell was never seen again to recover (the fixed
+// K = 5 led the controller 1.1-2.2% in every run; with 16, drafted tokens/s 1.023x, 1.006x,
+// 1.022x round by round at batch 1, 0.994x at 4 sequences; docs/PERFORMANCE.md, session 36).
 class ConfidenceCalibration {
  public:
   void observe(size_t position, double confidence, bool accepted);
@@ -117,7 +122,7 @@ class ConfidenceCalibration {
 
  private:
   static constexpr int kGroups = 3, kBins = 10;
-  static constexpr double kKeep = 0.995, kPriorWeight = 4;  // about the last 200 drafts of a cell
+  static constexpr double kKeep = 0.995, kPriorWeight = 16;  // kKeep: about the last 200 drafts of a cell
   static constexpr double kFloor = 0.3;
   static int bin(double confidence);
   double hits_[kGroups][kBins] = {}, tries_[kGroups][kBins] = {};
