@@ -158,7 +158,8 @@ TEST(Attention, SlidingWindowIgnoresOldKeys) {
 
 // A tile of consecutive rows (a prefill chunk), split over KV heads as threads do, gives every
 // row bitwise what attention() gives it alone: the batch-invariance half of the kernel. (A
-// single row reads F16 and Q8_0 K/V in place; a tile widens or dequantizes it into scratch.)
+// single row and tiles of 2-3 rows read F16 K/V in place, from 4 rows it is widened into scratch;
+// Q8_0 is read in place and quantized K/V dequantized into scratch: the row counts cover both.)
 TEST(Attention, TileRowsEqualSingleRowsBitwise) {
   const LayerCase cases[] = {{8, 2, 64, 16, 0, DType::F16},   {4, 1, 36, 4, 7, DType::F32},  {6, 6, 8, 16, 0, DType::F16},
                              {4, 1, 256, 16, 20, DType::F16}, {2, 2, 100, 3, 0, DType::F32}, {16, 2, 64, 16, 0, DType::Q8_0},
@@ -174,7 +175,7 @@ TEST(Attention, TileRowsEqualSingleRowsBitwise) {
     const std::vector<int32_t>& table = cache.table;
     const AttentionParams p{c.n_heads, c.window, 1.f / std::sqrt(float(c.head_dim)), 0.f};
     std::vector<float> scratch(size_t(attention_scratch_floats(view, p)));
-    for (auto [pos0, rows] : {std::pair<int64_t, int64_t>{0, 16}, {5, 1}, {30, 13}, {54, 16}, {69, 1}}) {
+    for (auto [pos0, rows] : {std::pair<int64_t, int64_t>{0, 16}, {5, 1}, {30, 13}, {54, 16}, {69, 1}, {40, 2}, {44, 3}, {47, 4}}) {
       std::vector<float> q(size_t(rows * q_dim)), tile(q.size(), -1.f);
       for (auto& x : q) x = nd(rng);
       // Two "threads": KV heads [0, h) and [h, n_kv_heads).
