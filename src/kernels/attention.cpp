@@ -434,14 +434,14 @@ QueriesQ8 tile_queries_q8(const float* q, int64_t q_stride, int64_t n_rows, cons
   return {qs, d, hd};
 }
 
-// Online softmax of every (row, head) of the tile over the keys at positions [lo, hi] (within
-// each row's causal window), from a fresh state: acc zeroed, max -inf, sum 0.
 // Rows of a tile from which F16 K/V is widened into scratch once rather than read in place by
 // every row: a speculative verify step's tiles of 2-3 rows (Gemma 3 270M, one KV head, a few
 // hundred keys) attended in 16.5-17.9 us a layer in place against 22.8-24.6 widened
 // (docs/PERFORMANCE.md, session 36).
 constexpr int64_t kWidenF16Rows = 4;
 
+// Online softmax of every (row, head) of the tile over the keys at positions [lo, hi] (within
+// each row's causal window), from a fresh state: acc zeroed, max -inf, sum 0.
 void attend_keys(const TileArgs& t, int64_t lo, int64_t hi, Accumulators a, float* blocks) {
   const KvLayerView& kv = t.kv;
   const AttentionParams& p = t.p;

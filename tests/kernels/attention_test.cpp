@@ -158,8 +158,8 @@ TEST(Attention, SlidingWindowIgnoresOldKeys) {
 
 // A tile of consecutive rows (a prefill chunk), split over KV heads as threads do, gives every
 // row bitwise what attention() gives it alone: the batch-invariance half of the kernel. (A
-// single row and tiles of 2-3 rows read F16 K/V in place, from 4 rows it is widened into scratch;
-// Q8_0 is read in place and quantized K/V dequantized into scratch: the row counts cover both.)
+// single row and tiles of 2-3 rows read F16 K/V in place, tiles of 4 or more widen it into
+// scratch, and the row counts below cover both; Q8_0 is read in place, Q4_0 dequantized.)
 TEST(Attention, TileRowsEqualSingleRowsBitwise) {
   const LayerCase cases[] = {{8, 2, 64, 16, 0, DType::F16},   {4, 1, 36, 4, 7, DType::F32},  {6, 6, 8, 16, 0, DType::F16},
                              {4, 1, 256, 16, 20, DType::F16}, {2, 2, 100, 3, 0, DType::F32}, {16, 2, 64, 16, 0, DType::Q8_0},
