@@ -8,7 +8,9 @@
 # OUT       gets cuda_check.log: the machine, the CUDA tests, kvasir bench (pp512, tg128) on
 #           stories260K and on synthetic Gemma 3 270M, TinyLlama 1.1B and Llama 3 8B shapes in
 #           Q4_K_M with decode GB/s against the card's measured copy bandwidth, then `serve` under
-#           the load generator at 1, 16 and 64 concurrent streams on the 1.1B shape.
+#           the load generator at 1, 16 and 64 concurrent streams on the 1.1B shape. Between them
+#           (CUDA_CHECK_AB=0 skips it): the launch knobs side by side on the largest shape, and the
+#           CUDA tests again with PDL on.
 set -uo pipefail
 fx=${1:?fixtures folder} out=${2:?output folder} bin=${3:-build/bin}
 mkdir -p "$out"
@@ -46,6 +48,32 @@ step "decode at depth 4096 and without CUDA graphs (llama3-8b shape)"
 if [ -f "$tmp/llama3-8b.gguf" ]; then
   timeout 120 "$kv" bench -m "$tmp/llama3-8b.gguf" --device cuda -t 4 -p 0 -n 128 -d 4096 -r 3 2>&1 | grep -E "tg|copy"
   KVASIR_CUDA_GRAPHS=0 timeout 60 "$kv" bench -m "$tmp/llama3-8b.gguf" --device cuda -t 4 -p 0 -n 128 -r 3 2>&1 | grep -E "tg|copy"
+fi
+# The launch knobs not yet run on a GPU (src/cuda/launch.cuh): each (unroll, PDL) pair on the
+# largest shape, side by side. PDL must not change a logit: the same unroll gives the same hash
+# with and without it (a race would not). Then the CUDA tests again under PDL with unroll 4.
+if [ "${CUDA_CHECK_AB:-1}" = 1 ] && [ -f "$tmp/$last.gguf" ]; then
+  step "launch knobs: KVASIR_CUDA_UNROLL x KVASIR_CUDA_PDL on the $last shape (pp512, tg128)"
+  for v in ${CUDA_CHECK_VARIANTS:-1/0 2/0 4/0 1/1 2/1 4/1}; do
+    KVASIR_CUDA_UNROLL=${v%/*} KVASIR_CUDA_PDL=${v#*/} timeout 90 "$kv" bench -m "$tmp/$last.gguf" --device cuda -t 4 \
+      -p 512 -n 128 -r 3 --csv 2>/dev/null | grep -E "pp512|tg128" | sed "s|^|unroll/pdl $v,|"
+  done | tee "$out/knobs.csv"
+  python3 - "$out/knobs.csv" <<'PY'
+import sys, collections
+rows = [l.strip().split(",") for l in open(sys.argv[1]) if l.count(",") >= 8]
+by = collections.defaultdict(dict)
+for r in rows:
+    by[r[3]][r[0].split()[-1]] = (float(r[4]), r[-1])
+for test, v in by.items():
+    base = v.get("1/0", (0, ""))[0]
+    print(test, "  ".join(f"{k}: {t:.1f} t/s ({t / base:.3f}x)" if base else f"{k}: {t:.1f}" for k, (t, _) in v.items()))
+    for k, (_, h) in v.items():
+        other = v.get(k.split("/")[0] + "/0")
+        if other and other[1] != h: print(f"  PDL CHANGED THE LOGITS at {test} {k}: {h} vs {other[1]}")
+PY
+  step "CUDA tests under KVASIR_CUDA_PDL=1 KVASIR_CUDA_UNROLL=4"
+  KVASIR_CUDA_PDL=1 KVASIR_CUDA_UNROLL=4 timeout 300 "$bin/test_cuda" 2>&1 | grep -vE "^\[ +(RUN|OK) +\]" | tail -40
+  echo "test_cuda (PDL, unroll 4) exit ${PIPESTATUS[0]}"
 fi
 if [ "${CUDA_CHECK_PROFILE:-0}" = 1 ] && command -v ncu > /dev/null && [ -f "$tmp/$last.gguf" ]; then
   step "ncu: one decode token of the $last shape, kernel by kernel"

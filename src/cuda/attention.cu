@@ -5,6 +5,7 @@
 // weighted values), and a second kernel merges a row's spans. A row's spans depend only on its
 // own position, so its result does not depend on the batch.
 #include "cuda/kernels.cuh"
+#include "cuda/launch.cuh"
 
 namespace kvasir::cuda {
 namespace {
@@ -31,6 +32,8 @@ __global__ void __launch_bounds__(kWarps * 32) attention_span_kernel(const float
                                                                     KvLayerDevice kv, AttentionDeviceParams p,
                                                                     float* __restrict__ partials) {
   extern __shared__ float sh[];  // q [G][hd], then per warp [G][hd + 2]
+  dependency_wait();
+  allow_dependents();
   const int t = blockIdx.x, g = blockIdx.y, s = blockIdx.z;
   const int pos = rows.pos[t];
   const RowSpan rs = row_span(pos, p.window);
@@ -111,6 +114,8 @@ __global__ void __launch_bounds__(kWarps * 32) attention_span_kernel(const float
 
 __global__ void attention_merge_kernel(const float* __restrict__ partials, RowsDevice rows, int head_dim, int window,
                                        int n_heads, float* __restrict__ out) {
+  dependency_wait();
+  allow_dependents();
   const int t = blockIdx.x, head = blockIdx.y, hd = head_dim;
   const RowSpan rs = row_span(rows.pos[t], window);
   const float* part = partials + (int64_t(t) * n_heads + head) * kAttentionMaxSpans * (hd + 2);
@@ -133,8 +138,8 @@ template <int kGroup>
 void launch_spans(const float* q, int64_t T, int max_spans, const RowsDevice& rows, const KvLayerDevice& kv,
                   const AttentionDeviceParams& p, float* partials, cudaStream_t s) {
   const int G = p.n_heads / kv.n_kv_heads;
-  attention_span_kernel<kGroup><<<dim3(unsigned(T), unsigned(kv.n_kv_heads), unsigned(max_spans)), kWarps * 32,
-                                  span_shared_bytes(G, kv.head_dim), s>>>(q, rows, kv, p, partials);
+  launch(attention_span_kernel<kGroup>, dim3(unsigned(T), unsigned(kv.n_kv_heads), unsigned(max_spans)),
+         dim3(kWarps * 32), span_shared_bytes(G, kv.head_dim), s, q, rows, kv, p, partials);
 }
 
 }  // namespace
@@ -169,8 +174,8 @@ void attention(const float* q, int64_t T, int max_keys, const RowsDevice& rows, 
   else if (G <= 4) launch_spans<4>(q, T, spans, rows, kv, p, partials, s);
   else if (G <= 8) launch_spans<8>(q, T, spans, rows, kv, p, partials, s);
   else launch_spans<16>(q, T, spans, rows, kv, p, partials, s);
-  attention_merge_kernel<<<dim3(unsigned(T), unsigned(p.n_heads)), std::min(256, std::max(32, kv.head_dim)), 0, s>>>(
-      partials, rows, kv.head_dim, p.window, p.n_heads, out);
+  launch(attention_merge_kernel, dim3(unsigned(T), unsigned(p.n_heads)), dim3(std::min(256, std::max(32, kv.head_dim))),
+         0, s, partials, rows, kv.head_dim, p.window, p.n_heads, out);
 }
 
 }  // namespace kvasir::cuda

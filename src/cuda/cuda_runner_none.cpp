@@ -23,7 +23,7 @@ Result<std::unique_ptr<runtime::ModelRunner>> create_runner(const Model&, const 
 }
 
 
-Result<std::vector<float>> matmul_on_device(DType, const void*, int64_t, int64_t, const float*, int64_t) {
+Result<std::vector<float>> matmul_on_device(DType, const void*, int64_t, int64_t, const float*, int64_t, int) {
   return Error{"this kvasir was built without CUDA", ErrorCode::unavailable};
 }
 Result<std::vector<float>> dequantize_on_device(DType, const void*, int64_t, int64_t) {

@@ -2,6 +2,7 @@
 
 #include "cuda/kernel_check.h"
 #include "cuda/kernels.cuh"
+#include "cuda/launch.cuh"
 #include "cuda/quant_units.cuh"
 
 namespace kvasir::cuda {
@@ -37,6 +38,8 @@ Result<std::vector<float>> download(const float* d, size_t n) {
 }
 
 __global__ void dequantize_kernel(DeviceMatrix m, float* out) {
+  dependency_wait();
+  allow_dependents();
   const uint8_t* row = m.data + size_t(blockIdx.x) * m.row_bytes;
   for (int64_t i = threadIdx.x; i < m.n_in; i += blockDim.x) out[int64_t(blockIdx.x) * m.n_in + i] = dequant_element(m.type, row, i);
 }
@@ -44,7 +47,7 @@ __global__ void dequantize_kernel(DeviceMatrix m, float* out) {
 }  // namespace
 
 Result<std::vector<float>> matmul_on_device(DType type, const void* w, int64_t n_in, int64_t n_out, const float* x,
-                                            int64_t T) {
+                                            int64_t T, int unroll) {
   if (!matmul_supports(type, n_in)) return Error{"type or row length not taken by the CUDA matmul", ErrorCode::invalid_argument};
   Scratch s;
   const size_t rb = row_bytes(type, n_in);
@@ -55,7 +58,7 @@ Result<std::vector<float>> matmul_on_device(DType type, const void* w, int64_t n
   float* y = s.alloc<float>(size_t(T * n_out));
   if (!m.data || !dx || !a.q || !a.d || !a.s || !a.f || !y) return Error{"CUDA: out of device memory", ErrorCode::exhausted};
   quantize_act(act_type_of(type), dx, T, n_in, a, nullptr);
-  matmul(m, a, T, y, n_out, nullptr);
+  matmul(m, a, T, y, n_out, nullptr, unroll);
   return download(y, size_t(T * n_out));
 }
 
@@ -65,7 +68,7 @@ Result<std::vector<float>> dequantize_on_device(DType type, const void* rows, in
   DeviceMatrix m{type, s.upload(static_cast<const uint8_t*>(rows), rb * size_t(n_rows)), n_in, n_rows, rb};
   float* out = s.alloc<float>(size_t(n_in * n_rows));
   if (!m.data || !out) return Error{"CUDA: out of device memory", ErrorCode::exhausted};
-  dequantize_kernel<<<unsigned(n_rows), 256>>>(m, out);
+  launch(dequantize_kernel, dim3(unsigned(n_rows)), dim3(256), 0, nullptr, m, out);
   return download(out, size_t(n_in * n_rows));
 }
 

@@ -11,9 +11,10 @@
 namespace kvasir::cuda {
 
 // y [T][n_out] = activation rows x [T][n_in], converted to the weight type's activation type on
-// the device, times the n_out weight rows w (file layout).
+// the device, times the n_out weight rows w (file layout). unroll: the units a thread has in flight
+// (1, 2 or 4; 0: the KVASIR_CUDA_UNROLL setting).
 Result<std::vector<float>> matmul_on_device(DType type, const void* w, int64_t n_in, int64_t n_out, const float* x,
-                                            int64_t T);
+                                            int64_t T, int unroll = 0);
 // The n_rows rows of a matrix [n_rows][n_in] (file layout) dequantized.
 Result<std::vector<float>> dequantize_on_device(DType type, const void* rows, int64_t n_in, int64_t n_rows);
 // rms_norm of each of the n_rows rows of x [n_rows][n] times w.

@@ -30,7 +30,9 @@ bool matmul_supports(DType weight, int64_t n_in);
 void quantize_act(DType act, const float* x, int64_t T, int64_t n_in, const ActBuffers& out, cudaStream_t s);
 // y[t * ldy + o] = dot(row o of w, activation row t) for t < T, o < w.n_out; the activations
 // are w's act type, converted by quantize_act. The arithmetic of one (t, o) does not depend on T.
-void matmul(const DeviceMatrix& w, const ActBuffers& act, int64_t T, float* y, int64_t ldy, cudaStream_t s);
+// unroll: the units a thread has in flight (1, 2 or 4; 0: launch_tuning()'s).
+void matmul(const DeviceMatrix& w, const ActBuffers& act, int64_t T, float* y, int64_t ldy, cudaStream_t s,
+            int unroll = 0);
 
 // out[i] = rms_norm(x[rows ? rows[i] : i]) * w for n_rows rows of n floats (sum of squares in
 // double, as the CPU's).

@@ -3,6 +3,7 @@
 // K/V store). Formulas are the CPU's (kernels/ops.cpp).
 #include "cuda/kernels.cuh"
 #include "cuda/act_quant.cuh"
+#include "cuda/launch.cuh"
 #include "cuda/quant_units.cuh"
 
 namespace kvasir::cuda {
@@ -20,6 +21,8 @@ __device__ float rms_scale(const float* x, int64_t n, float eps, double* shared)
 __global__ void rms_norm_kernel(const float* __restrict__ x, const int32_t* rows, int64_t n, const float* w, float eps,
                                 float* out) {
   __shared__ double shared[32];
+  dependency_wait();
+  allow_dependents();
   const int64_t src = rows ? rows[blockIdx.x] : blockIdx.x;
   const float* xr = x + src * n;
   const float scale = rms_scale(xr, n, eps, shared);
@@ -36,6 +39,8 @@ __global__ void __launch_bounds__(kChunk) norm_convert_kernel(const float* __res
                                                               float* x_out, float* xn, ActTargets targets) {
   __shared__ double sums[32];
   __shared__ float qshared[16];
+  dependency_wait();
+  allow_dependents();
   const int64_t t = blockIdx.y, e = int64_t(blockIdx.x) * kChunk + threadIdx.x;
   const float* xr = x_in + t * n;
   const float* yr = y ? y + t * n : nullptr;
@@ -67,6 +72,8 @@ template <int kChunk>
 __global__ void __launch_bounds__(kChunk) gated_convert_kernel(float* gate, const float* up, int64_t n, bool gelu,
                                                                ActTargets targets) {
   __shared__ float qshared[16];
+  dependency_wait();
+  allow_dependents();
   const int64_t t = blockIdx.y, e = int64_t(blockIdx.x) * kChunk + threadIdx.x;
   if (e >= n) return;  // a tail (float targets only, see norm_convert_kernel)
   const int64_t i = t * n + e;
@@ -83,6 +90,8 @@ __global__ void __launch_bounds__(kChunk) gated_convert_kernel(float* gate, cons
 }
 
 __global__ void embed_kernel(DeviceMatrix table, const int32_t* tokens, float scale, float* out) {
+  dependency_wait();
+  allow_dependents();
   const uint8_t* row = table.data + size_t(tokens[blockIdx.x]) * table.row_bytes;
   float* o = out + int64_t(blockIdx.x) * table.n_in;
   for (int64_t i = threadIdx.x; i < table.n_in; i += blockDim.x) {
@@ -92,6 +101,8 @@ __global__ void embed_kernel(DeviceMatrix table, const int32_t* tokens, float sc
 }
 
 __global__ void softcap_kernel(float* x, int64_t n, float cap) {
+  dependency_wait();
+  allow_dependents();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) x[i] = cap * tanhf(x[i] / cap);
 }
@@ -100,6 +111,8 @@ __global__ void softcap_kernel(float* x, int64_t n, float cap) {
 // (a warp per head); the row's rotation angles into shared memory, then the rotation; the store.
 __global__ void qkv_prepare_kernel(float* q, float* k, float* v, QkvPrepParams p, RowsDevice rows, KvLayerDevice kv) {
   extern __shared__ float cs[];  // [rot_dims / 2] cos, then sin
+  dependency_wait();
+  allow_dependents();
   const int t = blockIdx.x, hd = p.head_dim;
   const int q_dim = p.n_heads * hd, kv_dim = p.n_kv_heads * hd;
   float* qr = q + int64_t(t) * q_dim;
@@ -161,7 +174,7 @@ unsigned blocks_for(int64_t n) { return unsigned((n + kRowThreads - 1) / kRowThr
 
 void rms_norm_rows(const float* x, const int32_t* rows, int64_t n_rows, int64_t n, const float* w, float eps,
                    float* out, cudaStream_t s) {
-  if (n_rows > 0) rms_norm_kernel<<<unsigned(n_rows), kRowThreads, 0, s>>>(x, rows, n, w, eps, out);
+  if (n_rows > 0) launch(rms_norm_kernel, dim3(unsigned(n_rows)), dim3(kRowThreads), 0, s, x, rows, n, w, eps, out);
 }
 
 namespace {
@@ -178,7 +191,8 @@ void norm_convert(const float* x_in, const float* y, const float* post, const fl
                   float* x_out, float* xn, const ActTargets& targets, cudaStream_t s) {
   with_chunk(n, [&](auto chunk) {
     constexpr int C = decltype(chunk)::value;
-    norm_convert_kernel<C><<<dim3(unsigned((n + C - 1) / C), unsigned(T)), C, 0, s>>>(x_in, y, post, w, eps, n, x_out, xn, targets);
+    launch(norm_convert_kernel<C>, dim3(unsigned((n + C - 1) / C), unsigned(T)), dim3(C), 0, s, x_in, y, post, w, eps, n,
+           x_out, xn, targets);
   });
 }
 
@@ -186,22 +200,23 @@ void gated_act_convert(float* gate, const float* up, int64_t T, int64_t n, bool 
                        cudaStream_t s) {
   with_chunk(n, [&](auto chunk) {
     constexpr int C = decltype(chunk)::value;
-    gated_convert_kernel<C><<<dim3(unsigned((n + C - 1) / C), unsigned(T)), C, 0, s>>>(gate, up, n, gelu, targets);
+    launch(gated_convert_kernel<C>, dim3(unsigned((n + C - 1) / C), unsigned(T)), dim3(C), 0, s, gate, up, n, gelu,
+           targets);
   });
 }
 
 void embed_rows(const DeviceMatrix& table, const int32_t* tokens, int64_t T, float scale, float* out, cudaStream_t s) {
-  embed_kernel<<<unsigned(T), kRowThreads, 0, s>>>(table, tokens, scale, out);
+  launch(embed_kernel, dim3(unsigned(T)), dim3(kRowThreads), 0, s, table, tokens, scale, out);
 }
 
 void softcap(float* x, int64_t n, float cap, cudaStream_t s) {
-  softcap_kernel<<<blocks_for(n), kRowThreads, 0, s>>>(x, n, cap);
+  launch(softcap_kernel, dim3(blocks_for(n)), dim3(kRowThreads), 0, s, x, n, cap);
 }
 
 void qkv_prepare(float* q, float* k, float* v, int64_t T, const QkvPrepParams& p, const RowsDevice& rows,
                  const KvLayerDevice& kv, cudaStream_t s) {
   const size_t shared = size_t(std::max(p.rope.rot_dims, 2)) * sizeof(float);
-  qkv_prepare_kernel<<<unsigned(T), kRowThreads, shared, s>>>(q, k, v, p, rows, kv);
+  launch(qkv_prepare_kernel, dim3(unsigned(T)), dim3(kRowThreads), shared, s, q, k, v, p, rows, kv);
 }
 
 }  // namespace kvasir::cuda

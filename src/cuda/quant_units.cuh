@@ -47,19 +47,30 @@ __device__ __forceinline__ void scale_min_k4(int j, const uint8_t* q, int& sc, i
   }
 }
 
+// Each unit type: load() issues the unit's loads into raw registers and touches nothing else, so
+// a thread can have several units' loads in flight before it waits on any (matmul.cu loads its
+// next few units first); decode() turns the raw words into int8 lanes and scales; dot() is one
+// activation row's contribution.
+
 // Q4_0: a unit is one 32-element block of 18 bytes.
 struct UnitQ4_0 {
   static constexpr int kElems = 32, kBlockBytes = 18;
+  uint32_t raw[4];
+  uint16_t raw_d;
   int w[8];
   float d;
   __device__ void load(const uint8_t* row, int u) {
     const uint8_t* b = row + size_t(u) * kBlockBytes;
-    d = ld_half(b);
+    raw_d = *reinterpret_cast<const uint16_t*>(b);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) raw[k] = ld32_a2(b + 2 + 4 * k);
+  }
+  __device__ void decode() {
+    d = __half2float(__ushort_as_half(raw_d));
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      const uint32_t x = ld32_a2(b + 2 + 4 * k);
-      w[k] = __vsubss4(int(x & 0x0F0F0F0Fu), 0x08080808);
-      w[4 + k] = __vsubss4(int((x >> 4) & 0x0F0F0F0Fu), 0x08080808);
+      w[k] = __vsubss4(int(raw[k] & 0x0F0F0F0Fu), 0x08080808);
+      w[4 + k] = __vsubss4(int((raw[k] >> 4) & 0x0F0F0F0Fu), 0x08080808);
     }
   }
   __device__ float dot(const ActRow& a, int u) const { return d * a.d[u] * float(dot32(w, a.q + size_t(u) * 32)); }
@@ -68,17 +79,23 @@ struct UnitQ4_0 {
 // Q5_0: one 32-element block of 22 bytes (fifth bits in a 32-bit mask).
 struct UnitQ5_0 {
   static constexpr int kElems = 32, kBlockBytes = 22;
+  uint32_t raw[4], raw_h;
+  uint16_t raw_d;
   int w[8];
   float d;
   __device__ void load(const uint8_t* row, int u) {
     const uint8_t* b = row + size_t(u) * kBlockBytes;
-    d = ld_half(b);
-    const uint32_t qh = ld32_a2(b + 2);
+    raw_d = *reinterpret_cast<const uint16_t*>(b);
+    raw_h = ld32_a2(b + 2);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) raw[k] = ld32_a2(b + 6 + 4 * k);
+  }
+  __device__ void decode() {
+    d = __half2float(__ushort_as_half(raw_d));
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      const uint32_t x = ld32_a2(b + 6 + 4 * k);
-      w[k] = __vsubss4(int(x & 0x0F0F0F0Fu) | spread_bit4((qh >> (4 * k)) & 0xF), 0x10101010);
-      w[4 + k] = __vsubss4(int((x >> 4) & 0x0F0F0F0Fu) | spread_bit4((qh >> (16 + 4 * k)) & 0xF), 0x10101010);
+      w[k] = __vsubss4(int(raw[k] & 0x0F0F0F0Fu) | spread_bit4((raw_h >> (4 * k)) & 0xF), 0x10101010);
+      w[4 + k] = __vsubss4(int((raw[k] >> 4) & 0x0F0F0F0Fu) | spread_bit4((raw_h >> (16 + 4 * k)) & 0xF), 0x10101010);
     }
   }
   __device__ float dot(const ActRow& a, int u) const { return d * a.d[u] * float(dot32(w, a.q + size_t(u) * 32)); }
@@ -87,14 +104,16 @@ struct UnitQ5_0 {
 // Q8_0: one 32-element block of 34 bytes.
 struct UnitQ8_0 {
   static constexpr int kElems = 32, kBlockBytes = 34;
+  uint16_t raw_d;
   int w[8];
   float d;
   __device__ void load(const uint8_t* row, int u) {
     const uint8_t* b = row + size_t(u) * kBlockBytes;
-    d = ld_half(b);
+    raw_d = *reinterpret_cast<const uint16_t*>(b);
 #pragma unroll
     for (int k = 0; k < 8; ++k) w[k] = int(ld32_a2(b + 2 + 4 * k));
   }
+  __device__ void decode() { d = __half2float(__ushort_as_half(raw_d)); }
   __device__ float dot(const ActRow& a, int u) const { return d * a.d[u] * float(dot32(w, a.q + size_t(u) * 32)); }
 };
 
@@ -104,19 +123,28 @@ struct UnitQ8_0 {
 template <bool kFifthBit>
 struct UnitQx_K {
   static constexpr int kElems = 32, kBlockBytes = kFifthBit ? 176 : 144;
+  int4 raw_q, raw_h;
+  uint32_t raw_dm, raw_s[3];
+  int p;
   int lo[4], hi[4];
   int sc0, sc1, m0, m1;
   float d, dmin;
   __device__ void load(const uint8_t* row, int u) {
-    const int i = u >> 3, p = (u >> 1) & 3, hh = u & 1;
+    const int i = u >> 3, hh = u & 1;
+    p = (u >> 1) & 3;
     const uint8_t* b = row + size_t(i) * kBlockBytes;
-    const __half2 dm = *reinterpret_cast<const __half2*>(b);
+    raw_dm = ld32(b);
+    raw_s[0] = ld32(b + 4), raw_s[1] = ld32(b + 8), raw_s[2] = ld32(b + 12);
+    raw_q = *reinterpret_cast<const int4*>(b + (kFifthBit ? 48 : 16) + 32 * p + 16 * hh);
+    if constexpr (kFifthBit) raw_h = *reinterpret_cast<const int4*>(b + 16 + 16 * hh);
+  }
+  __device__ void decode() {
+    const __half2 dm = *reinterpret_cast<const __half2*>(&raw_dm);
     d = __low2float(dm);
     dmin = __high2float(dm);
-    // The 12 scale bytes as three words; sub-blocks 2p and 2p+1 picked by selects, not by
-    // indexing (a runtime index would put the bytes in local memory).
-    const uint32_t w0 = ld32(b + 4), w1 = ld32(b + 8), w2 = ld32(b + 12);
-    auto byte = [&](int k) { return int(((k < 4 ? w0 : k < 8 ? w1 : w2) >> (8 * (k & 3))) & 0xFF); };
+    // Sub-blocks 2p and 2p+1 picked from the scale words by selects, not by indexing (a runtime
+    // index would put the bytes in local memory).
+    auto byte = [&](int k) { return int(((k < 4 ? raw_s[0] : k < 8 ? raw_s[1] : raw_s[2]) >> (8 * (k & 3))) & 0xFF); };
     auto unpack = [&](int j, int& sc, int& mn) {
       if (j < 4) {
         sc = byte(j) & 63;
@@ -128,13 +156,9 @@ struct UnitQx_K {
     };
     unpack(2 * p, sc0, m0);
     unpack(2 * p + 1, sc1, m1);
-    const int4 x = *reinterpret_cast<const int4*>(b + (kFifthBit ? 48 : 16) + 32 * p + 16 * hh);
-    const int xs[4] = {x.x, x.y, x.z, x.w};
+    const int xs[4] = {raw_q.x, raw_q.y, raw_q.z, raw_q.w};
     int hs[4] = {};
-    if constexpr (kFifthBit) {
-      const int4 h = *reinterpret_cast<const int4*>(b + 16 + 16 * hh);
-      hs[0] = h.x, hs[1] = h.y, hs[2] = h.z, hs[3] = h.w;
-    }
+    if constexpr (kFifthBit) hs[0] = raw_h.x, hs[1] = raw_h.y, hs[2] = raw_h.z, hs[3] = raw_h.w;
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       lo[k] = xs[k] & 0x0F0F0F0F;
@@ -146,7 +170,7 @@ struct UnitQx_K {
     }
   }
   __device__ float dot(const ActRow& a, int u) const {
-    const int i = u >> 3, p = (u >> 1) & 3, hh = u & 1;
+    const int i = u >> 3, hh = u & 1;
     const int8_t* q = a.q + size_t(i) * 256 + 64 * p + 16 * hh;
     const int4 a0 = *reinterpret_cast<const int4*>(q), a1 = *reinterpret_cast<const int4*>(q + 32);
     int s0 = 0, s1 = 0;
@@ -165,33 +189,42 @@ using UnitQ5_K = UnitQx_K<true>;
 // of low nibbles (quarters c and c + 2 at 16 positions) and the 16 bytes of their high bits.
 struct UnitQ6_K {
   static constexpr int kElems = 32, kBlockBytes = 210;
+  uint32_t raw_l[4], raw_h[4];
+  int8_t raw_sc0, raw_sc1;
+  uint16_t raw_d;
+  int c;
   int w0[4], w1[4];  // quarter c, quarter c + 2
-  int sc0, sc1;
   float d;
   __device__ void load(const uint8_t* row, int u) {
-    const int i = u >> 3, h = (u >> 2) & 1, c = (u >> 1) & 1, lh = u & 1;
+    const int i = u >> 3, h = (u >> 2) & 1, lh = u & 1;
+    c = (u >> 1) & 1;
     const uint8_t* b = row + size_t(i) * kBlockBytes;
     const uint8_t* ql = b + 64 * h + 32 * c + 16 * lh;
     const uint8_t* qh = b + 128 + 32 * h + 16 * lh;
 #pragma unroll
+    for (int k = 0; k < 4; ++k) raw_l[k] = ld32_a2(ql + 4 * k), raw_h[k] = ld32_a2(qh + 4 * k);
+    const int8_t* scales = reinterpret_cast<const int8_t*>(b + 192);
+    raw_sc0 = scales[8 * h + 2 * c + lh];
+    raw_sc1 = scales[8 * h + 2 * (c + 2) + lh];
+    raw_d = *reinterpret_cast<const uint16_t*>(b + 208);
+  }
+  __device__ void decode() {
+#pragma unroll
     for (int k = 0; k < 4; ++k) {
-      const uint32_t W = ld32_a2(ql + 4 * k), H = ld32_a2(qh + 4 * k);
+      const uint32_t W = raw_l[k], H = raw_h[k];
       w0[k] = __vsubss4(int((W & 0x0F0F0F0Fu) | (((H >> (2 * c)) & 0x03030303u) << 4)), 0x20202020);
       w1[k] = __vsubss4(int(((W >> 4) & 0x0F0F0F0Fu) | (((H >> (2 * c + 4)) & 0x03030303u) << 4)), 0x20202020);
     }
-    const int8_t* scales = reinterpret_cast<const int8_t*>(b + 192);
-    sc0 = scales[8 * h + 2 * c + lh];
-    sc1 = scales[8 * h + 2 * (c + 2) + lh];
-    d = ld_half(b + 208);
+    d = __half2float(__ushort_as_half(raw_d));
   }
   __device__ float dot(const ActRow& a, int u) const {
-    const int i = u >> 3, h = (u >> 2) & 1, c = (u >> 1) & 1, lh = u & 1;
+    const int i = u >> 3, h = (u >> 2) & 1, lh = u & 1;
     const int8_t* q = a.q + size_t(i) * 256 + 128 * h + 32 * c + 16 * lh;
     const int4 a0 = *reinterpret_cast<const int4*>(q), a1 = *reinterpret_cast<const int4*>(q + 64);
     int s0 = 0, s1 = 0;
     s0 = dp4a(w0[0], a0.x, s0); s0 = dp4a(w0[1], a0.y, s0); s0 = dp4a(w0[2], a0.z, s0); s0 = dp4a(w0[3], a0.w, s0);
     s1 = dp4a(w1[0], a1.x, s1); s1 = dp4a(w1[1], a1.y, s1); s1 = dp4a(w1[2], a1.z, s1); s1 = dp4a(w1[3], a1.w, s1);
-    return a.d[i] * d * float(sc0 * s0 + sc1 * s1);
+    return a.d[i] * d * float(int(raw_sc0) * s0 + int(raw_sc1) * s1);
   }
 };
 
@@ -199,19 +232,22 @@ struct UnitQ6_K {
 template <DType kType>
 struct UnitFloat {
   static constexpr int kElems = 4;
+  float4 raw32;
+  uint2 raw16;
   float w[4];
   __device__ void load(const uint8_t* row, int u) {
+    if constexpr (kType == DType::F32) raw32 = reinterpret_cast<const float4*>(row)[u];
+    else raw16 = reinterpret_cast<const uint2*>(row)[u];
+  }
+  __device__ void decode() {
     if constexpr (kType == DType::F32) {
-      const float4 x = reinterpret_cast<const float4*>(row)[u];
-      w[0] = x.x, w[1] = x.y, w[2] = x.z, w[3] = x.w;
+      w[0] = raw32.x, w[1] = raw32.y, w[2] = raw32.z, w[3] = raw32.w;
     } else if constexpr (kType == DType::F16) {
-      const uint2 x = reinterpret_cast<const uint2*>(row)[u];
-      const __half2 a = *reinterpret_cast<const __half2*>(&x.x), b = *reinterpret_cast<const __half2*>(&x.y);
+      const __half2 a = *reinterpret_cast<const __half2*>(&raw16.x), b = *reinterpret_cast<const __half2*>(&raw16.y);
       w[0] = __low2float(a), w[1] = __high2float(a), w[2] = __low2float(b), w[3] = __high2float(b);
     } else {
-      const uint2 x = reinterpret_cast<const uint2*>(row)[u];
-      w[0] = __uint_as_float(x.x << 16), w[1] = __uint_as_float(x.x & 0xFFFF0000u);
-      w[2] = __uint_as_float(x.y << 16), w[3] = __uint_as_float(x.y & 0xFFFF0000u);
+      w[0] = __uint_as_float(raw16.x << 16), w[1] = __uint_as_float(raw16.x & 0xFFFF0000u);
+      w[2] = __uint_as_float(raw16.y << 16), w[3] = __uint_as_float(raw16.y & 0xFFFF0000u);
     }
   }
   __device__ float dot(const ActRow& a, int u) const {

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "cuda/cuda_runner.h"
@@ -60,20 +61,23 @@ struct MatmulCase {
   int64_t n_in;
 };
 
-class CudaMatmul : public ::testing::TestWithParam<MatmulCase> {};
+// Each case at each unroll (units a thread has in flight): 1 is the default; 2 and 4 change the
+// threads per row and the loads' grouping, never a thread's order of addition.
+class CudaMatmul : public ::testing::TestWithParam<std::tuple<MatmulCase, int>> {};
 
 // Tolerance: the integer sums are exact on both sides, so the results differ only in the order
 // the per-unit float products are added (float on the device, double on the CPU): a few ulps of
 // the row's magnitude. 2e-5 of the largest |y| of the row is ~100 ulps of slack.
 TEST_P(CudaMatmul, MatchesScalarTwinAndIsBatchInvariant) {
   SKIP_WITHOUT_GPU();
-  const auto [type, n_in] = GetParam();
+  const auto [c, unroll] = GetParam();
+  const auto [type, n_in] = c;
   const int64_t n_out = 37;
   const auto w = quantized_rows(type, n_in, n_out, 7);
   for (int64_t T : {1, 2, 3, 5, 9, 17}) {
     SCOPED_TRACE("T=" + std::to_string(T));
     const auto x = random_floats(size_t(T * n_in), 11 + uint32_t(T));
-    auto y = cuda::matmul_on_device(type, w.data(), n_in, n_out, x.data(), T);
+    auto y = cuda::matmul_on_device(type, w.data(), n_in, n_out, x.data(), T, unroll);
     ASSERT_TRUE(y.ok()) << y.error();
     const auto ref = matmul_ref(type, w.data(), n_in, n_out, x.data(), T);
     for (int64_t t = 0; t < T; ++t) {
@@ -82,21 +86,30 @@ TEST_P(CudaMatmul, MatchesScalarTwinAndIsBatchInvariant) {
       for (int64_t o = 0; o < n_out; ++o)
         ASSERT_NEAR((*y)[size_t(t * n_out + o)], ref[size_t(t * n_out + o)], 2e-5f * mx + 1e-7f) << "row " << t << " out " << o;
       // The same row alone gives the same bits: tiles do not change a row's arithmetic.
-      auto alone = cuda::matmul_on_device(type, w.data(), n_in, n_out, x.data() + t * n_in, 1);
+      auto alone = cuda::matmul_on_device(type, w.data(), n_in, n_out, x.data() + t * n_in, 1, unroll);
       ASSERT_TRUE(alone.ok());
       for (int64_t o = 0; o < n_out; ++o) ASSERT_EQ((*alone)[size_t(o)], (*y)[size_t(t * n_out + o)]) << "row " << t;
     }
   }
 }
 
+// Row lengths from under one unit a thread to several chunks of 4 units with a ragged last one
+// (Q4_0 at 32 x 300: 64 threads a row at unroll 4, 4.7 units each; Q4_K at 256 x 17: 32 threads,
+// a chunk of 128 units and one of 8).
 INSTANTIATE_TEST_SUITE_P(Types, CudaMatmul,
-                         ::testing::Values(MatmulCase{DType::Q4_0, 32 * 7}, MatmulCase{DType::Q5_0, 32 * 9},
-                                           MatmulCase{DType::Q8_0, 32 * 11}, MatmulCase{DType::Q4_K, 256 * 3},
-                                           MatmulCase{DType::Q5_K, 256 * 5}, MatmulCase{DType::Q6_K, 256 * 3},
-                                           MatmulCase{DType::Q6_K, 256 * 17}, MatmulCase{DType::F16, 172},
-                                           MatmulCase{DType::BF16, 260}, MatmulCase{DType::F32, 68}),
+                         ::testing::Combine(::testing::Values(MatmulCase{DType::Q4_0, 32 * 7}, MatmulCase{DType::Q4_0, 32 * 300},
+                                                              MatmulCase{DType::Q5_0, 32 * 9}, MatmulCase{DType::Q5_0, 32 * 150},
+                                                              MatmulCase{DType::Q8_0, 32 * 11}, MatmulCase{DType::Q8_0, 32 * 130},
+                                                              MatmulCase{DType::Q4_K, 256 * 3}, MatmulCase{DType::Q4_K, 256 * 17},
+                                                              MatmulCase{DType::Q5_K, 256 * 5}, MatmulCase{DType::Q5_K, 256 * 19},
+                                                              MatmulCase{DType::Q6_K, 256 * 3}, MatmulCase{DType::Q6_K, 256 * 17},
+                                                              MatmulCase{DType::F16, 172}, MatmulCase{DType::F16, 4 * 530},
+                                                              MatmulCase{DType::BF16, 260}, MatmulCase{DType::F32, 68}),
+                                            ::testing::Values(1, 2, 4)),
                          [](const auto& info) {
-                           return std::string(dtype_name(info.param.type)) + "_" + std::to_string(info.param.n_in);
+                           const MatmulCase c = std::get<0>(info.param);
+                           return std::string(dtype_name(c.type)) + "_" + std::to_string(c.n_in) + "_unroll" +
+                                  std::to_string(std::get<1>(info.param));
                          });
 
 // Dequantization (the embedding gather) against the CPU reference: the same products, up to the
