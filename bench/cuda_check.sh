@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The CUDA backend's one prepared check, for a GPU machine without network access (finishes in
-# about 6 minutes on an H200):
+# The CUDA backend's one prepared check, for a GPU machine without network access (about 6
+# minutes on an H200 in session 25, before the launch knobs; estimated 8 with them: keep a 600 s
+# limit in view, and CUDA_CHECK_QUICK=1 drops the serving part, about 2.5 minutes):
 #   bench/cuda_check.sh FIXTURES OUT [BIN]
 # FIXTURES  a folder with models/ and golden/models/ laid out as ../shared (the fixture models and
-#           stories260K's goldens; missing ones are skipped) and lib/ with any shared libraries the
-#           binaries need there (cpp-httplib, brotli); BIN holds kvasir and test_cuda (build/bin).
+#           stories260K's goldens; missing ones are skipped) and lib/ with the shared libraries the
+#           binaries need there; BIN holds kvasir and test_cuda (build/bin). bench/cuda_pack.sh
+#           makes such a folder (its bin/ is BIN).
 # OUT       gets cuda_check.log: the machine, the CUDA tests, kvasir bench (pp512, tg128) on
 #           stories260K and on synthetic Gemma 3 270M, TinyLlama 1.1B and Llama 3 8B shapes in
 #           Q4_K_M with decode GB/s against the card's measured copy bandwidth, then `serve` under
