@@ -56,16 +56,23 @@ fi
 # with and without it (a race would not). Then the CUDA tests again under PDL with unroll 4.
 if [ "${CUDA_CHECK_AB:-1}" = 1 ] && [ -f "$tmp/$last.gguf" ]; then
   step "launch knobs: KVASIR_CUDA_UNROLL x KVASIR_CUDA_PDL on the $last shape (pp512, tg128)"
-  for v in ${CUDA_CHECK_VARIANTS:-1/0 2/0 4/0 1/1 2/1 4/1}; do
-    KVASIR_CUDA_UNROLL=${v%/*} KVASIR_CUDA_PDL=${v#*/} timeout 90 "$kv" bench -m "$tmp/$last.gguf" --device cuda -t 4 \
-      -p 512 -n 128 -r 3 --csv 2>/dev/null | grep -E "pp512|tg128" | sed "s|^|unroll/pdl $v,|"
+  variants=${CUDA_CHECK_VARIANTS:-1/0 4/0 1/1 4/1 2/0}
+  for v in $variants; do
+    KVASIR_CUDA_UNROLL=${v%/*} KVASIR_CUDA_PDL=${v#*/} timeout 60 "$kv" bench -m "$tmp/$last.gguf" --device cuda -t 4 \
+      -p 512 -n 128 -r 3 --csv > "$tmp/knob.csv" 2> "$tmp/knob.err"
+    rc=$?
+    grep -E "pp512|tg128" "$tmp/knob.csv" | sed "s|^|unroll/pdl $v,|"
+    [ $rc = 0 ] || { echo "FAILED unroll/pdl $v: exit $rc"; tail -3 "$tmp/knob.err"; }
   done | tee "$out/knobs.csv"
-  python3 - "$out/knobs.csv" <<'PY'
+  python3 - "$out/knobs.csv" $variants <<'PY'
 import sys, collections
-rows = [l.strip().split(",") for l in open(sys.argv[1]) if l.count(",") >= 8]
+rows = [l.strip().split(",") for l in open(sys.argv[1]) if l.startswith("unroll/pdl") and l.count(",") >= 8]
 by = collections.defaultdict(dict)
 for r in rows:
     by[r[3]][r[0].split()[-1]] = (float(r[4]), r[-1])
+for test in ("pp512", "tg128"):
+    missing = [k for k in sys.argv[2:] if k not in by[test]]
+    if missing: print(f"MISSING {test}: {' '.join(missing)} (a failed or killed run: see above)")
 for test, v in by.items():
     base = v.get("1/0", (0, ""))[0]
     print(test, "  ".join(f"{k}: {t:.1f} t/s ({t / base:.3f}x)" if base else f"{k}: {t:.1f}" for k, (t, _) in v.items()))

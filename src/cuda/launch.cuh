@@ -6,11 +6,14 @@
 // The contract every kernel keeps: each block calls dependency_wait() before it reads or writes
 // any buffer another kernel touches (before any early return), and calls allow_dependents() only
 // after that wait, so at most one grid waits ahead and every earlier grid is already resident.
-// Without PDL (the default, and on the compute_80 fallback) both calls do nothing.
+// Without PDL (the default) both calls do nothing; kernels whose loaded code lacks them (the
+// compute_80 fallback) launch without PDL (kernel_waits).
 #pragma once
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <utility>
 
 #include "cuda/device.cuh"
@@ -57,20 +60,36 @@ inline const LaunchTuning& launch_tuning() {
   return t;
 }
 
-// kernel<<<grid, block, shared, s>>>(args...), with PDL when the tuning asks for it. Errors
-// surface at the caller's next cudaGetLastError, as a <<<>>> launch's do.
+// Whether the code loaded for this kernel holds the griddepcontrol instructions: built from
+// compute_90 or later. On a card newer than sm_90 the driver compiles the compute_80 PTX, whose
+// kernels never wait; launched with PDL they would race, so they launch without it.
+inline bool kernel_waits(const void* kernel) {
+  static std::mutex mutex;
+  static std::unordered_map<const void*, bool> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = known.find(kernel); it != known.end()) return it->second;
+  cudaFuncAttributes a{};
+  const bool waits = cudaFuncGetAttributes(&a, kernel) == cudaSuccess && a.ptxVersion >= 90;
+  if (!waits) cudaGetLastError();  // a failed query must not read as a failed step
+  return known[kernel] = waits;
+}
+
+// kernel<<<grid, block, shared, s>>>(args...), with PDL when the tuning asks for it and the
+// kernel's code waits. Errors surface at the caller's next cudaGetLastError, as a <<<>>>
+// launch's do.
 template <typename... Params, typename... Args>
 void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, cudaStream_t s, Args&&... args) {
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
+  const bool pdl = launch_tuning().pdl && kernel_waits(reinterpret_cast<const void*>(kernel));
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = shared;
   config.stream = s;
-  config.attrs = launch_tuning().pdl ? attr : nullptr;
-  config.numAttrs = launch_tuning().pdl ? 1 : 0;
+  config.attrs = pdl ? attr : nullptr;
+  config.numAttrs = pdl ? 1 : 0;
   cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 

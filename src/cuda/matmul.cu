@@ -16,17 +16,12 @@ namespace {
 
 constexpr int kBlock = 128;
 
-// Tiles of 4 and 8 rows keep at most two units in flight: their registers go to the activation rows.
-template <int kRows>
-constexpr int unroll_for(int unroll) {
-  return kRows >= 4 && unroll > 2 ? 2 : unroll;
-}
-
+// Units past the row's end load its last unit instead (never used): no branch between the loads,
+// so the compiler issues all of them before the first result is needed.
 template <class Unit, int kUnroll>
 __device__ __forceinline__ void load_units(Unit (&units)[kUnroll], const uint8_t* row, int u0, int stride, int n_units) {
 #pragma unroll
-  for (int k = 0; k < kUnroll; ++k)
-    if (u0 + k * stride < n_units) units[k].load(row, u0 + k * stride);
+  for (int k = 0; k < kUnroll; ++k) units[k].load(row, min(u0 + k * stride, n_units - 1));
 }
 
 template <class Unit, int kRows, int kThreads, int kUnroll>
@@ -41,7 +36,10 @@ __global__ void __launch_bounds__(kBlock) matmul_kernel(const uint8_t* __restric
   const int nr = min(kRows, T - t0);
   const uint8_t* row = w + size_t(o) * row_bytes;
   Unit units[kUnroll];
-  if (o < n_out) load_units(units, row, j, kThreads, n_units);
+  // Unrolled threads fetch their first units before they wait (weights are never written); at one
+  // unit a thread the kernel keeps the shape verified on the H200: wait, then each unit in turn.
+  if constexpr (kUnroll > 1)
+    if (o < n_out) load_units(units, row, j, kThreads, n_units);
   dependency_wait();
   allow_dependents();
   float acc[kRows];
@@ -56,12 +54,13 @@ __global__ void __launch_bounds__(kBlock) matmul_kernel(const uint8_t* __restric
                  act.f + size_t(t) * n_in};
     }
     for (int u0 = j; u0 < n_units; u0 += kStride) {
-      if (u0 != j) load_units(units, row, u0, kThreads, n_units);
+      if constexpr (kUnroll == 1) units[0].load(row, u0);
+      else if (u0 != j) load_units(units, row, u0, kThreads, n_units);
 #pragma unroll
       for (int k = 0; k < kUnroll; ++k) {
         const int u = u0 + k * kThreads;
         if (u >= n_units) break;
-        units[k].decode();
+        units[k].decode(u);
 #pragma unroll
         for (int r = 0; r < kRows; ++r)
           if (r < nr) acc[r] += units[k].dot(rows[r], u);
@@ -97,11 +96,13 @@ void launch_threads(const DeviceMatrix& w, const ActBuffers& act, int64_t T, flo
     launch(matmul_kernel<Unit, R, kThreads, U>, dim3(gx, unsigned((T + R - 1) / R)), dim3(kBlock), 0, s, w.data,
            w.row_bytes, n_units, int(w.n_out), act, int(w.n_in), d_per_row, int(T), y, ldy);
   };
+  // Tiles of 4 and 8 rows (verify steps, prefill) keep one unit in flight: their registers go to
+  // the activation rows, and each unit feeds 4-8 rows' dots while the next loads.
   auto with_unroll = [&](auto rows_tag) {
     constexpr int R = decltype(rows_tag)::value;
-    const int u = unroll_for<R>(unroll);
-    if (u >= 4) run(rows_tag, std::integral_constant<int, unroll_for<R>(4)>{});
-    else if (u == 2) run(rows_tag, std::integral_constant<int, 2>{});
+    if constexpr (R >= 4) run(rows_tag, std::integral_constant<int, 1>{});
+    else if (unroll >= 4) run(rows_tag, std::integral_constant<int, 4>{});
+    else if (unroll == 2) run(rows_tag, std::integral_constant<int, 2>{});
     else run(rows_tag, std::integral_constant<int, 1>{});
   };
   if (T == 1) with_unroll(std::integral_constant<int, 1>{});
@@ -193,7 +194,7 @@ void quantize_act(DType act, const float* x, int64_t T, int64_t n_in, const ActB
 
 void matmul(const DeviceMatrix& w, const ActBuffers& act, int64_t T, float* y, int64_t ldy, cudaStream_t s, int unroll) {
   const int per32 = int(w.n_in / 32), per256 = int(w.n_in / 256);
-  const int u = unroll > 0 ? unroll : launch_tuning().unroll;
+  const int u = unroll == 0 ? launch_tuning().unroll : unroll >= 4 ? 4 : unroll >= 2 ? 2 : 1;  // kernel_check refuses others
   switch (w.type) {
     case DType::Q4_0: return launch_matmul<UnitQ4_0>(w, act, T, y, ldy, per32, u, s);
     case DType::Q5_0: return launch_matmul<UnitQ5_0>(w, act, T, y, ldy, per32, u, s);

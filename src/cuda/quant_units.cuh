@@ -49,8 +49,8 @@ __device__ __forceinline__ void scale_min_k4(int j, const uint8_t* q, int& sc, i
 
 // Each unit type: load() issues the unit's loads into raw registers and touches nothing else, so
 // a thread can have several units' loads in flight before it waits on any (matmul.cu loads its
-// next few units first); decode() turns the raw words into int8 lanes and scales; dot() is one
-// activation row's contribution.
+// next few units first); decode(u) turns the raw words into int8 lanes and scales; dot() is one
+// activation row's contribution. Positions within a block are recomputed from u rather than kept.
 
 // Q4_0: a unit is one 32-element block of 18 bytes.
 struct UnitQ4_0 {
@@ -65,7 +65,7 @@ struct UnitQ4_0 {
 #pragma unroll
     for (int k = 0; k < 4; ++k) raw[k] = ld32_a2(b + 2 + 4 * k);
   }
-  __device__ void decode() {
+  __device__ void decode(int) {
     d = __half2float(__ushort_as_half(raw_d));
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
@@ -90,7 +90,7 @@ struct UnitQ5_0 {
 #pragma unroll
     for (int k = 0; k < 4; ++k) raw[k] = ld32_a2(b + 6 + 4 * k);
   }
-  __device__ void decode() {
+  __device__ void decode(int) {
     d = __half2float(__ushort_as_half(raw_d));
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
@@ -113,32 +113,33 @@ struct UnitQ8_0 {
 #pragma unroll
     for (int k = 0; k < 8; ++k) w[k] = int(ld32_a2(b + 2 + 4 * k));
   }
-  __device__ void decode() { d = __half2float(__ushort_as_half(raw_d)); }
+  __device__ void decode(int) { d = __half2float(__ushort_as_half(raw_d)); }
   __device__ float dot(const ActRow& a, int u) const { return d * a.d[u] * float(dot32(w, a.q + size_t(u) * 32)); }
 };
 
 // Q4_K / Q5_K: a unit is 32 elements of a 256-element super-block, eight units a block: 16 bytes
 // of nibbles whose low halves are 16 elements of sub-block 2p and whose high halves are the same
-// 16 positions of sub-block 2p + 1.
+// 16 positions of sub-block 2p + 1. Blocks of 144 and 176 bytes (multiples of 16) sit at 16-byte
+// alignment, so every load here is a whole 16-byte word.
 template <bool kFifthBit>
 struct UnitQx_K {
   static constexpr int kElems = 32, kBlockBytes = kFifthBit ? 176 : 144;
   int4 raw_q, raw_h;
   uint32_t raw_dm, raw_s[3];
-  int p;
   int lo[4], hi[4];
   int sc0, sc1, m0, m1;
   float d, dmin;
   __device__ void load(const uint8_t* row, int u) {
-    const int i = u >> 3, hh = u & 1;
-    p = (u >> 1) & 3;
+    const int i = u >> 3, p = (u >> 1) & 3, hh = u & 1;
     const uint8_t* b = row + size_t(i) * kBlockBytes;
-    raw_dm = ld32(b);
-    raw_s[0] = ld32(b + 4), raw_s[1] = ld32(b + 8), raw_s[2] = ld32(b + 12);
+    const int4 head = *reinterpret_cast<const int4*>(b);  // d, dmin, the 12 scale bytes: one 16-byte load
+    raw_dm = uint32_t(head.x);
+    raw_s[0] = uint32_t(head.y), raw_s[1] = uint32_t(head.z), raw_s[2] = uint32_t(head.w);
     raw_q = *reinterpret_cast<const int4*>(b + (kFifthBit ? 48 : 16) + 32 * p + 16 * hh);
     if constexpr (kFifthBit) raw_h = *reinterpret_cast<const int4*>(b + 16 + 16 * hh);
   }
-  __device__ void decode() {
+  __device__ void decode(int u) {
+    const int p = (u >> 1) & 3;
     const __half2 dm = *reinterpret_cast<const __half2*>(&raw_dm);
     d = __low2float(dm);
     dmin = __high2float(dm);
@@ -170,7 +171,7 @@ struct UnitQx_K {
     }
   }
   __device__ float dot(const ActRow& a, int u) const {
-    const int i = u >> 3, hh = u & 1;
+    const int i = u >> 3, p = (u >> 1) & 3, hh = u & 1;
     const int8_t* q = a.q + size_t(i) * 256 + 64 * p + 16 * hh;
     const int4 a0 = *reinterpret_cast<const int4*>(q), a1 = *reinterpret_cast<const int4*>(q + 32);
     int s0 = 0, s1 = 0;
@@ -189,42 +190,36 @@ using UnitQ5_K = UnitQx_K<true>;
 // of low nibbles (quarters c and c + 2 at 16 positions) and the 16 bytes of their high bits.
 struct UnitQ6_K {
   static constexpr int kElems = 32, kBlockBytes = 210;
-  uint32_t raw_l[4], raw_h[4];
-  int8_t raw_sc0, raw_sc1;
-  uint16_t raw_d;
-  int c;
   int w0[4], w1[4];  // quarter c, quarter c + 2
+  int sc0, sc1;
   float d;
+  // Decoded as it is loaded (kept as raw words it needs more registers, and the compiler hoists
+  // the loads of the units a thread has in flight either way).
   __device__ void load(const uint8_t* row, int u) {
-    const int i = u >> 3, h = (u >> 2) & 1, lh = u & 1;
-    c = (u >> 1) & 1;
+    const int i = u >> 3, h = (u >> 2) & 1, c = (u >> 1) & 1, lh = u & 1;
     const uint8_t* b = row + size_t(i) * kBlockBytes;
     const uint8_t* ql = b + 64 * h + 32 * c + 16 * lh;
     const uint8_t* qh = b + 128 + 32 * h + 16 * lh;
 #pragma unroll
-    for (int k = 0; k < 4; ++k) raw_l[k] = ld32_a2(ql + 4 * k), raw_h[k] = ld32_a2(qh + 4 * k);
-    const int8_t* scales = reinterpret_cast<const int8_t*>(b + 192);
-    raw_sc0 = scales[8 * h + 2 * c + lh];
-    raw_sc1 = scales[8 * h + 2 * (c + 2) + lh];
-    raw_d = *reinterpret_cast<const uint16_t*>(b + 208);
-  }
-  __device__ void decode() {
-#pragma unroll
     for (int k = 0; k < 4; ++k) {
-      const uint32_t W = raw_l[k], H = raw_h[k];
+      const uint32_t W = ld32_a2(ql + 4 * k), H = ld32_a2(qh + 4 * k);
       w0[k] = __vsubss4(int((W & 0x0F0F0F0Fu) | (((H >> (2 * c)) & 0x03030303u) << 4)), 0x20202020);
       w1[k] = __vsubss4(int(((W >> 4) & 0x0F0F0F0Fu) | (((H >> (2 * c + 4)) & 0x03030303u) << 4)), 0x20202020);
     }
-    d = __half2float(__ushort_as_half(raw_d));
+    const int8_t* scales = reinterpret_cast<const int8_t*>(b + 192);
+    sc0 = scales[8 * h + 2 * c + lh];
+    sc1 = scales[8 * h + 2 * (c + 2) + lh];
+    d = ld_half(b + 208);
   }
+  __device__ void decode(int) {}
   __device__ float dot(const ActRow& a, int u) const {
-    const int i = u >> 3, h = (u >> 2) & 1, lh = u & 1;
+    const int i = u >> 3, h = (u >> 2) & 1, c = (u >> 1) & 1, lh = u & 1;
     const int8_t* q = a.q + size_t(i) * 256 + 128 * h + 32 * c + 16 * lh;
     const int4 a0 = *reinterpret_cast<const int4*>(q), a1 = *reinterpret_cast<const int4*>(q + 64);
     int s0 = 0, s1 = 0;
     s0 = dp4a(w0[0], a0.x, s0); s0 = dp4a(w0[1], a0.y, s0); s0 = dp4a(w0[2], a0.z, s0); s0 = dp4a(w0[3], a0.w, s0);
     s1 = dp4a(w1[0], a1.x, s1); s1 = dp4a(w1[1], a1.y, s1); s1 = dp4a(w1[2], a1.z, s1); s1 = dp4a(w1[3], a1.w, s1);
-    return a.d[i] * d * float(int(raw_sc0) * s0 + int(raw_sc1) * s1);
+    return a.d[i] * d * float(sc0 * s0 + sc1 * s1);
   }
 };
 
@@ -239,7 +234,7 @@ struct UnitFloat {
     if constexpr (kType == DType::F32) raw32 = reinterpret_cast<const float4*>(row)[u];
     else raw16 = reinterpret_cast<const uint2*>(row)[u];
   }
-  __device__ void decode() {
+  __device__ void decode(int) {
     if constexpr (kType == DType::F32) {
       w[0] = raw32.x, w[1] = raw32.y, w[2] = raw32.z, w[3] = raw32.w;
     } else if constexpr (kType == DType::F16) {
