@@ -4,8 +4,8 @@
 #   bench/cuda_pack.sh [DIR] [SHARED]      (defaults: .devdata, ../shared)
 # DIR gets bin/ (kvasir and test_cuda, stripped), lib/ (the shared libraries they link beyond the
 # C/C++ runtime: UCX, hiredis, PCRE2, OpenSSL, cpp-httplib, brotli, ...), models/ (the fixtures
-# the CUDA tests name; the F32 ones only with PACK_F32=1) and golden/models/ (stories260K's greedy
-# texts). DIR is added to .git/info/exclude. Then, on the GPU machine:
+# the CUDA tests name; the F32 ones only with PACK_F32=1) and golden/ (stories260K's greedy texts
+# and the story text the speculation test distils a head from). DIR is added to .git/info/exclude. Then, on the GPU machine:
 #   bench/cuda_check.sh DIR OUT DIR/bin
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,5 +25,7 @@ for name in $(grep -ohE '(fixture-[a-z0-9]+-[a-z0-9_]+|stories260K(-[a-z0-9_]+)?
   [ -f "$shared/models/$name.gguf" ] && cp "$shared/models/$name.gguf" "$dir/models/"
 done
 cp "$shared"/golden/models/stories260K*.text.json "$dir/golden/models/" 2>/dev/null || true
+mkdir -p "$dir/golden/perplexity"  # the text the speculation test distils its head from
+cp "$shared"/golden/perplexity/stories-sampled.txt "$dir/golden/perplexity/" 2>/dev/null || true
 du -sh "$dir"/*; du -sh "$dir"
 echo "carry \"$dir\"; run: bench/cuda_check.sh $dir \$OUT $dir/bin"

@@ -83,8 +83,6 @@ Result<std::unique_ptr<engine::EngineCore>> create_engine_core(const Model& mode
   }
   std::unique_ptr<spec::Proposer> head;
   if (spec.method == SpecMethod::head) {
-    if (so.device >= 0)
-      return Error{"--spec head runs on the CPU runner (the CUDA runner returns no hidden states)", ErrorCode::invalid_argument};
     auto clock = eo.clock ? std::function<int64_t()>(eo.clock) : std::function<int64_t()>([] {
       return int64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
     });

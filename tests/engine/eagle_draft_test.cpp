@@ -16,6 +16,7 @@
 #include "compress/distill_head.h"
 #include "engine/engine.h"
 #include "spec/eagle_proposer.h"
+#include "support/eagle_head.h"
 
 using namespace kvasir;
 using namespace kvasir::engine;
@@ -58,18 +59,9 @@ class EagleDraft : public ::testing::Test {
     auto t = Tokenizer::from_gguf(model_->gguf());
     ASSERT_TRUE(t.ok());
     tok_.emplace(std::move(*t));
-    const auto tokens = tok_->encode(text_);
-    auto f = compress::teacher_features(*model_, tokens, {.n_ctx = 128, .bos = 1, .num_threads = 2});
-    ASSERT_TRUE(f.ok()) << f.error();
-    std::vector<int32_t> all(static_cast<size_t>(model_->config().n_vocab));
-    std::iota(all.begin(), all.end(), 0);
-    auto head = compress::EagleHead::init(*model_, 128, all, 1);
-    ASSERT_TRUE(head.ok());
-    auto r = compress::train_head(*head, *f, *f, {.steps = 400, .batch = 32, .warmup = 20, .lr = 3e-3, .eval_every = 0,
-                                                  .eval_positions = 500, .num_threads = 2});
-    ASSERT_TRUE(r.ok()) << r.error();
     head_file_ = ::testing::TempDir() + "/kvasir_eagle_engine_" + std::to_string(getpid()) + ".gguf";
-    ASSERT_TRUE(head->save(head_file_).ok());
+    auto st = kvasir::test_support::distill_story_head(*model_, tok_->encode(text_), head_file_);
+    ASSERT_TRUE(st.ok()) << st.error();
   }
   // Greedy continuations of three story openings, 64 tokens each.
   std::vector<GenerationParams> story_requests() const {
