@@ -15,29 +15,17 @@
 #include "cuda/cuda_runner.h"
 #include "engine/engine.h"
 #include "support/eagle_head.h"
+#include "support/engine_runs.h"
 
 using namespace kvasir;
 using namespace kvasir::engine;
+using kvasir::test_support::run_all;
 
 namespace {
 
 std::string shared_path(const std::string& rel) {
   const char* env = std::getenv("KVASIR_SHARED_DIR");
   return std::string(env && *env ? env : KVASIR_SHARED_DIR) + "/" + rel;
-}
-
-std::map<RequestId, std::vector<int32_t>> run_all(EngineCore& c, const std::vector<GenerationParams>& reqs) {
-  std::map<RequestId, std::vector<int32_t>> out;
-  for (const auto& p : reqs) EXPECT_TRUE(c.add_request(p).ok());
-  std::vector<Delta> deltas;
-  for (int guard = 0; c.has_unfinished() && guard < 100000; ++guard) {
-    deltas.clear();
-    auto st = c.step(deltas);
-    EXPECT_TRUE(st.ok()) << st.error();
-    if (!st.ok()) break;
-    for (auto& d : deltas) out[d.id].insert(out[d.id].end(), d.tokens.begin(), d.tokens.end());
-  }
-  return out;
 }
 
 TEST(CudaSpecHead, TokensEqualThePlainEngineAndDraftsAreKept) {

@@ -17,27 +17,15 @@
 #include "engine/engine.h"
 #include "spec/eagle_proposer.h"
 #include "support/eagle_head.h"
+#include "support/engine_runs.h"
 
 using namespace kvasir;
 using namespace kvasir::engine;
+using kvasir::test_support::run_all;
 
 namespace {
 
 std::string shared_path(const std::string& rel) { return std::string(KVASIR_SHARED_DIR) + "/" + rel; }
-
-std::map<RequestId, std::vector<int32_t>> run_all(EngineCore& c, const std::vector<GenerationParams>& reqs) {
-  std::map<RequestId, std::vector<int32_t>> out;
-  for (const auto& p : reqs) EXPECT_TRUE(c.add_request(p).ok());
-  std::vector<Delta> deltas;
-  for (int guard = 0; c.has_unfinished() && guard < 1000000; ++guard) {
-    deltas.clear();
-    auto st = c.step(deltas);
-    EXPECT_TRUE(st.ok()) << st.error();
-    if (!st.ok()) break;
-    for (auto& d : deltas) out[d.id].insert(out[d.id].end(), d.tokens.begin(), d.tokens.end());
-  }
-  return out;
-}
 
 std::unique_ptr<EngineCore> core(const Model& m, const Tokenizer& t, EngineOptions o, int64_t kv_blocks) {
   o.num_threads = 2;

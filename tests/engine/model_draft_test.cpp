@@ -14,9 +14,11 @@
 #include "engine/engine.h"
 #include "runtime/cpu_runner.h"
 #include "spec/draft_head.h"
+#include "support/engine_runs.h"
 
 using namespace kvasir;
 using namespace kvasir::engine;
+using kvasir::test_support::run_all;
 
 namespace {
 
@@ -28,23 +30,6 @@ std::shared_ptr<const Model> load_model(const std::string& name) {
   auto m = Model::load(path);
   EXPECT_TRUE(m.ok()) << m.error();
   return m.ok() ? std::shared_ptr<const Model>(std::move(*m)) : nullptr;
-}
-
-std::map<RequestId, std::vector<int32_t>> run_all(EngineCore& c, const std::vector<GenerationParams>& reqs) {
-  std::map<RequestId, std::vector<int32_t>> out;
-  for (const auto& p : reqs) {
-    auto id = c.add_request(p);
-    EXPECT_TRUE(id.ok()) << id.error();
-  }
-  std::vector<Delta> deltas;
-  for (int guard = 0; c.has_unfinished() && guard < 1000000; ++guard) {
-    deltas.clear();
-    auto st = c.step(deltas);
-    EXPECT_TRUE(st.ok()) << st.error();
-    if (!st.ok()) break;
-    for (auto& d : deltas) out[d.id].insert(out[d.id].end(), d.tokens.begin(), d.tokens.end());
-  }
-  return out;
 }
 
 // An engine on the CPU runner with a KV pool of kv_blocks blocks (0: the default size).
