@@ -21,10 +21,15 @@ if [ ! -f "$src/CMakeLists.txt" ]; then
   tar -xzf "$root/llama_cpp_python-$version.tar.gz" -C "$root"
 fi
 build=$root/build-$version
-# Configured again when an older configuration left the examples (llama-lookup, ...) out.
-if [ ! -f "$build/build.ninja" ] || grep -q "LLAMA_BUILD_EXAMPLES:BOOL=OFF" "$build/CMakeCache.txt" 2>/dev/null; then
+# Native code without AMX: on a Sapphire Rapids host, -march=native turns on ggml's AMX matmul,
+# whose first tile instruction dies with SIGILL as the model loads (llama-server 0.3.36, seen in
+# session 37). kvasir uses no AMX either.
+no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+# Configured again when an older configuration left the examples (llama-lookup, ...) or AMX in.
+if [ ! -f "$build/build.ninja" ] || grep -q "LLAMA_BUILD_EXAMPLES:BOOL=OFF" "$build/CMakeCache.txt" 2>/dev/null ||
+   ! grep -q -- "-mno-amx-tile" "$build/CMakeCache.txt" 2>/dev/null; then
   cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=ON >&2
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=ON -DCMAKE_C_FLAGS="$no_amx" -DCMAKE_CXX_FLAGS="$no_amx" >&2
 fi
 ninja -C "$build" "${targets[@]}" >&2
 echo "$build/bin"
