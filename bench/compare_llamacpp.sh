@@ -45,7 +45,11 @@ fi
 if [ ! -x bench/.venv/bin/python ] || ! bench/.venv/bin/python -c "import llama_cpp" 2>/dev/null; then
   python3 -m venv bench/.venv
   echo "installing llama-cpp-python (builds llama.cpp from source)..." >&2
-  CMAKE_ARGS="-DGGML_NATIVE=ON -DGGML_BLAS=OFF" bench/.venv/bin/pip install -q llama-cpp-python
+  # Native without AMX (CMake takes CFLAGS/CXXFLAGS as its initial flags): ggml's AMX matmul dies
+  # with SIGILL on the Sapphire Rapids host (bench/build_llamacpp.sh says more).
+  no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+  CFLAGS="$no_amx" CXXFLAGS="$no_amx" CMAKE_ARGS="-DGGML_NATIVE=ON -DGGML_BLAS=OFF" \
+    bench/.venv/bin/pip install -q --no-cache-dir llama-cpp-python
 fi
 
 tmp=$(mktemp -d)
