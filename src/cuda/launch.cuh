@@ -34,7 +34,7 @@ __device__ __forceinline__ void allow_dependents() {
 // KVASIR_CUDA_UNROLL (1, 2 or 4; default 1): the matrix-product units a thread has in flight
 // before it decodes the first. KVASIR_CUDA_PDL (0 or 1; default 0): launch with PDL. Both are
 // read once; other values are refused with a note on stderr and the default kept. Neither has
-// run on a GPU yet: the defaults are the kernels verified on the H200.
+// run on a GPU yet; the defaults compute what the kernels verified on the H200 computed.
 struct LaunchTuning {
   int unroll = 1;
   bool pdl = false;

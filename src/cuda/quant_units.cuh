@@ -47,10 +47,10 @@ __device__ __forceinline__ void scale_min_k4(int j, const uint8_t* q, int& sc, i
   }
 }
 
-// Each unit type: load() issues the unit's loads into raw registers and touches nothing else, so
-// a thread can have several units' loads in flight before it waits on any (matmul.cu loads its
-// next few units first); decode(u) turns the raw words into int8 lanes and scales; dot() is one
-// activation row's contribution. Positions within a block are recomputed from u rather than kept.
+// Each unit type: load() issues the unit's loads, so that a thread can have several units' loads
+// in flight before it waits on any (matmul.cu loads its next few units first); decode(u) turns
+// the raw words into int8 lanes and scales (Q8_0 and Q6_K decode as they load: see Q6_K); dot()
+// is one activation row's contribution. Positions within a block are recomputed from u.
 
 // Q4_0: a unit is one 32-element block of 18 bytes.
 struct UnitQ4_0 {

@@ -43,14 +43,7 @@ TEST(CudaSpecHead, TokensEqualThePlainEngineAndDraftsAreKept) {
   auto st = test_support::distill_story_head(**model, tok->encode(text), head_file);
   ASSERT_TRUE(st.ok()) << st.error();
 
-  std::vector<GenerationParams> reqs;
-  for (const char* start : {"Once upon a time", "The little dog", "Lily and Ben went to the park"}) {
-    GenerationParams p;
-    p.prompt = tok->encode(start);
-    p.stop = {.max_tokens = 64, .ignore_eos = true};
-    p.sampling = {.temperature = 0.f};
-    reqs.push_back(std::move(p));
-  }
+  const std::vector<GenerationParams> reqs = test_support::story_requests(*tok);
   auto engine = [&](const SpecOptions& spec) {
     EngineOptions o{.max_batch_tokens = 64, .max_seqs = 4, .num_threads = 2};
     o.spec = spec;

@@ -51,18 +51,7 @@ class EagleDraft : public ::testing::Test {
     auto st = kvasir::test_support::distill_story_head(*model_, tok_->encode(text_), head_file_);
     ASSERT_TRUE(st.ok()) << st.error();
   }
-  // Greedy continuations of three story openings, 64 tokens each.
-  std::vector<GenerationParams> story_requests() const {
-    std::vector<GenerationParams> reqs;
-    for (const char* start : {"Once upon a time", "The little dog", "Lily and Ben went to the park"}) {
-      GenerationParams p;
-      p.prompt = tok_->encode(start);
-      p.stop = {.max_tokens = 64, .ignore_eos = true};
-      p.sampling = {.temperature = 0.f};
-      reqs.push_back(std::move(p));
-    }
-    return reqs;
-  }
+  std::vector<GenerationParams> story_requests() const { return kvasir::test_support::story_requests(*tok_); }
   void TearDown() override {
     if (!head_file_.empty()) std::filesystem::remove(head_file_);
   }
